@@ -1,0 +1,25 @@
+"""Shared pieces of the CLI: reading a file or stdin, printing errors the same way everywhere."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+import typer
+
+
+def read_source(path: str) -> tuple[bytes, str]:
+    """Bytes of FILE, or of standard input for `-`, with the name to report errors against."""
+    if path == "-":
+        return sys.stdin.buffer.read(), "<stdin>"
+    p = Path(path)
+    try:
+        return p.read_bytes(), str(p)
+    except OSError as exc:
+        fail(f"cannot read {path}: {exc.strerror or exc}")
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    typer.echo(f"emmy: error: {message}", err=True)
+    raise typer.Exit(code)

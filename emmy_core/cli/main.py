@@ -1,0 +1,25 @@
+"""The `emmy` command: one typer app, one module per command group (thin: parse, call, print)."""
+
+from __future__ import annotations
+
+import typer
+
+from emmy_core.cli import ir_cmd, main_job
+
+app = typer.Typer(
+    name="emmy",
+    help="Emmy: a small ML compiler and the data system around its autotuning.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(ir_cmd.app, name="ir")
+app.command("main")(main_job.main_job)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

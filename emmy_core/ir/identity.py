@@ -1,0 +1,28 @@
+"""Exact kernel identity: a sha256 of the canonical text, dynamic axes by name only.
+
+`kernel_id` hashes `IDENTITY_VERSION` together with the text, so raising the version
+re-keys every kernel (and a store written under another version is refused).
+Two kernels that differ only in a dynamic axis's expected size share an identity.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from emmy_core.ir.nodes import Kernel
+from emmy_core.ir.text import render
+
+IDENTITY_VERSION = 1
+
+
+def identity_text(kernel: Kernel) -> str:
+    """The text the identity is computed from: canonical, with expected sizes left out."""
+    return render(kernel, hints=False)
+
+
+def kernel_id(kernel: Kernel) -> str:
+    """sha256 hex digest naming a kernel exactly (read `IDENTITY_VERSION` at call time)."""
+    from emmy_core.ir import identity as _self  # the live module value, so a patched version re-keys
+
+    payload = f"emmy-kernel-identity/{_self.IDENTITY_VERSION}\n{identity_text(kernel)}"
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
