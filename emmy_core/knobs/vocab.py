@@ -1,0 +1,166 @@
+"""The two knob vocabularies: schedule knobs (closed, typed, per target) and structural decisions.
+
+Schedule knobs decide how one kernel runs and never change which kernels exist. Each has
+a type: `int` (a range), `pow2` (a power of two in a range), `enum` (a closed set of
+strings) or `bool`. Knobs of kernels defined outside Emmy (Kernel Tuner) live in the
+`extern.` namespace: `extern.<NAME>` with an int, float or short string value.
+
+Structural decisions change which kernels exist: `cut:<seam>` (a fusion seam cut) and
+`split:<axis>=<parts>` (a reduction split across blocks). They are never schedule knobs;
+`decision_in_knobs` finds a knob assignment that spells one, which the store refuses.
+Raising `KNOB_VOCAB_VERSION` is required for any incompatible change of names or types.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+
+KNOB_VOCAB_VERSION = 1
+
+
+@dataclass(frozen=True)
+class KnobSpec:
+    name: str
+    target: str  # cuda | cpu
+    kind: str  # int | pow2 | enum | bool
+    low: int = 0
+    high: int = 0
+    choices: tuple[str, ...] = ()
+    doc: str = ""
+
+    def problem(self, value: object) -> str | None:
+        """Why `value` is not a value of this knob, or None."""
+        if self.kind == "bool":
+            return None if isinstance(value, bool) else f"{self.name} takes true or false"
+        if self.kind == "enum":
+            if isinstance(value, str) and value in self.choices:
+                return None
+            return f"{self.name} takes one of {', '.join(self.choices)}"
+        if not isinstance(value, int) or isinstance(value, bool):
+            return f"{self.name} takes an integer"
+        if not self.low <= value <= self.high:
+            return f"{self.name} must be in {self.low}..{self.high}"
+        if self.kind == "pow2" and value & (value - 1):
+            return f"{self.name} must be a power of two"
+        return None
+
+
+def _k(name: str, target: str, kind: str, low: int = 0, high: int = 0, choices: tuple[str, ...] = (),
+       doc: str = "") -> KnobSpec:
+    return KnobSpec(name, target, kind, low, high, choices, doc)
+
+
+TENSOR_CORE_INSTRUCTIONS = ("none", "mma_m16n8k16", "wgmma_m64n64k16", "wgmma_m64n128k16", "mfma_32x32x8")
+
+SCHEDULE_KNOBS: dict[str, KnobSpec] = {
+    k.name: k
+    for k in (
+        # cuda (Triton)
+        _k("block_m", "cuda", "pow2", 16, 256, doc="rows of the output tile"),
+        _k("block_n", "cuda", "pow2", 16, 256, doc="columns of the output tile"),
+        _k("block_k", "cuda", "pow2", 16, 256, doc="depth of one step along the reduction"),
+        _k("block", "cuda", "pow2", 16, 65536, doc="elements a program handles along the row / flat axis"),
+        _k("num_warps", "cuda", "pow2", 1, 32, doc="warps per program"),
+        _k("num_stages", "cuda", "int", 1, 8, doc="software-pipelining stages"),
+        _k("group_m", "cuda", "int", 1, 64, doc="programs grouped along M for L2 reuse"),
+        _k("acc", "cuda", "enum", choices=("f32", "f16"), doc="accumulator data type"),
+        _k("mma", "cuda", "enum", choices=TENSOR_CORE_INSTRUCTIONS, doc="tensor-core instruction"),
+        # cpu (C with OpenMP)
+        _k("tile_m", "cpu", "pow2", 1, 1024, doc="rows per tile"),
+        _k("tile_n", "cpu", "pow2", 1, 1024, doc="columns per tile"),
+        _k("tile_k", "cpu", "pow2", 1, 4096, doc="reduction depth per tile"),
+        _k("vec", "cpu", "pow2", 1, 64, doc="vector width of the innermost loop"),
+        _k("unroll", "cpu", "int", 1, 16, doc="unroll factor of the innermost loop"),
+        _k("threads", "cpu", "int", 1, 512, doc="OpenMP threads"),
+    )
+}
+
+EXTERN_PREFIX = "extern."
+_EXTERN_NAME = re.compile(r"extern\.[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
+MAX_EXTERN_STR = 64
+
+_DECISION_NAME = re.compile(r"(cut|split)([:_.=].*)?\Z", re.IGNORECASE)
+_DECISION_VALUE = re.compile(r"\s*(cut|split)\s*:", re.IGNORECASE)
+CUT_PATTERN = re.compile(r"cut:([A-Za-z_][A-Za-z0-9_]{0,63})\Z")
+SPLIT_PATTERN = re.compile(r"split:([A-Za-z_][A-Za-z0-9_]{0,63})=([0-9]{1,6})\Z")
+
+
+def knob_problem(name: object, value: object) -> str | None:
+    """Why (name, value) is not in the schedule vocabulary, or None when it is."""
+    if not isinstance(name, str):
+        return f"knob name must be text, not {type(name).__name__}"
+    if name.startswith(EXTERN_PREFIX):
+        if not _EXTERN_NAME.match(name):
+            return f"extern knob {name[:80]!r} does not match {_EXTERN_NAME.pattern!r}"
+        if isinstance(value, bool) or value is None:
+            return f"{name} takes a number or short text"
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{name} must be finite"
+        if isinstance(value, str) and len(value) > MAX_EXTERN_STR:
+            return f"{name} text longer than {MAX_EXTERN_STR} characters"
+        if not isinstance(value, int | float | str):
+            return f"{name} takes a number or short text, not {type(value).__name__}"
+        return None
+    spec = SCHEDULE_KNOBS.get(name)
+    if spec is None:
+        return f"unknown knob {name[:80]!r}"
+    return spec.problem(value)
+
+
+def decision_in_knobs(knobs: dict[str, object]) -> str | None:
+    """The knob that spells a structural decision (a cut or a split), described; None when none does."""
+    for name, value in knobs.items():
+        bare = name[len(EXTERN_PREFIX):] if isinstance(name, str) and name.startswith(EXTERN_PREFIX) else name
+        if isinstance(bare, str) and _DECISION_NAME.match(bare):
+            return f"knob {name!r} spells a structural decision"
+        if isinstance(value, str) and _DECISION_VALUE.match(value):
+            return f"knob {name!r} = {value[:40]!r} spells a structural decision"
+    return None
+
+
+def knobs_problem(knobs: object) -> str | None:
+    """Why a whole knob assignment is not valid (decision, unknown name, bad value), or None."""
+    if not isinstance(knobs, dict):
+        return f"knobs must be an object, not {type(knobs).__name__}"
+    decision = decision_in_knobs(knobs)
+    if decision is not None:
+        return f"{decision}: a decision is not a measurement of one kernel"
+    for name in sorted(knobs, key=str):
+        problem = knob_problem(name, knobs[name])
+        if problem is not None:
+            return problem
+    return None
+
+
+def canonical_knobs(knobs: dict[str, object]) -> str:
+    """Canonical JSON of a knob assignment: sorted keys, no spaces. The schedule digest is taken of this."""
+    return json.dumps(knobs, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def schedule_id(knobs: dict[str, object]) -> str:
+    """Digest of the canonical knob JSON: one schedule row per distinct assignment."""
+    import hashlib
+
+    return hashlib.sha256(canonical_knobs(knobs).encode("ascii")).hexdigest()
+
+
+def parse_decision(text: str) -> tuple[str, str, int | None]:
+    """Reads `cut:<seam>` -> ('cut', seam, None) or `split:<axis>=<parts>` -> ('split', axis, parts)."""
+    m = CUT_PATTERN.match(text)
+    if m:
+        return "cut", m.group(1), None
+    m = SPLIT_PATTERN.match(text)
+    if m and int(m.group(2)) >= 2:
+        return "split", m.group(1), int(m.group(2))
+    raise ValueError(f"{text[:80]!r} is not a structural decision (cut:<seam> or split:<axis>=<parts>, parts >= 2)")
+
+
+def format_split(axis: str, parts: int) -> str:
+    return f"split:{axis}={parts}"
+
+
+def format_cut(seam: str) -> str:
+    return f"cut:{seam}"
