@@ -7,9 +7,9 @@ import os
 os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-from pathlib import Path  # noqa: E402
+from pathlib import Path
 
-import pytest  # noqa: E402
+import pytest
 
 PEER_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "peer"
 

@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
-from emmy_core.ir.check import MAX_EXPR_DEPTH, Scope, check_dtype, check_extent, check_extern
+from emmy_core.ir.check import MAX_EXPR_DEPTH, Scope, check_dtype, check_extern
 from emmy_core.ir.errors import IRError, ParseError
 from emmy_core.ir.names import name_problem
 from emmy_core.ir.nodes import (
@@ -146,45 +146,41 @@ _TOKEN = re.compile(
     r"|(?P<num>-?(?:[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|inf))"
     r"|(?P<name>[A-Za-z_][A-Za-z0-9_]*)"
     r"|(?P<punct>[{}()\[\],:=*+])"
+    r"|(?P<bad>.)",
+    re.DOTALL,
 )
-_HEX = re.compile(r"(?P<hex>[0-9a-f]{64})(?![A-Za-z0-9_])")
+_HEX = re.compile(r"[0-9a-f]{64}(?![A-Za-z0-9_])")
 
 
-@dataclass(frozen=True)
-class Tok:
-    kind: str  # num | name | punct | hex | eof
+class Tok(NamedTuple):
+    kind: str  # num | name | punct | eof
     text: str
-    line: int
-    col: int
+    pos: int  # offset in the text; line and column are computed only when reporting
+
+
+def position(text: str, offset: int) -> tuple[int, int]:
+    """1-based line and column of a character offset."""
+    line = text.count("\n", 0, offset) + 1
+    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
 
 
 def tokenize(text: str, source: str = "<text>") -> list[Tok]:
+    """Tokens of `text` (whitespace and comments dropped); one C-level scan, linear in the length."""
     toks: list[Tok] = []
-    pos, line, line_start, n = 0, 1, 0, len(text)
-    match = _TOKEN.match
-    while pos < n:
-        m = None
-        if toks and toks[-1].text == "space" and toks[-1].kind == "name":
-            m = _HEX.match(text, pos)
-        m = m or match(text, pos)
-        if m is None:
-            ch = text[pos]
-            raise ParseError(f"unexpected character {ch!r}", line, pos - line_start + 1, source)
+    append = toks.append
+    for m in _TOKEN.finditer(text):
         kind = m.lastgroup
-        end = m.end()
         if kind == "ws" or kind == "comment":
-            nl = text.count("\n", pos, end)
-            if nl:
-                line += nl
-                line_start = text.rfind("\n", pos, end) + 1
-        else:
-            if end - pos > MAX_TOKEN_CHARS:
-                raise ParseError(f"token longer than {MAX_TOKEN_CHARS} characters", line, pos - line_start + 1,
-                                 source)
-            assert kind is not None
-            toks.append(Tok(kind, m.group(), line, pos - line_start + 1))
-        pos = end
-    toks.append(Tok("eof", "", line, pos - line_start + 1))
+            continue
+        start, end = m.span()
+        if kind == "bad":
+            line, col = position(text, start)
+            raise ParseError(f"unexpected character {m.group()!r}", line, col, source)
+        if end - start > MAX_TOKEN_CHARS:
+            line, col = position(text, start)
+            raise ParseError(f"token longer than {MAX_TOKEN_CHARS} characters", line, col, source)
+        append(Tok(kind, m.group(), start))  # type: ignore[arg-type]
+    toks.append(Tok("eof", "", len(text)))
     return toks
 
 
@@ -192,8 +188,9 @@ def tokenize(text: str, source: str = "<text>") -> list[Tok]:
 
 
 class _Parser:
-    def __init__(self, toks: list[Tok], source: str) -> None:
-        self.toks = toks
+    def __init__(self, text: str, source: str) -> None:
+        self.text = text
+        self.toks = tokenize(text, source)
         self.i = 0
         self.source = source
         self.scope = Scope()
@@ -205,7 +202,8 @@ class _Parser:
 
     def fail(self, message: str, tok: Tok | None = None) -> ParseError:
         t = tok or self.tok
-        return ParseError(message, t.line, t.col, self.source)
+        line, col = position(self.text, t.pos)
+        return ParseError(message, line, col, self.source)
 
     def _describe(self, t: Tok) -> str:
         return "end of text" if t.kind == "eof" else repr(t.text)
@@ -287,11 +285,13 @@ class _Parser:
             dims.append(self.integer("problem dimension"))
         self.expect("space")
         t = self.tok
-        if t.kind != "hex":
+        m = _HEX.match(self.text, t.pos)
+        if m is None:
             raise self.fail(f"expected a sha256 digest (64 lowercase hex digits), found {self._describe(t)}")
-        self.next()
+        while self.tok.kind != "eof" and self.tok.pos < m.end():  # the digest spans several tokens
+            self.next()
         self.expect("}")
-        k = Extern(name, tuple(dims), t.text)
+        k = Extern(name, tuple(dims), m.group())
         self.guard(t, check_extern, k)
         return k
 
@@ -519,4 +519,4 @@ def _decode(text: str | bytes, source: str) -> str:
 
 def parse(text: str | bytes, source: str = "<text>") -> Kernel:
     """Reads one kernel (a `kernel` or an `extern`) from text, checking every rule; raises `ParseError`."""
-    return _Parser(tokenize(_decode(text, source), source), source).kernel()
+    return _Parser(_decode(text, source), source).kernel()
