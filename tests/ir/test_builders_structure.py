@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from emmy_core.ir import IRError, kernel_id, parse, render, validate
-from emmy_core.ir.builders import Dim, day_one_kernels, elementwise, layernorm, matmul, parse_expr, rmsnorm, softmax
+from emmy_core.ir.builders import (
+    Dim,
+    day_one_kernels,
+    elementwise,
+    layernorm,
+    matmul,
+    parse_expr,
+    rmsnorm,
+    softmax,
+)
 
 
 def test_day_one_kernels_cover_every_family_and_validate() -> None:
