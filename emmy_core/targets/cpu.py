@@ -1,0 +1,175 @@
+"""The CPU probe: what this machine's CPU is, read from /proc/cpuinfo, sysfs and lscpu.
+
+The parse functions are pure (text in, values out) and tested on sample text; `probe_cpu`
+reads the machine. The card's name is the model name plus the number of CPUs this
+process may run on (`Intel(R) Xeon(R) Processor x2`): two slices of one host with
+different core counts are different cards, since their measurements differ.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import subprocess
+from pathlib import Path
+
+from emmy_core.targets.card import Card
+
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMG]?)(?:i?B)?\s*\Z", re.IGNORECASE)
+_LSCPU_CACHE = re.compile(r"(L1d|L2|L3) cache:\s*([0-9.]+\s*[KMG]i?B?)(?:\s*\((\d+) instances?\))?", re.IGNORECASE)
+_GHZ_IN_MODEL = re.compile(r"@\s*([0-9]+(?:\.[0-9]+)?)\s*GHz", re.IGNORECASE)
+_UNIT_KIB = {"": 1 / 1024, "K": 1, "M": 1024, "G": 1024 * 1024}
+
+
+class ProbeError(RuntimeError):
+    """The machine's CPU could not be described (no model name readable)."""
+
+
+def parse_size_kib(text: str) -> float:
+    """`48K`, `2048K`, `4 MiB`, `32 KB` -> KiB (binary units, as sysfs and lscpu mean them)."""
+    m = _SIZE.match(text)
+    if m is None:
+        raise ValueError(f"cache size {text[:40]!r} is not NUMBER[K|M|G]")
+    return float(m.group(1)) * _UNIT_KIB[m.group(2).upper()]
+
+
+def parse_cpuinfo(text: str) -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo: `model name`, `flags` (x86) or `Features` (Arm), `cpu MHz`."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if out:
+                break  # end of the first processor's block
+            continue
+        key, sep, value = line.partition(":")
+        if sep:
+            out.setdefault(key.strip(), value.strip())
+    return out
+
+
+def model_name(info: dict[str, str], lscpu_text: str = "") -> str | None:
+    """The CPU's model name, whitespace collapsed: cpuinfo's `model name`, else lscpu's `Model name`."""
+    name = info.get("model name") or info.get("Model Name")
+    if not name:
+        for line in lscpu_text.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "Model name" and value.strip() and value.strip() != "-":
+                name = value
+                break
+    return " ".join(name.split()) if name else None
+
+
+def simd_bits(flags: str, machine: str = "x86_64") -> int:
+    """Widest SIMD width the flags promise: avx512f -> 512, avx2 -> 256, else 128 (SSE2 or NEON/asimd)."""
+    words = set(flags.split())
+    if "avx512f" in words:
+        return 512
+    if "avx2" in words:
+        return 256
+    if {"sse2", "asimd", "neon"} & words or machine in ("x86_64", "aarch64", "arm64"):
+        return 128
+    return 64
+
+
+def parse_sysfs_caches(entries: list[tuple[str, str, str]]) -> dict[str, float]:
+    """(level, type, size) rows of /sys/devices/system/cpu/cpu0/cache/index* -> l1d_kib, l2_kib, l3_kib."""
+    out: dict[str, float] = {}
+    for level, kind, size in entries:
+        level, kind = level.strip(), kind.strip()
+        if level == "1" and kind == "Data":
+            out["l1d_kib"] = parse_size_kib(size)
+        elif level in ("2", "3") and kind in ("Unified", "Data"):
+            out[f"l{level}_kib"] = parse_size_kib(size)
+    return out
+
+
+def parse_lscpu_caches(text: str) -> dict[str, float]:
+    """lscpu's `L1d cache: 96 KiB (2 instances)` lines -> per-instance sizes in KiB."""
+    out: dict[str, float] = {}
+    for m in _LSCPU_CACHE.finditer(text):
+        total = parse_size_kib(m.group(2))
+        instances = int(m.group(3)) if m.group(3) else 1
+        out[f"{m.group(1).lower()}_kib"] = total / max(instances, 1)
+    return out
+
+
+def frequency_mhz(max_freq_khz: str | None, model: str | None, info: dict[str, str]) -> float | None:
+    """Clock in MHz: cpufreq's maximum, else the `@ 2.60GHz` in the model name, else cpuinfo's `cpu MHz`.
+
+    The maximum and the nominal clock are stable; the current `cpu MHz` is used last (it is
+    stable on virtual machines, which are the usual case without cpufreq).
+    """
+    if max_freq_khz and max_freq_khz.strip().isdigit() and int(max_freq_khz) > 0:
+        return int(max_freq_khz) / 1000
+    if model:
+        m = _GHZ_IN_MODEL.search(model)
+        if m:
+            return float(m.group(1)) * 1000
+    try:
+        mhz = float(info.get("cpu MHz", ""))
+    except ValueError:
+        return None
+    return float(round(mhz)) if mhz > 0 else None
+
+
+def cpu_card(model: str, cores: int, caches: dict[str, float], simd: int, freq: float | None,
+             machine: str) -> Card:
+    """A CPU card from probed values; its name is `<model> x<cores>`."""
+    return Card(name=f"{model} x{cores}", target="cpu", arch=machine, compute_capability="", tensor_cores=(),
+                source="probed from /proc/cpuinfo, sysfs caches and lscpu", cores=cores,
+                l1d_kib=caches.get("l1d_kib"), l2_kib=caches.get("l2_kib"), l3_kib=caches.get("l3_kib"),
+                simd_bits=simd, freq_mhz=freq)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def _lscpu() -> str:
+    try:
+        done = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10, check=False,
+                              env={**os.environ, "LC_ALL": "C"})
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout if done.returncode == 0 else ""
+
+
+def usable_cores() -> int:
+    """CPUs this process may run on (its affinity), else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def probe_cpu() -> Card:
+    """Describes this machine's CPU. Raises ProbeError when no model name can be read."""
+    info = parse_cpuinfo(_read(Path("/proc/cpuinfo")) or "")
+    lscpu = ""
+    model = model_name(info)
+    if model is None:
+        lscpu = _lscpu()
+        model = model_name(info, lscpu)
+    if model is None:
+        raise ProbeError("cannot read the CPU model name from /proc/cpuinfo or lscpu")
+    cache_dir = Path("/sys/devices/system/cpu/cpu0/cache")
+    entries = []
+    for index in sorted(cache_dir.glob("index*")) if cache_dir.is_dir() else []:
+        level, kind, size = (_read(index / f) for f in ("level", "type", "size"))
+        if level and kind and size:
+            entries.append((level, kind, size))
+    try:
+        caches = parse_sysfs_caches(entries)
+    except ValueError:
+        caches = {}
+    if "l1d_kib" not in caches:
+        caches = parse_lscpu_caches(lscpu or _lscpu())
+    machine = platform.machine() or "unknown"
+    flags = info.get("flags") or info.get("Features") or ""
+    max_khz = _read(Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"))
+    return cpu_card(model, usable_cores(), caches, simd_bits(flags, machine),
+                    frequency_mhz(max_khz, model, info), machine)

@@ -1,0 +1,89 @@
+"""The CPU probe: pure parsers on sample text, and the probe on this machine."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from emmy_core.targets import probe_cpu
+from emmy_core.targets.cpu import (
+    cpu_card,
+    frequency_mhz,
+    model_name,
+    parse_cpuinfo,
+    parse_lscpu_caches,
+    parse_size_kib,
+    parse_sysfs_caches,
+    simd_bits,
+)
+
+X86 = """processor\t: 0
+vendor_id\t: AuthenticAMD
+model name\t: AMD EPYC 7B13
+cpu MHz\t\t: 2449.998
+flags\t\t: fpu vme sse sse2 avx avx2 fma bmi2
+
+processor\t: 1
+vendor_id\t: AuthenticAMD
+model name\t: something else entirely
+flags\t\t: fpu avx512f
+"""
+XEON = "processor : 0\nmodel name : Intel(R) Xeon(R) CPU @ 2.20GHz\nflags : sse2 avx2 avx512f avx512bw\n"
+ARM = "processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm aes crc32\nCPU part\t: 0xd0c\n"
+LSCPU_ARM = "Architecture:  aarch64\nModel name:    Neoverse-N1\nL1d cache:     256 KiB (4 instances)\n" \
+            "L2 cache:      4 MiB (4 instances)\nL3 cache:      32 MiB (1 instance)\n"
+
+
+def test_cpuinfo_is_read_from_the_first_processor_only() -> None:
+    info = parse_cpuinfo(X86)
+    assert model_name(info) == "AMD EPYC 7B13"
+    assert simd_bits(info["flags"]) == 256  # processor 1's avx512f is not read
+
+
+def test_simd_width_from_flags() -> None:
+    assert simd_bits("sse sse2 avx avx2 avx512f") == 512
+    assert simd_bits("sse sse2 avx avx2") == 256
+    assert simd_bits("sse sse2") == 128
+    assert simd_bits("fp asimd evtstrm", "aarch64") == 128
+    assert simd_bits("", "riscv32") == 64
+
+
+def test_arm_model_name_falls_back_to_lscpu() -> None:
+    info = parse_cpuinfo(ARM)
+    assert model_name(info) is None
+    assert model_name(info, LSCPU_ARM) == "Neoverse-N1"
+    assert simd_bits(info["Features"], "aarch64") == 128
+
+
+def test_cache_sizes_from_sysfs_and_lscpu_are_per_instance() -> None:
+    sysfs = [("1", "Data\n", "48K\n"), ("1", "Instruction", "32K"), ("2", "Unified", "2048K"),
+             ("3", "Unified", "491520K")]
+    assert parse_sysfs_caches(sysfs) == {"l1d_kib": 48.0, "l2_kib": 2048.0, "l3_kib": 491520.0}
+    assert parse_lscpu_caches(LSCPU_ARM) == {"l1d_kib": 64.0, "l2_kib": 1024.0, "l3_kib": 32768.0}
+    assert parse_size_kib("4 MiB") == 4096 and parse_size_kib("32 KB") == 32
+    with pytest.raises(ValueError, match="not NUMBER"):
+        parse_size_kib("lots")
+
+
+def test_frequency_prefers_the_stable_maximum() -> None:
+    info = parse_cpuinfo(XEON)
+    assert frequency_mhz("3500000\n", model_name(info), info) == 3500.0
+    assert frequency_mhz(None, model_name(info), info) == 2200.0
+    x86 = parse_cpuinfo(X86)
+    assert frequency_mhz(None, model_name(x86), x86) == 2450.0
+    assert frequency_mhz(None, None, {}) is None
+
+
+def test_cpu_card_name_is_model_plus_core_count() -> None:
+    card = cpu_card("AMD EPYC 7B13", 2, {"l1d_kib": 32.0}, 256, 2450.0, "x86_64")
+    assert card.name == "AMD EPYC 7B13 x2" and card.target == "cpu"
+    assert card.numeric() == {"cores": 2.0, "l1d_kib": 32.0, "simd_bits": 256.0, "freq_mhz": 2450.0}
+
+
+def test_probe_describes_this_machine() -> None:
+    card = probe_cpu()
+    assert card.target == "cpu"
+    assert card.name.endswith(f" x{len(os.sched_getaffinity(0))}")
+    assert card.simd_bits in (64, 128, 256, 512)
+    assert card == probe_cpu()  # stable between calls: the name and numbers key measurements
