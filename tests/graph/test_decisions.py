@@ -117,7 +117,7 @@ def test_minted_pieces_belong_to_their_template_families() -> None:
     assert isinstance(cs, RowShape) and not cs.windowed and cs.row == "H" and set(cs.reduce_axes) == {"P"}
 
 
-def test_identical_pieces_dedupe_by_identity() -> None:
+def test_the_same_minted_kernel_reached_from_two_parents_has_one_identity() -> None:
     a = split_k(matmul(Dim("T", 4), 16, 64, epilogue=("bias", "gelu")), 4)
     b = split_k(matmul(Dim("T", 4), 16, 64, epilogue=("residual",)), 4)
     assert kernel_id(a.pieces[0]) == kernel_id(b.pieces[0])  # same partial products, different epilogues
@@ -127,11 +127,12 @@ def test_identical_pieces_dedupe_by_identity() -> None:
     assert split_k(a.parent, 2).routing_rows() != a.routing_rows()
 
 
-def test_a_minted_kernel_can_take_a_decision_of_its_own() -> None:
+def test_a_minted_kernel_with_decisions_of_its_own_is_the_parent_of_further_rows() -> None:
     parent = matmul(Dim("T", 4), 6, 96, dtype="f32", epilogue=("silu",))
     first = split_k(parent, 8)
     second = split_rows(first.pieces[1], 2)  # the combine reduces over P: split it again
     assert second.decision == "split:P=2"
+    assert {r[0] for r in second.routing_rows()} == {first.routing_rows()[1][3]}
     assert_well_formed(second)
     ins = random_inputs(parent, {"T": 3}, seed=1)
     partials = run(first.pieces[0], {"a": ins["a"], "b": ins["b"]}, {"T": 3})
