@@ -1,0 +1,217 @@
+"""Lowering a fused graph to loop programs: one kernel per compute node, layout as glue.
+
+Each compute node becomes a `KernelStep`: the program (built by `emmy_core.ir.builders`
+or `graph.kernels`), which graph value feeds which buffer, and for each dynamic axis of
+the kernel the graph dimensions whose product it is (a matmul over tokens has `T = B*S`;
+a row kernel has rows `B = B*S` or `B*heads*S`). A graph tensor is handed to a kernel
+reshaped to the buffer's shape (row-major, so this is a view of contiguous data).
+
+Layout ops (`reshape`, `transpose`, `permute`) are not kernels: they lower to
+`LayoutStep`s that the executor applies with torch between kernels, materialising a
+permuted tensor contiguously before the next kernel reads it. This is the simplest
+correct path; a transpose feeding a matmul's right operand is already read in place
+(`b_transposed`, from `canonicalize`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+
+import torch
+
+from emmy_core.graph import kernels as gk
+from emmy_core.graph.errors import UnsupportedOp
+from emmy_core.graph.ops import LAYOUT_OPS, Dim, Graph, Node
+from emmy_core.graph.passes import fuse_epilogue, fuse_norm
+from emmy_core.ir import builders
+from emmy_core.ir.builders import Dim as BDim
+from emmy_core.ir.identity import kernel_id
+from emmy_core.ir.nodes import Program
+
+FAMILIES = ("matmul", "rmsnorm", "layernorm", "softmax", "elementwise", "rowreduce")
+
+
+@dataclass(frozen=True)
+class KernelStep:
+    node: str  # the graph node this kernel computes
+    family: str
+    program: Program
+    inputs: tuple[tuple[str, str], ...]  # (buffer, graph value)
+    outputs: tuple[tuple[str, str], ...]  # (buffer, graph value)
+    axes: tuple[tuple[str, tuple[Dim, ...]], ...]  # dynamic kernel axis -> graph dims it is the product of
+    seam: str | None = None  # the fusion seam this kernel offers to cut, if any
+    source: str = ""
+
+    @property
+    def kernel_id(self) -> str:
+        return kernel_id(self.program)
+
+    def sizes(self, graph_sizes: dict[str, int]) -> dict[str, int]:
+        """Sizes of the kernel's dynamic axes when the graph's dynamic axes have `graph_sizes`."""
+        return {a: prod(d if isinstance(d, int) else graph_sizes[d] for d in dims) for a, dims in self.axes}
+
+
+@dataclass(frozen=True)
+class LayoutStep:
+    node: str
+    op: str  # reshape | transpose | permute
+    input: str
+    attrs: tuple[tuple[str, object], ...]
+
+
+Step = KernelStep | LayoutStep
+
+
+@dataclass(frozen=True)
+class Lowered:
+    graph: Graph  # after the last pass
+    stages: tuple[tuple[str, Graph], ...]  # (pass, graph after it), from ("capture", ...)
+    steps: tuple[Step, ...]
+    weights: dict[str, torch.Tensor] = field(compare=False, repr=False, default_factory=dict)
+
+    @property
+    def kernels(self) -> tuple[KernelStep, ...]:
+        return tuple(s for s in self.steps if isinstance(s, KernelStep))
+
+    def identities(self) -> dict[str, list[KernelStep]]:
+        """kernel_id -> the steps that run that kernel, in graph order (deduped by identity)."""
+        out: dict[str, list[KernelStep]] = {}
+        for k in self.kernels:
+            out.setdefault(k.kernel_id, []).append(k)
+        return out
+
+
+def _hint(dims: tuple[Dim, ...], hints: dict[str, int]) -> int:
+    return prod(d if isinstance(d, int) else hints[d] for d in dims)
+
+
+def _static(d: Dim, node: Node, what: str) -> int:
+    if not isinstance(d, int):
+        raise UnsupportedOp(node.op, node.source, f"{what} is the dynamic axis {d}; it must be static here")
+    return d
+
+
+def _bdim(d: Dim, hints: dict[str, int]) -> int | BDim:
+    return d if isinstance(d, int) else BDim(d, hints[d])
+
+
+def _lower_matmul(n: Node, index: dict[str, Node], hints: dict[str, int]) -> KernelStep:
+    a, b = index[n.inputs[0]].type, index[n.inputs[1]].type
+    bt = bool(n.attr("b_transposed"))
+    epilogue = tuple(n.attr("epilogue") or ())
+    dtype = n.type.dtype
+    axes: list[tuple[str, tuple[Dim, ...]]] = []
+    if len(b.shape) == 2:  # a weight: every leading axis of a is a token axis
+        lead = a.shape[:-1]
+        k = _static(a.shape[-1], n, "the reduction axis")
+        nn = _static(b.shape[0] if bt else b.shape[1], n, "the output axis")
+        if any(isinstance(d, str) for d in lead):
+            m: int | BDim = BDim("T", _hint(lead, hints))
+            axes.append(("T", lead))
+        else:
+            m = prod(lead)  # type: ignore[arg-type]
+        prog = builders.matmul(m, nn, k, dtype=dtype, epilogue=epilogue, b_transposed=bt)
+    else:
+        batch = a.shape[:-2]
+        if b.shape[:-2] != batch:
+            raise UnsupportedOp("matmul", n.source, f"batch axes {a.shape[:-2]} and {b.shape[:-2]} differ")
+        dims = (*batch, a.shape[-2], n.type.shape[-1], a.shape[-1])
+        for d in dict.fromkeys(dims):
+            if isinstance(d, str):
+                axes.append((d, (d,)))
+        bd = [_bdim(d, hints) for d in dims]
+        prog = builders.matmul(bd[-3], bd[-2], bd[-1], dtype=dtype, epilogue=epilogue, batch=tuple(bd[:-3]),
+                               b_transposed=bt)
+    reads = ["a", "b"] + [{"bias": "bias", "residual": "residual", "mul": "gate"}[s] for s in epilogue
+                          if s in ("bias", "residual", "mul")]
+    return KernelStep(n.name, "matmul", prog, tuple(zip(reads, n.inputs, strict=True)), (("y", n.name),),
+                      tuple(axes), fuse_epilogue.SEAM if epilogue else None, n.source)
+
+
+def _lower_row(n: Node, index: dict[str, Node], hints: dict[str, int], taps: dict[str, str]) -> KernelStep:
+    x = index[n.inputs[0]]
+    lead, row = x.type.shape[:-1], x.type.shape[-1]
+    rows_hint = _hint(lead, hints)
+    dtype = n.type.dtype
+    axes: list[tuple[str, tuple[Dim, ...]]] = [("B", lead)]
+    seam = None
+    if n.op == "rmsnorm":
+        prologue = tuple(n.attr("prologue") or ())
+        prog = builders.rmsnorm(_static(row, n, "the normalised axis"), dtype, rows_hint,
+                                float(n.attr("eps")), prologue)  # type: ignore[arg-type]
+        names = ["x", "res", "w"] if prologue else ["x", "w"]
+        outs = [("y", n.name)]
+        if prologue:
+            outs.append(("h", taps.get(n.name, f"{n.name}__h")))
+            seam = fuse_norm.SEAM
+        return KernelStep(n.name, "rmsnorm", prog, tuple(zip(names, n.inputs, strict=True)), tuple(outs),
+                          tuple(axes), seam, n.source)
+    if n.op == "layernorm":
+        prog = builders.layernorm(_static(row, n, "the normalised axis"), dtype, rows_hint,
+                                  float(n.attr("eps")))  # type: ignore[arg-type]
+        return KernelStep(n.name, "layernorm", prog, tuple(zip(("x", "w", "bias"), n.inputs, strict=True)),
+                          (("y", n.name),), tuple(axes), None, n.source)
+    if n.op == "softmax":
+        scale = n.attr("scale")
+        seam = fuse_norm.SEAM if scale is not None else None
+        if isinstance(row, int):
+            prog = builders.softmax(row, dtype, rows_hint, scale)  # type: ignore[arg-type]
+        else:
+            static = builders.softmax(hints[row], dtype, rows_hint, scale)  # type: ignore[arg-type]
+            prog = gk.dynamic_row(static, "C", hints[row], "softmax", dtype,
+                                          "" if scale is None else f"scale{float(scale)!r}")
+            axes.append(("C", (row,)))
+        return KernelStep(n.name, "softmax", prog, (("x", x.name),), (("y", n.name),), tuple(axes), seam,
+                          n.source)
+    # mean / sum over the last axis
+    prog = gk.row_reduce(n.op, _static(row, n, "the reduced axis"), dtype, rows_hint)
+    return KernelStep(n.name, "rowreduce", prog, (("x", x.name),), (("y", n.name),), tuple(axes), None, n.source)
+
+
+def split_rows_cols(shape: tuple[Dim, ...], need_last: bool) -> tuple[tuple[Dim, ...], int]:
+    """(row dims, cols) viewing `shape` as [rows, cols]: cols the trailing static axes (just the last if asked)."""
+    i = len(shape)
+    while i > 0 and isinstance(shape[i - 1], int) and (not need_last or i == len(shape)):
+        i -= 1
+    cols = prod(shape[i:])  # type: ignore[arg-type]
+    return shape[:i], int(cols)
+
+
+def _lower_elementwise(n: Node, index: dict[str, Node], hints: dict[str, int]) -> KernelStep:
+    kinds = tuple(str(k) for k in n.attr("bcast") or ())
+    expr = str(n.attr("expr"))
+    names = [f"x{i}" for i in range(len(n.inputs))]
+    broadcast = any(k != "full" for k in kinds)
+    if broadcast and not isinstance(n.type.shape[-1], int):
+        raise UnsupportedOp("elementwise", n.source, "a broadcast over a dynamic last axis")
+    lead, cols = split_rows_cols(n.type.shape, need_last=broadcast)
+    rows_hint = _hint(lead, hints)
+    if broadcast:
+        prog = gk.broadcast_elementwise(expr, dict(zip(names, kinds, strict=True)), n.type.dtype,
+                                                rows_hint, cols)
+    else:
+        prog = builders.elementwise(expr, n.type.dtype, rows_hint, cols)
+    return KernelStep(n.name, "elementwise", prog, tuple(zip(names, n.inputs, strict=True)), (("y", n.name),),
+                      (("B", lead),), None, n.source)
+
+
+def lower(graph: Graph, stages: tuple[tuple[str, Graph], ...] = (), weights: dict | None = None) -> Lowered:
+    """Kernels and layout steps for a graph that went through the pipeline's passes."""
+    index, hints = graph.index(), graph.hints()
+    taps = {n.inputs[0]: n.name for n in graph.nodes if n.op == "tap"}
+    steps: list[Step] = []
+    for n in graph.compute():
+        if n.op == "tap":
+            continue
+        if n.op in LAYOUT_OPS:
+            steps.append(LayoutStep(n.name, n.op, n.inputs[0], n.attrs))
+        elif n.op == "matmul":
+            steps.append(_lower_matmul(n, index, hints))
+        elif n.op in ("rmsnorm", "layernorm", "softmax", "mean", "sum"):
+            steps.append(_lower_row(n, index, hints, taps))
+        elif n.op == "elementwise":
+            steps.append(_lower_elementwise(n, index, hints))
+        else:
+            raise UnsupportedOp(n.op, n.source, "no kernel lowers it (run the pipeline's passes first)")
+    return Lowered(graph, stages or (("capture", graph),), tuple(steps), dict(weights or {}))

@@ -1,0 +1,103 @@
+"""Gather the elementwise ops left over into elementwise kernels, one per chain.
+
+Every elementwise op still in the graph becomes an `elementwise` node whose `expr`
+is text in the elementwise language of `emmy_core.ir.builders` over inputs named
+`x0, x1, ...`; an elementwise producer read only by the chain, of the chain's own
+shape, is inlined. Each input is `full` (the output's shape), `col` (a vector over
+the last axis) or `row` (one value per row, the last axis 1). Offers no fork.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from emmy_core.graph.errors import UnsupportedOp
+from emmy_core.graph.ops import ELEMENTWISE_OPS, Dim, Graph, Node, prune, toposort
+from emmy_core.graph.passes import Pass
+
+_FN = {"neg": "neg", "exp": "exp", "rsqrt": "rsqrt", "relu": "relu", "silu": "silu"}
+_SYM = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+
+
+def _num(v: float) -> str:
+    text = repr(float(v))
+    if text in ("inf", "-inf", "nan"):
+        raise ValueError(f"constant {text} has no spelling in the elementwise language")
+    return f"({text})" if text.startswith("-") else text
+
+
+def bcast_kind(shape: tuple[Dim, ...], out: tuple[Dim, ...]) -> str | None:
+    """How an input of `shape` broadcasts to `out`: full, col, row, or None when none of them."""
+    if shape == out:
+        return "full"
+    if shape == out[-1:] or (len(shape) < len(out) and all(d == 1 for d in shape[:-1]) and
+                             shape[-1:] == out[-1:]):
+        return "col"
+    if len(shape) == len(out) and shape[-1] == 1 and shape[:-1] == out[:-1]:
+        return "row"
+    return None
+
+
+class _Chain:
+    def __init__(self, out: Node, index: dict[str, Node], users: dict[str, list[str]]) -> None:
+        self.out, self.index, self.users = out, index, users
+        self.leaves: list[str] = []
+        self.inlined: list[str] = []
+
+    def leaf(self, name: str) -> str:
+        if name not in self.leaves:
+            self.leaves.append(name)
+        return f"x{self.leaves.index(name)}"
+
+    def text(self, node: Node, root: bool = False) -> str:
+        if not root:
+            inline = (node.op in ELEMENTWISE_OPS and self.users[node.name] != ["<output>"] and
+                      len(self.users[node.name]) == 1 and node.type == self.out.type)
+            if not inline:
+                return self.leaf(node.name)
+            self.inlined.append(node.name)
+        args = [self.text(self.index[i]) for i in node.inputs]
+        if node.op in ("add", "sub", "mul", "div", "pow") and len(args) == 1:
+            s = _num(float(node.attr("scalar")))  # type: ignore[arg-type]
+            args = [s, args[0]] if node.attr("scalar_first") else [args[0], s]
+        if node.op == "pow":
+            return f"pow({args[0]}, {args[1]})"
+        if node.op in _SYM:
+            return f"({args[0]} {_SYM[node.op]} {args[1]})"
+        if node.op == "gelu":
+            return f"{'gelu_tanh' if node.attr('approximate') == 'tanh' else 'gelu'}({args[0]})"
+        return f"{_FN[node.op]}({args[0]})"
+
+
+def run(graph: Graph) -> Graph:
+    index, users = graph.index(), graph.users()
+    roots = [n for n in graph.nodes if n.op in ELEMENTWISE_OPS]
+    chains: dict[str, _Chain] = {}
+    inlined: set[str] = set()
+    for n in reversed(roots):  # last op of a chain first, so it swallows its producers
+        if n.name in inlined:
+            continue
+        chain = _Chain(n, index, users)
+        expr = chain.text(n, root=True)
+        inlined.update(chain.inlined)
+        chains[n.name] = (chain, expr)  # type: ignore[assignment]
+    nodes: list[Node] = []
+    for n in graph.nodes:
+        if n.name in inlined:
+            continue
+        if n.name in chains:
+            chain, expr = chains[n.name]  # type: ignore[misc]
+            kinds = []
+            for leaf in chain.leaves:
+                kind = bcast_kind(index[leaf].type.shape, n.type.shape)
+                if kind is None:
+                    raise UnsupportedOp(n.op, n.source, f"operand {index[leaf].type.text()} broadcasts to "
+                                        f"{n.type.text()} in a way the elementwise kernels do not cover")
+                kinds.append(kind)
+            n = Node(n.name, "elementwise", tuple(chain.leaves), n.type,
+                     (("expr", expr), ("bcast", tuple(kinds))), n.source)
+        nodes.append(n)
+    return prune(replace(graph, nodes=toposort(nodes)))
+
+
+PASS = Pass("fuse_elementwise", run, (), "remaining elementwise chains -> one elementwise kernel each")
