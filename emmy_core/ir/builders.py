@@ -506,7 +506,7 @@ def day_one_kernels() -> list[tuple[str, Program]]:
     """One representative of each day-one family at small but realistic sizes, labelled."""
     S = Dim("S", 128)
     return [
-        ("matmul f16 B*S x 1024 x 1024 +bias gelu", matmul(Dim("T", 512), 1024, 1024, epilogue=("bias", "gelu"))),
+        ("matmul f16 T x 1024 x 1024 +bias gelu", matmul(Dim("T", 512), 1024, 1024, epilogue=("bias", "gelu"))),
         ("matmul f16 gate-up silu*mul", matmul(Dim("T", 512), 2816, 1024, epilogue=("silu", "mul"))),
         ("matmul f16 down +residual", matmul(Dim("T", 512), 1024, 2816, epilogue=("residual",))),
         ("attention scores q@k^T *scale", matmul(S, S, Dim("D", extent=64), batch=(Dim("B", 4), Dim("NH", extent=16)),
