@@ -60,18 +60,40 @@ def round_bf16(x: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(x), x, rounded).astype(np.float32)
 
 
-def _fix(x: np.ndarray, dtype: str) -> np.ndarray:
+def as_dtype(x: np.ndarray, dtype: str) -> np.ndarray:
     out = np.asarray(x).astype(NUMPY_DTYPES[dtype], copy=False)
     return round_bf16(out) if dtype == "bf16" else out
 
 
-def _identity(op: str, dtype: str) -> float | int:
+def reduce_identity(op: str, dtype: str) -> float | int:
     if op == "sum":
         return 0
     if dtype.startswith("i"):
         info = np.iinfo(NUMPY_DTYPES[dtype])
         return info.min if op == "max" else info.max
     return -math.inf if op == "max" else math.inf
+
+
+def apply_unary(op: str, x: np.ndarray) -> np.ndarray:
+    """A unary operator on an array, in the array's own numpy type (round with `as_dtype` after)."""
+    if op == "erf":
+        return _erf(x.astype(np.float64))
+    one = np.asarray(1, dtype=x.dtype)
+    table = {
+        "neg": np.negative, "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "abs": np.abs, "tanh": np.tanh,
+        "rsqrt": lambda v: one / np.sqrt(v), "recip": lambda v: one / v,
+        "sigmoid": lambda v: one / (one + np.exp(-v)), "relu": lambda v: np.maximum(v, np.zeros_like(one)),
+    }
+    return table[op](x)
+
+
+_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "max": np.maximum,
+           "min": np.minimum, "pow": np.power}
+
+
+def apply_binary(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """A binary operator on two arrays of one numpy type."""
+    return _BINARY[op](a, b)
 
 
 class _Run:
@@ -104,41 +126,21 @@ class _Run:
             value, dtype = self.values[e.name]
             return self._lift(value), dtype
         if isinstance(e, Const):
-            return _fix(np.asarray(e.value, dtype=np.float64 if isinstance(e.value, float) else np.int64),
+            return as_dtype(np.asarray(e.value, dtype=np.float64 if isinstance(e.value, float) else np.int64),
                         e.dtype), e.dtype
         if isinstance(e, Extent):
             return np.asarray(self.ext[e.axis], dtype=np.int64), "i64"
         if isinstance(e, Cast):
             x, _ = self.expr(e.x)
-            return _fix(x, e.dtype), e.dtype
+            return as_dtype(x, e.dtype), e.dtype
         if isinstance(e, Unary):
             x, t = self.expr(e.x)
-            return _fix(self.unary(e.op, x), t), t
+            return as_dtype(apply_unary(e.op, x), t), t
         if isinstance(e, Binary):
             a, t = self.expr(e.a)
             b, _ = self.expr(e.b)
-            return _fix(self.binary(e.op, a, b), t), t
+            return as_dtype(apply_binary(e.op, a, b), t), t
         raise IRError(f"{self.program.name}: not an expression: {type(e).__name__}")
-
-    @staticmethod
-    def unary(op: str, x: np.ndarray) -> np.ndarray:
-        if op == "erf":
-            return _erf(x.astype(np.float64))
-        one = np.asarray(1, dtype=x.dtype)
-        table = {
-            "neg": np.negative, "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "abs": np.abs, "tanh": np.tanh,
-            "rsqrt": lambda v: one / np.sqrt(v), "recip": lambda v: one / v,
-            "sigmoid": lambda v: one / (one + np.exp(-v)), "relu": lambda v: np.maximum(v, np.zeros_like(one)),
-        }
-        return table[op](x)
-
-    @staticmethod
-    def binary(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        table = {
-            "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "max": np.maximum,
-            "min": np.minimum, "pow": np.power,
-        }
-        return table[op](a, b)
 
     def reduce(self, s: Reduce) -> np.ndarray:
         n = self.ext[s.axis]
@@ -152,14 +154,14 @@ class _Run:
         self.vars.append((s.var, s.axis))
         try:
             body, _ = self.expr(s.body)
-            body = self._lift(_fix(body, s.dtype))
+            body = self._lift(as_dtype(body, s.dtype))
             shape = list(body.shape) if body.ndim else [1] * (depth + 1)
             shape[-1] = n
-            body = np.broadcast_to(body, shape)
+            body = np.ascontiguousarray(np.broadcast_to(body, shape))  # one summation order per row
             if start is not None:
                 lanes = self._index(s.var)
                 keep = (lanes >= start) & (lanes < start + s.window.length)  # type: ignore[union-attr]
-                body = np.where(keep, body, np.asarray(_identity(s.op, s.dtype), dtype=body.dtype))
+                body = np.where(keep, body, np.asarray(reduce_identity(s.op, s.dtype), dtype=body.dtype))
         finally:
             self.vars.pop()
         acc = NUMPY_DTYPES[s.dtype]
@@ -169,7 +171,7 @@ class _Run:
             out = np.max(body, axis=-1)
         else:
             out = np.min(body, axis=-1)
-        return _fix(out, s.dtype)
+        return as_dtype(out, s.dtype)
 
     def store(self, s: Store, outs: dict[str, np.ndarray]) -> None:
         value, _ = self.expr(s.value)
@@ -199,7 +201,7 @@ class _Run:
                     self.vars.pop()
             elif isinstance(s, Let):
                 value, _ = self.expr(s.value)
-                self.values[s.name] = (np.asarray(_fix(value, s.dtype)), s.dtype)
+                self.values[s.name] = (np.asarray(as_dtype(value, s.dtype)), s.dtype)
                 declared.append(s.name)
             elif isinstance(s, Reduce):
                 self.values[s.name] = (np.asarray(self.reduce(s)), s.dtype)
@@ -266,5 +268,5 @@ def random_inputs(program: Program, sizes: dict[str, int] | None = None, seed: i
         if b.dtype.startswith("i"):
             out[b.name] = rng.integers(-8, 9, size=shape).astype(NUMPY_DTYPES[b.dtype])
         else:
-            out[b.name] = _fix(rng.standard_normal(shape) * scale, b.dtype)
+            out[b.name] = as_dtype(rng.standard_normal(shape) * scale, b.dtype)
     return out
