@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from emmy_core.cli import ir_cmd, main_job
+from emmy_core.cli import db_cmd, ir_cmd, main_job
 
 app = typer.Typer(
     name="emmy",
@@ -14,6 +14,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(ir_cmd.app, name="ir")
+app.add_typer(db_cmd.app, name="db")
 app.command("main")(main_job.main_job)
 
 

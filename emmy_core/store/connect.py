@@ -1,0 +1,77 @@
+"""Opening a DuckDB file: a bounded wait for the lock, and DuckDB's errors turned into clear ones.
+
+DuckDB lets one process write a file, and a process holding it read-write also keeps
+readers out. A second process waits up to `lock_timeout` seconds (retrying with a
+growing pause), then fails with `StoreLockedError` naming the file, the wait and, when
+DuckDB says so, the process holding it. No raw DuckDB trace reaches the user.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from emmy_core.store.errors import StoreError, StoreLockedError
+
+DEFAULT_LOCK_TIMEOUT = 30.0
+_PID = re.compile(r"PID (\d+)")
+
+
+def default_db_path() -> Path:
+    """The local tuning database: `EMMY_TUNING_DB`, else `~/.cache/emmy/autotune.db` (read at call time)."""
+    env = os.environ.get("EMMY_TUNING_DB")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "emmy" / "autotune.db"
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
+
+
+def _is_lock_error(exc: BaseException) -> bool:
+    return "lock" in str(exc).lower()
+
+
+def connect(path: Path, *, read_only: bool, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> Any:
+    """A DuckDB connection to `path`, waiting a bounded time for another process's lock."""
+    import duckdb
+
+    deadline = time.monotonic() + max(0.0, lock_timeout)
+    pause = 0.02
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as exc:
+            if not _is_lock_error(exc):
+                raise StoreError(f"cannot open {path}: {first_line(exc)}") from None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                holder = _PID.search(str(exc))
+                who = f" (process {holder.group(1)})" if holder else ""
+                raise StoreLockedError(
+                    f"{path} is locked by another process{who} that has it open for writing; waited "
+                    f"{lock_timeout:g} s. DuckDB allows one writing process per file: let it finish, or "
+                    "funnel rows through one writer (emmy_core.store.funnel)") from None
+            time.sleep(min(pause, left))
+            pause = min(pause * 1.5, 0.5)
+        except duckdb.ConnectionException as exc:
+            raise StoreError(f"cannot open {path}: {first_line(exc)} (this process already has it open "
+                             "another way: close that store first)") from None
+        except duckdb.Error as exc:
+            raise StoreError(f"cannot open {path}: {first_line(exc)}") from None
+
+
+@contextmanager
+def translated(path: Path | str, doing: str) -> Iterator[None]:
+    """Turns a DuckDB error raised while `doing` into a StoreError naming the file."""
+    import duckdb
+
+    try:
+        yield
+    except duckdb.Error as exc:
+        raise StoreError(f"{path}: {doing} failed: {first_line(exc)}") from None

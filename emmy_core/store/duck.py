@@ -1,0 +1,255 @@
+"""The DuckDB store: one file per instance, one transaction per batch, set-based writes.
+
+A batch is validated in Python (`Batch.prepare`), turned into Arrow tables, registered
+with the connection under constant names, and written with a handful of set-based
+statements inside one transaction: kernels and schedules are inserted once (shared by
+digest), cards replaced by their latest description, and measurements MERGEd on their
+key with the better-wins / never-downgrade rules in SQL. Any error rolls the whole batch
+back. Values always travel as bound parameters or registered tables, never as SQL text.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from emmy_core.store.batch import MEASUREMENT_COLUMNS, Prepared
+from emmy_core.store.connect import DEFAULT_LOCK_TIMEOUT, connect, first_line, translated
+from emmy_core.store.errors import BatchError, StoreError
+from emmy_core.store.interface import Store
+from emmy_core.store.rows import (
+    CARD_NUMBERS,
+    CardRow,
+    RoutingRow,
+    StoredGolden,
+    StoredMeasurement,
+    WriteSummary,
+)
+from emmy_core.store.schema import TABLE_NAMES
+from emmy_core.store.versions import open_schema
+
+_KEY_MATCH = ("m.kernel_id = s.kernel_id AND m.sizes = s.sizes AND m.schedule_id = s.schedule_id "
+              "AND m.card = s.card AND m.setting = s.setting")
+_COLS = ", ".join(MEASUREMENT_COLUMNS)
+_MERGE = (
+    "MERGE INTO measurements AS m USING (SELECT * FROM st_measurements QUALIFY row_number() OVER "
+    "(PARTITION BY kernel_id, sizes, schedule_id, card, setting ORDER BY (status = 'ok') DESC, median_us, i) = 1) "
+    f"AS s ON {_KEY_MATCH} "
+    "WHEN MATCHED AND ((m.status = 'failed' AND s.status = 'ok') "
+    "OR (m.status = 'ok' AND s.status = 'ok' AND s.median_us < m.median_us)) THEN UPDATE SET "
+    "status = s.status, failure = s.failure, median_us = s.median_us, spread = s.spread, samples = s.samples, "
+    "source = s.source, measured_at = s.measured_at "
+    f"WHEN NOT MATCHED THEN INSERT ({_COLS}) VALUES ({', '.join('s.' + c for c in MEASUREMENT_COLUMNS)})"
+)
+_CARD_COLS = ("name", "target", *CARD_NUMBERS)
+_CARD_UPSERT = (f"INSERT INTO cards ({', '.join(_CARD_COLS)}) SELECT {', '.join(_CARD_COLS)} FROM st_cards "
+                "ON CONFLICT (name) DO UPDATE SET "
+                + ", ".join(f"{c} = excluded.{c}" for c in _CARD_COLS[1:]))
+
+
+def _arrow_measurements(p: Prepared) -> Any:
+    import pyarrow as pa
+
+    schema = pa.schema([("i", pa.int64()), ("kernel_id", pa.string()), ("sizes", pa.string()),
+                        ("schedule_id", pa.string()), ("card", pa.string()), ("setting", pa.string()),
+                        ("status", pa.string()), ("failure", pa.string()), ("median_us", pa.float64()),
+                        ("spread", pa.float64()), ("samples", pa.int32()), ("source", pa.string()),
+                        ("measured_at", pa.timestamp("us"))])
+    arrays = [pa.array(range(p.rows), pa.int64())]
+    arrays += [pa.array(p.columns[c], schema.field(c).type) for c in MEASUREMENT_COLUMNS]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _arrow(columns: dict[str, list], types: dict[str, Any]) -> Any:
+    import pyarrow as pa
+
+    return pa.Table.from_arrays([pa.array(columns[c], types[c]) for c in columns],
+                                schema=pa.schema([(c, types[c]) for c in columns]))
+
+
+class DuckStore(Store):
+    """A store in one DuckDB file, opened for reading ('r') or writing ('w')."""
+
+    def __init__(self, path: Path | str, mode: str = "r", *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> None:
+        if mode not in ("r", "w"):
+            raise ValueError(f"mode must be 'r' or 'w', not {mode!r}")
+        self.path = Path(path)
+        self.mode = mode
+        self.label = str(self.path)
+        if mode == "w":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        elif not self.path.is_file():
+            raise StoreError(f"no store at {self.path}")
+        self._con: Any = connect(self.path, read_only=(mode == "r"), lock_timeout=lock_timeout)
+        try:
+            self.meta = open_schema(self._con, self.path, mode)
+        except BaseException:
+            self._con.close()
+            raise
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+    @property
+    def con(self) -> Any:
+        if self._con is None:
+            raise StoreError(f"{self.path} is closed")
+        return self._con
+
+    def _all(self, sql: str, params: list | None = None) -> list[tuple]:
+        with translated(self.path, "a query"):
+            return self.con.execute(sql, params or []).fetchall()
+
+    def arrow(self, sql: str, params: list | None = None) -> Any:
+        """A read query's result as a pyarrow Table (for export and analysis)."""
+        with translated(self.path, "a query"):
+            return self.con.sql(sql, params=params or []).to_arrow_table()
+
+    # ---- writing -------------------------------------------------------------------------------
+
+    def _missing_kernels(self, ids: set[str]) -> set[str]:
+        if not ids:
+            return set()
+        import pyarrow as pa
+
+        self.con.register("st_need", pa.table({"kernel_id": pa.array(sorted(ids), pa.string())}))
+        try:
+            rows = self.con.execute("SELECT n.kernel_id FROM st_need n ANTI JOIN kernels k "
+                                    "ON k.kernel_id = n.kernel_id").fetchall()
+        finally:
+            self.con.unregister("st_need")
+        return {r[0] for r in rows}
+
+    def _card_targets(self, names: set[str]) -> dict[str, str]:
+        if not names:
+            return {}
+        rows = self.con.execute("SELECT name, target FROM cards WHERE list_contains(?, name)",
+                                [sorted(names)]).fetchall()
+        return {n: t for n, t in rows}
+
+    def _count(self, table: str) -> int:
+        assert table in TABLE_NAMES
+        return self.con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
+
+    def _commit(self, p: Prepared) -> WriteSummary:
+        import duckdb
+        import pyarrow as pa
+
+        con = self.con
+        staged = {
+            "st_kernels": _arrow({"kernel_id": [*p.kernels], "loop_program": [v[0] for v in p.kernels.values()],
+                                  "c_name": [v[1] for v in p.kernels.values()]},
+                                 {"kernel_id": pa.string(), "loop_program": pa.string(), "c_name": pa.string()}),
+            "st_schedules": _arrow({"schedule_id": [*p.schedules], "knobs": [*p.schedules.values()]},
+                                   {"schedule_id": pa.string(), "knobs": pa.string()}),
+            "st_cards": _arrow({"name": [*p.cards], "target": [c.target for c in p.cards.values()],
+                                **{k: [c.value(k) for c in p.cards.values()] for k in CARD_NUMBERS}},
+                               {"name": pa.string(), "target": pa.string(),
+                                **{k: pa.int64() if t is int else pa.float64() for k, t in CARD_NUMBERS.items()}}),
+            "st_measurements": _arrow_measurements(p),
+            "st_routing": _arrow({n: [r[i] for r in p.routing] for i, n in enumerate(
+                ("parent_id", "decision", "piece_index", "piece_id"))},
+                {"parent_id": pa.string(), "decision": pa.string(), "piece_index": pa.int32(),
+                 "piece_id": pa.string()}),
+            "st_goldens": _arrow({n: [g[i] for g in p.goldens] for i, n in enumerate(
+                ("kernel_id", "sizes", "card", "setting", "schedule_id", "decision"))},
+                {n: pa.string() for n in ("kernel_id", "sizes", "card", "setting", "schedule_id", "decision")}),
+        }
+        try:
+            con.execute("BEGIN TRANSACTION")
+            self._resolve(p)
+            for name, table in staged.items():
+                con.register(name, table)
+            kernels_before, schedules_before = self._count("kernels"), self._count("schedules")
+            rows_before = self._count("measurements")
+            con.execute("INSERT INTO kernels SELECT * FROM st_kernels ON CONFLICT DO NOTHING")
+            con.execute("INSERT INTO schedules SELECT * FROM st_schedules ON CONFLICT DO NOTHING")
+            if p.cards:
+                con.execute(_CARD_UPSERT)
+            merged = con.execute(_MERGE).fetchall()[0][0] if p.rows else 0
+            if p.routing:
+                con.execute("INSERT INTO routing SELECT * FROM st_routing ON CONFLICT (parent_id, decision, "
+                            "piece_index) DO UPDATE SET piece_id = excluded.piece_id")
+            if p.goldens:
+                con.execute("INSERT INTO goldens SELECT * FROM st_goldens ON CONFLICT (kernel_id, sizes, card, "
+                            "setting) DO UPDATE SET schedule_id = excluded.schedule_id, decision = excluded.decision")
+            inserted = self._count("measurements") - rows_before
+            summary = WriteSummary(p.rows, inserted, merged - inserted, self._count("kernels") - kernels_before,
+                                   self._count("schedules") - schedules_before)
+            con.execute("COMMIT")
+            return summary
+        except BaseException as exc:
+            try:
+                con.execute("ROLLBACK")
+            except duckdb.Error:
+                pass  # the transaction is already gone (DuckDB aborted it); nothing was committed
+            if isinstance(exc, duckdb.Error):
+                where = f"{p.origin}: " if p.origin else ""
+                raise StoreError(f"{self.path}: {where}writing the batch failed, nothing was written: "
+                                 f"{first_line(exc)}") from None
+            if isinstance(exc, BatchError):
+                raise BatchError(f"{self.path}: {exc}") from None
+            raise
+        finally:
+            for name in staged:
+                try:
+                    con.unregister(name)
+                except duckdb.Error:
+                    pass  # not registered (the batch failed before staging)
+
+    # ---- reading -------------------------------------------------------------------------------
+
+    def versions(self) -> dict[str, str]:
+        return {k: v for k, v in self._all("SELECT key, value FROM meta ORDER BY key")
+                if k in ("schema_version", "identity_version", "writer_version")}
+
+    def counts(self) -> dict[str, int]:
+        with translated(self.path, "counting rows"):
+            return {t: self._count(t) for t in TABLE_NAMES}
+
+    def kernels(self) -> dict[str, tuple[str, str]]:
+        return {k: (t, c) for k, t, c in self._all("SELECT kernel_id, loop_program, c_name FROM kernels")}
+
+    def knobs(self, schedule_id: str) -> dict[str, object] | None:
+        rows = self._all("SELECT knobs FROM schedules WHERE schedule_id = ?", [schedule_id])
+        return json.loads(rows[0][0]) if rows else None
+
+    def measurements(self, *, kernel_id: str | None = None, card: str | None = None,
+                     setting: str | None = None) -> list[StoredMeasurement]:
+        rows = self._all(
+            f"SELECT {_COLS} FROM measurements WHERE (? IS NULL OR kernel_id = ?) AND (? IS NULL OR card = ?) "
+            "AND (? IS NULL OR setting = ?) ORDER BY kernel_id, sizes, schedule_id, card, setting",
+            [kernel_id, kernel_id, card, card, setting, setting])
+        return [StoredMeasurement(*r) for r in rows]
+
+    def measurement(self, kernel_id: str, sizes: str, knobs: Any, card: str,
+                    setting: str) -> StoredMeasurement | None:
+        from emmy_core.store.interface import schedule_key
+
+        rows = self._all(f"SELECT {_COLS} FROM measurements WHERE kernel_id = ? AND sizes = ? AND schedule_id = ? "
+                         "AND card = ? AND setting = ?", [kernel_id, sizes, schedule_key(knobs), card, setting])
+        return StoredMeasurement(*rows[0]) if rows else None
+
+    def fastest(self, kernel_id: str, sizes: str, card: str, setting: str) -> StoredMeasurement | None:
+        rows = self._all(f"SELECT {_COLS} FROM measurements WHERE kernel_id = ? AND sizes = ? AND card = ? "
+                         "AND setting = ? AND status = 'ok' ORDER BY median_us, schedule_id LIMIT 1",
+                         [kernel_id, sizes, card, setting])
+        return StoredMeasurement(*rows[0]) if rows else None
+
+    def routing(self, parent_id: str | None = None) -> list[RoutingRow]:
+        rows = self._all("SELECT parent_id, decision, piece_index, piece_id FROM routing WHERE (? IS NULL OR "
+                         "parent_id = ?) ORDER BY parent_id, decision, piece_index", [parent_id, parent_id])
+        return [RoutingRow(*r) for r in rows]
+
+    def goldens(self, *, card: str | None = None) -> list[StoredGolden]:
+        rows = self._all("SELECT kernel_id, sizes, card, setting, schedule_id, decision FROM goldens "
+                         "WHERE (? IS NULL OR card = ?) ORDER BY kernel_id, sizes, card, setting", [card, card])
+        return [StoredGolden(*r) for r in rows]
+
+    def cards(self) -> list[CardRow]:
+        rows = self._all(f"SELECT {', '.join(_CARD_COLS)} FROM cards ORDER BY name")
+        return [CardRow(r[0], r[1], {k: v for k, v in zip(CARD_NUMBERS, r[2:], strict=True) if v is not None})
+                for r in rows]

@@ -1,0 +1,226 @@
+"""What a store holds, as typed rows: measurements, schedules, cards, routing, goldens.
+
+These are plain values (no database import): the tune harness, the importers and the
+replay runner build them; the one writer (`Store.record` / `Store.transaction`) validates
+and stores them. A `Schedule` is a knob assignment checked against the schedule
+vocabulary once, with its canonical JSON and digest computed once, so that a million rows
+sharing a few thousand schedules pay for the digest a few thousand times.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from emmy_core.knobs.vocab import canonical_knobs, knobs_problem, schedule_id
+
+STATUSES = ("ok", "failed")
+SOURCES = ("tune", "hand", "import")
+FAILURE_KINDS = ("build_error", "launch_error", "timeout", "crash", "runtime", "invalid")
+TARGETS = ("cuda", "cpu")
+
+PLACEHOLDER_US = 1e9
+"""The watchdog's placeholder time (microseconds) stored in `median_us` of every failed row."""
+
+SETTING_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:=+-]{0,63}\Z")
+CARD_NAME_PATTERN = re.compile(r"[A-Za-z0-9_][ -~]{0,127}\Z")  # printable ASCII, at most 128 characters
+HEX64 = re.compile(r"[0-9a-f]{64}\Z")
+
+# The numeric description of a card kept in `cards` (all nullable; a card is described when its target is).
+CARD_NUMBERS: dict[str, type] = {
+    "sm_count": int,
+    "cores": int,
+    "memory_gb": float,
+    "bandwidth_gbs": float,
+    "smem_per_sm_kb": float,
+    "smem_per_block_kb": float,
+    "registers_per_sm": int,
+    "max_threads_per_block": int,
+    "l2_mb": float,
+    "cc_major": int,
+    "cc_minor": int,
+    "clock_mhz": float,
+    "peak_tflops_f16": float,
+    "peak_tflops_f32": float,
+}
+
+
+class KnobError(ValueError):
+    """A knob assignment outside the schedule vocabulary, or one that spells a structural decision."""
+
+
+@dataclass(frozen=True, eq=False)
+class Schedule:
+    """A validated knob assignment: `knobs` (a copy), its canonical JSON `text` and digest `schedule_id`."""
+
+    knobs: Mapping[str, object]
+    text: str = field(init=False)
+    schedule_id: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        problem = knobs_problem(dict(self.knobs) if isinstance(self.knobs, Mapping) else self.knobs)
+        if problem is not None:
+            raise KnobError(problem)
+        knobs = dict(self.knobs)
+        object.__setattr__(self, "knobs", knobs)
+        object.__setattr__(self, "text", canonical_knobs(knobs))
+        object.__setattr__(self, "schedule_id", schedule_id(knobs))
+
+    @classmethod
+    def from_text(cls, text: str) -> Schedule:
+        """Reads canonical knob JSON (as stored in `schedules.knobs`)."""
+        try:
+            knobs = json.loads(text)
+        except ValueError as exc:
+            raise KnobError(f"knobs are not JSON: {exc}") from None
+        return cls(knobs)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Schedule) and other.schedule_id == self.schedule_id
+
+    def __hash__(self) -> int:
+        return hash(self.schedule_id)
+
+
+@dataclass(frozen=True, slots=True)
+class MeasurementRow:
+    """One measured (or failed) variant: the key is (kernel_id, sizes, knobs, card, setting).
+
+    `knobs` is a knob mapping or a `Schedule`; `sizes` is canonical text (`B=8,S=512`, or ``
+    for a static kernel). A failed row carries `failure` (one of FAILURE_KINDS) and the
+    placeholder time; `measured_at` defaults to the time of the write (UTC).
+    """
+
+    kernel_id: str
+    sizes: str
+    knobs: Mapping[str, object] | Schedule
+    card: str
+    setting: str
+    status: str
+    median_us: float
+    spread: float | None = None
+    samples: int = 0
+    source: str = "tune"
+    failure: str | None = None
+    measured_at: _dt.datetime | None = None
+
+    @classmethod
+    def ok(cls, kernel_id: str, sizes: str, knobs: Mapping[str, object] | Schedule, card: str, setting: str,
+           median_us: float, *, spread: float | None = None, samples: int = 1, source: str = "tune",
+           measured_at: _dt.datetime | None = None) -> MeasurementRow:
+        return cls(kernel_id, sizes, knobs, card, setting, "ok", median_us, spread, samples, source, None,
+                   measured_at)
+
+    @classmethod
+    def failed(cls, kernel_id: str, sizes: str, knobs: Mapping[str, object] | Schedule, card: str,
+               setting: str, failure: str, *, source: str = "tune",
+               measured_at: _dt.datetime | None = None) -> MeasurementRow:
+        return cls(kernel_id, sizes, knobs, card, setting, "failed", PLACEHOLDER_US, None, 0, source,
+                   failure, measured_at)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMeasurement:
+    """A measurement as the store holds it (knobs by `schedule_id`)."""
+
+    kernel_id: str
+    sizes: str
+    schedule_id: str
+    card: str
+    setting: str
+    status: str
+    failure: str | None
+    median_us: float
+    spread: float | None
+    samples: int
+    source: str
+    measured_at: _dt.datetime
+
+
+@dataclass(frozen=True)
+class CardRow:
+    """A card by its full name, its target and its numeric description (any number may be unknown)."""
+
+    name: str
+    target: str
+    numbers: Mapping[str, float | int | None] = field(default_factory=dict)
+
+    def problem(self) -> str | None:
+        if not isinstance(self.name, str) or not CARD_NAME_PATTERN.match(self.name):
+            return f"card name {str(self.name)[:80]!r} is not 1-128 printable ASCII characters"
+        if self.target not in TARGETS:
+            return f"card {self.name!r}: target {str(self.target)[:20]!r} is not one of {', '.join(TARGETS)}"
+        for key, value in self.numbers.items():
+            kind = CARD_NUMBERS.get(key)
+            if kind is None:
+                return f"card {self.name!r}: unknown field {str(key)[:40]!r} (known: {', '.join(CARD_NUMBERS)})"
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                return f"card {self.name!r}: {key} must be a number"
+            if kind is int and not float(value).is_integer():
+                return f"card {self.name!r}: {key} must be an integer"
+            if not math.isfinite(value) or value < 0:
+                return f"card {self.name!r}: {key} must be finite and non-negative"
+        return None
+
+    def normalized(self) -> CardRow:
+        """The same card with its known numbers only, each of its column's type (as the store gives it back)."""
+        return CardRow(self.name, self.target, {k: self.value(k) for k in CARD_NUMBERS if self.value(k) is not None})
+
+    def value(self, key: str) -> float | int | None:
+        v = self.numbers.get(key)
+        if v is None:
+            return None
+        return int(v) if CARD_NUMBERS[key] is int else float(v)
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingRow:
+    """One kernel a structural decision minted: `decision` of `parent_id` has piece `piece_index`."""
+
+    parent_id: str
+    decision: str
+    piece_index: int
+    piece_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class GoldenRow:
+    """A reviewed choice for (kernel, sizes, card, setting): exactly one of `knobs` and `decision`."""
+
+    kernel_id: str
+    sizes: str
+    card: str
+    setting: str
+    knobs: Mapping[str, object] | Schedule | None = None
+    decision: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredGolden:
+    kernel_id: str
+    sizes: str
+    card: str
+    setting: str
+    schedule_id: str | None
+    decision: str | None
+
+
+@dataclass(frozen=True)
+class WriteSummary:
+    """What one committed batch did: measurement rows offered, inserted, replaced (better), kept as they were."""
+
+    offered: int
+    inserted: int
+    replaced: int
+    kernels_added: int
+    schedules_added: int
+
+    @property
+    def ignored(self) -> int:
+        return self.offered - self.inserted - self.replaced

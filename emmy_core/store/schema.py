@@ -1,0 +1,220 @@
+"""The tables and views of every store instance, with the documentation the data dictionary is made from.
+
+Table and column names are fixed (analysts and other tools query them); raising
+`SCHEMA_VERSION` is required for any change here, and a file of another version is
+re-created empty by a writer and refused by a reader (nothing migrates). The DDL is
+generated from constant specs below, never from values.
+
+`measurements` has no PRIMARY KEY index on purpose: the key (kernel_id, sizes,
+schedule_id, card, setting) is enforced by the one writer, which merges each batch on it,
+and `emmy db check` counts duplicate keys. Keeping an ART index over five text columns
+made bulk writes about four times slower (bench/store_write.py prints both paths).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from emmy_core.store.rows import CARD_NUMBERS
+
+SCHEMA_VERSION = 1
+WRITER_VERSION = "emmy-store/1"
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    sql_type: str
+    doc: str
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    one_row_per: str
+    columns: tuple[Column, ...]
+    constraints: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class View:
+    name: str
+    doc: str
+    columns: tuple[Column, ...]
+    sql: str
+
+
+_CARD_NUMBER_DOCS = {
+    "sm_count": "streaming multiprocessors (GPU)",
+    "cores": "CPU cores the card name counts (CPU)",
+    "memory_gb": "device (or host) memory, GB",
+    "bandwidth_gbs": "peak memory bandwidth, GB/s",
+    "smem_per_sm_kb": "shared memory per SM, KiB",
+    "smem_per_block_kb": "shared memory one block may use, KiB",
+    "registers_per_sm": "32-bit registers per SM",
+    "max_threads_per_block": "threads one block may have",
+    "l2_mb": "L2 cache, MiB",
+    "cc_major": "compute capability, major",
+    "cc_minor": "compute capability, minor",
+    "clock_mhz": "boost clock, MHz",
+    "peak_tflops_f16": "peak dense f16 tensor throughput, TFLOP/s",
+    "peak_tflops_f32": "peak f32 throughput, TFLOP/s",
+}
+
+KEY = "(kernel_id, sizes, schedule_id, card, setting)"
+
+TABLES: tuple[Table, ...] = (
+    Table("meta", "version stamp (key/value)", (
+        Column("key", "TEXT PRIMARY KEY", "`schema_version`, `identity_version`, `writer_version` or `created_at`"),
+        Column("value", "TEXT NOT NULL", "the value, as text"),
+    )),
+    Table("cards", "card", (
+        Column("name", "TEXT PRIMARY KEY", "full card name, e.g. `NVIDIA H200`; part of every measurement key"),
+        Column("target", "TEXT NOT NULL CHECK (target IN ('cuda', 'cpu'))", "`cuda` or `cpu`"),
+        *(Column(k, "BIGINT" if t is int else "DOUBLE", _CARD_NUMBER_DOCS[k] + " (NULL: unknown)")
+          for k, t in CARD_NUMBERS.items()),
+    )),
+    Table("kernels", "kernel", (
+        Column("kernel_id", "TEXT PRIMARY KEY", "exact identity: sha256 of the canonical text with dynamic "
+               "axes by name (the one computed value stored: a cache key)"),
+        Column("loop_program", "TEXT NOT NULL", "canonical loop-program text (`emmy_core.ir.render`)"),
+        Column("c_name", "TEXT NOT NULL", "the kernel's name in generated source"),
+    )),
+    Table("routing", "kernel a structural decision minted", (
+        Column("parent_id", "TEXT NOT NULL", "the kernel the decision applies to (`kernels.kernel_id`)"),
+        Column("decision", "TEXT NOT NULL", "`cut:<seam>` or `split:<axis>=<parts>`"),
+        Column("piece_index", "INTEGER NOT NULL", "position of the piece, from 0"),
+        Column("piece_id", "TEXT NOT NULL", "the minted kernel (`kernels.kernel_id`)"),
+    ), ("PRIMARY KEY (parent_id, decision, piece_index)",)),
+    Table("schedules", "distinct knob assignment", (
+        Column("schedule_id", "TEXT PRIMARY KEY", "sha256 of `knobs` (canonical JSON)"),
+        Column("knobs", "TEXT NOT NULL", "canonical JSON of the schedule knobs: sorted keys, no spaces"),
+    )),
+    Table("measurements", f"measured variant per card and setting; key {KEY}", (
+        Column("kernel_id", "TEXT NOT NULL", "`kernels.kernel_id`"),
+        Column("sizes", "TEXT NOT NULL", "dynamic axis sizes benched at, canonical (`B=8,S=512`; empty: static)"),
+        Column("schedule_id", "TEXT NOT NULL", "`schedules.schedule_id`"),
+        Column("card", "TEXT NOT NULL", "`cards.name`"),
+        Column("setting", "TEXT NOT NULL", "compile setting, e.g. `deploy` or `rank`"),
+        Column("status", "TEXT NOT NULL CHECK (status IN ('ok', 'failed'))", "`ok` or `failed`"),
+        Column("failure", "TEXT CHECK (failure IN ('build_error', 'launch_error', 'timeout', 'crash', "
+               "'runtime', 'invalid'))", "failure kind of a failed row (NULL when ok)"),
+        Column("median_us", "DOUBLE NOT NULL", "median time, microseconds; failed rows hold the watchdog "
+               "placeholder 1e9"),
+        Column("spread", "DOUBLE", "relative spread of the repeats (NULL: not recorded)"),
+        Column("samples", "INTEGER NOT NULL", "timed repeats behind the median (0 for a failure)"),
+        Column("source", "TEXT NOT NULL CHECK (source IN ('tune', 'hand', 'import'))", "`tune`, `hand` or `import`"),
+        Column("measured_at", "TIMESTAMP NOT NULL", "when it was measured, UTC"),
+    )),
+    Table("goldens", "reviewed choice for (kernel_id, sizes, card, setting)", (
+        Column("kernel_id", "TEXT NOT NULL", "`kernels.kernel_id`"),
+        Column("sizes", "TEXT NOT NULL", "canonical sizes"),
+        Column("card", "TEXT NOT NULL", "`cards.name`"),
+        Column("setting", "TEXT NOT NULL", "compile setting"),
+        Column("schedule_id", "TEXT", "the chosen schedule (`schedules.schedule_id`), or NULL"),
+        Column("decision", "TEXT", "the chosen structural decision, or NULL (exactly one of the two is set)"),
+    ), ("PRIMARY KEY (kernel_id, sizes, card, setting)",
+        "CHECK ((schedule_id IS NULL) <> (decision IS NULL))")),
+)
+
+_FASTEST_COLS = (
+    Column("kernel_id", "TEXT", "kernel"), Column("sizes", "TEXT", "sizes"), Column("card", "TEXT", "card"),
+    Column("setting", "TEXT", "setting"), Column("schedule_id", "TEXT", "the fastest working schedule"),
+    Column("knobs", "TEXT", "its knobs (canonical JSON; NULL if the schedule row is missing)"),
+    Column("median_us", "DOUBLE", "its median"), Column("spread", "DOUBLE", "its spread"),
+    Column("samples", "INTEGER", "its samples"), Column("source", "TEXT", "its source"),
+    Column("measured_at", "TIMESTAMP", "when"),
+)
+
+VIEWS: tuple[View, ...] = (
+    View("fastest", "the fastest working (`ok`) row per kernel, sizes, card and setting (ties: lowest schedule_id)",
+         _FASTEST_COLS,
+         "SELECT m.kernel_id, m.sizes, m.card, m.setting, m.schedule_id, s.knobs, m.median_us, m.spread, "
+         "m.samples, m.source, m.measured_at "
+         "FROM measurements m LEFT JOIN schedules s ON s.schedule_id = m.schedule_id WHERE m.status = 'ok' "
+         "QUALIFY row_number() OVER (PARTITION BY m.kernel_id, m.sizes, m.card, m.setting "
+         "ORDER BY m.median_us, m.schedule_id) = 1"),
+    View("failure_rates", "measured variants and failures per card and setting, with a count per failure kind", (
+        Column("card", "TEXT", "card"), Column("setting", "TEXT", "setting"),
+        Column("variants", "BIGINT", "measurement rows"), Column("failed", "BIGINT", "failed rows"),
+        Column("failure_rate", "DOUBLE", "failed / variants"),
+        *(Column(k, "BIGINT", f"failed rows of kind `{k}`")
+          for k in ("build_error", "launch_error", "timeout", "crash", "runtime", "invalid")),
+    ),
+         "SELECT card, setting, count(*) AS variants, count(*) FILTER (WHERE status = 'failed') AS failed, "
+         "count(*) FILTER (WHERE status = 'failed') / count(*) AS failure_rate, "
+         "count(*) FILTER (WHERE failure = 'build_error') AS build_error, "
+         "count(*) FILTER (WHERE failure = 'launch_error') AS launch_error, "
+         "count(*) FILTER (WHERE failure = 'timeout') AS timeout, "
+         "count(*) FILTER (WHERE failure = 'crash') AS crash, "
+         "count(*) FILTER (WHERE failure = 'runtime') AS runtime, "
+         "count(*) FILTER (WHERE failure = 'invalid') AS invalid "
+         "FROM measurements GROUP BY card, setting"),
+    View("variants", "every measurement with its knobs and its kernel's name (a join analysts would otherwise "
+         "write each time)", (
+        Column("c_name", "TEXT", "kernel name"), *(Column(c.name, c.sql_type.split()[0], "as in `measurements`")
+                                                   for c in TABLES[5].columns),
+        Column("knobs", "TEXT", "canonical knob JSON"),
+    ),
+         "SELECT k.c_name, m.*, s.knobs FROM measurements m LEFT JOIN kernels k ON k.kernel_id = m.kernel_id "
+         "LEFT JOIN schedules s ON s.schedule_id = m.schedule_id"),
+    View("decision_prices", "price of a structural decision per sizes, card and setting: the sum of its pieces' "
+         "fastest rows, listed only when every piece has one (pieces are looked up at the parent's sizes)", (
+        Column("parent_id", "TEXT", "kernel"), Column("decision", "TEXT", "decision"),
+        Column("sizes", "TEXT", "sizes"), Column("card", "TEXT", "card"), Column("setting", "TEXT", "setting"),
+        Column("price_us", "DOUBLE", "sum of the pieces' fastest medians"),
+        Column("pieces", "BIGINT", "pieces priced (all of them)"),
+    ),
+         "SELECT r.parent_id, r.decision, f.sizes, f.card, f.setting, sum(f.median_us) AS price_us, "
+         "count(*) AS pieces FROM routing r JOIN fastest f ON f.kernel_id = r.piece_id "
+         "JOIN (SELECT parent_id, decision, count(*) AS n FROM routing GROUP BY parent_id, decision) p "
+         "ON p.parent_id = r.parent_id AND p.decision = r.decision "
+         "GROUP BY r.parent_id, r.decision, f.sizes, f.card, f.setting, p.n HAVING count(*) = p.n"),
+)
+
+TABLE_NAMES = tuple(t.name for t in TABLES)
+VIEW_NAMES = tuple(v.name for v in VIEWS)
+
+
+def ddl() -> list[str]:
+    """CREATE statements for every table, then every view (identifiers are the constants above)."""
+    out = []
+    for t in TABLES:
+        parts = [f"{c.name} {c.sql_type}" for c in t.columns] + list(t.constraints)
+        out.append(f"CREATE TABLE {t.name} ({', '.join(parts)})")
+    out += [f"CREATE VIEW {v.name} AS {v.sql}" for v in VIEWS]
+    return out
+
+
+def data_dictionary() -> str:
+    """The data dictionary (docs/data-dictionary.md) as Markdown, generated from the specs above."""
+    lines = [
+        "# Data dictionary of the Emmy store",
+        "",
+        "Every store instance (the tuning database `~/.cache/emmy/autotune.db`, the dataset databases under",
+        "`_data/`) is one DuckDB file with these tables and views. Generated from `emmy_core/store/schema.py`",
+        f"(schema version {SCHEMA_VERSION}); `tests/store/test_schema.py` fails when the two disagree.",
+        "",
+        "Versions live in `meta` as key/value rows: `schema_version` (this schema), `identity_version`",
+        "(`emmy_core.ir.identity.IDENTITY_VERSION`, how `kernel_id` is computed), `writer_version` and",
+        "`created_at`. Nothing migrates: a file of another schema or identity version is re-created empty by",
+        "the next writer and refused by a reader. `emmy db check` verifies the tables agree with themselves.",
+        "",
+        f"The measurement key is {KEY}; it is kept unique by the one writer (a better `ok` row replaces a",
+        "worse one, a failure never replaces an `ok` row) rather than by an index, and `emmy db check`",
+        "counts duplicates.",
+        "",
+        "## Tables",
+    ]
+    for t in TABLES:
+        lines += ["", f"### `{t.name}`", "", f"One row per {t.one_row_per}.", "",
+                  "| column | type | meaning |", "|---|---|---|"]
+        lines += [f"| `{c.name}` | {c.sql_type.split()[0]} | {c.doc} |" for c in t.columns]
+        if t.constraints:
+            lines += ["", "Constraints: " + "; ".join(f"`{c}`" for c in t.constraints) + "."]
+    lines += ["", "## Views"]
+    for v in VIEWS:
+        lines += ["", f"### `{v.name}`", "", v.doc[0].upper() + v.doc[1:] + ".", "",
+                  "| column | type | meaning |", "|---|---|---|"]
+        lines += [f"| `{c.name}` | {c.sql_type} | {c.doc} |" for c in v.columns]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,105 @@
+"""Nothing migrates: a file of another schema or identity version is re-created by a writer, refused by a reader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from emmy_core.ir import identity
+from emmy_core.store import (
+    SCHEMA_VERSION,
+    MeasurementRow,
+    StoreError,
+    StoreVersionWarning,
+    VersionMismatchError,
+    default_db_path,
+    open_store,
+)
+from tests.store.conftest import ADD, ADD_ID, CARDS, H200, KNOBS_A
+
+
+def _filled(path: Path) -> Path:
+    with open_store(path, "w") as s:
+        s.record([MeasurementRow.ok(ADD_ID, "B=8", KNOBS_A, H200, "deploy", 4.0)], kernels=[ADD], cards=CARDS)
+    return path
+
+
+def _set_meta(path: Path, key: str, value: str) -> None:
+    con = duckdb.connect(str(path))
+    con.execute("UPDATE meta SET value = ? WHERE key = ?", [value, key])
+    con.close()
+
+
+def test_reader_refuses_a_file_of_an_older_schema_version(tmp_path: Path) -> None:
+    path = _filled(tmp_path / "old.db")
+    _set_meta(path, "schema_version", "0")
+    with pytest.raises(VersionMismatchError) as err:
+        open_store(path, "r")
+    assert "schema version 0" in str(err.value) and f"schema version {SCHEMA_VERSION}" in str(err.value)
+
+
+def test_writer_recreates_a_file_of_an_older_schema_version_empty_and_warns(tmp_path: Path) -> None:
+    path = _filled(tmp_path / "old.db")
+    _set_meta(path, "schema_version", "0")
+    with pytest.warns(StoreVersionWarning) as caught, open_store(path, "w") as s:
+        counts = s.counts()
+        versions = s.versions()
+    message = str(caught[0].message)
+    assert "schema version 0" in message and f"schema version {SCHEMA_VERSION}" in message
+    assert counts["measurements"] == counts["kernels"] == counts["cards"] == 0
+    assert versions["schema_version"] == str(SCHEMA_VERSION)
+    with open_store(path, "r") as r:  # and it is readable again
+        assert r.counts()["schedules"] == 0
+
+
+def test_a_file_of_another_identity_version_is_refused_then_recreated(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _filled(tmp_path / "id.db")
+    old = identity.IDENTITY_VERSION
+    monkeypatch.setattr(identity, "IDENTITY_VERSION", old + 1)  # read at call time, not at import
+    with pytest.raises(VersionMismatchError) as err:
+        open_store(path, "r")
+    assert f"identity version {old}" in str(err.value) and f"identity version {old + 1}" in str(err.value)
+    with pytest.warns(StoreVersionWarning, match=f"identity version {old}.*identity version {old + 1}"), \
+            open_store(path, "w") as s:
+        assert s.counts()["measurements"] == 0
+        assert s.versions()["identity_version"] == str(old + 1)
+
+
+def test_a_file_that_is_not_an_emmy_store_is_refused_and_not_wiped(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE results (x INTEGER)")
+    con.execute("INSERT INTO results VALUES (1)")
+    con.close()
+    for mode in ("r", "w"):
+        with pytest.raises(StoreError, match="not an Emmy store"):
+            open_store(path, mode)
+    con = duckdb.connect(str(path))
+    assert con.execute("SELECT count(*) FROM results").fetchall() == [(1,)]
+    con.close()
+
+
+def test_a_file_that_is_not_duckdb_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"this is not a database file" * 200)
+    with pytest.raises(StoreError, match=r"junk\.db"):
+        open_store(path, "r")
+
+
+def test_a_reader_of_a_missing_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="no store at"):
+        open_store(tmp_path / "absent.db", "r")
+    assert not (tmp_path / "absent.db").exists()
+
+
+def test_the_default_database_is_read_from_the_environment_at_call_time(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("EMMY_TUNING_DB", raising=False)
+    assert default_db_path() == Path.home() / ".cache" / "emmy" / "autotune.db"
+    monkeypatch.setenv("EMMY_TUNING_DB", str(tmp_path / "deep" / "tune.db"))
+    with open_store(None, "w") as s:
+        s.record(kernels=[ADD])
+    assert (tmp_path / "deep" / "tune.db").is_file()
