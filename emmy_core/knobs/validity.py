@@ -1,0 +1,135 @@
+"""Static validity of a knob assignment for a kernel on a card: what can be known without building.
+
+GPU (Triton): the knobs are the family's, in the cuda vocabulary; tiles within the
+kernel's extents; threads per block (warps x warp size) within the card's limit; shared
+memory per block (stages x (A tile + B tile) x operand width) within the card's opt-in
+limit; a register estimate (accumulator or row chunk per thread, and per SM) within
+the register file; the tensor-core instruction offered by the architecture and fitting
+the tile; the accumulator type fitting the operands.
+CPU (C + OpenMP): nothing unbuildable: threads within the usable cores, tiles within
+extents, a vector width that divides the tile it runs over, an accumulator tile that
+fits on a thread's stack.
+A limit that only a build can reveal is found by the build: the option is blocked and
+the fork resolved again (DESIGN 4).
+"""
+
+from __future__ import annotations
+
+from emmy_core.ir.nodes import Kernel
+from emmy_core.knobs.instructions import instruction_problem
+from emmy_core.knobs.view import FAMILY_KNOBS, OPTIONAL_KNOBS, KernelView, view
+from emmy_core.knobs.vocab import SCHEDULE_KNOBS, knobs_problem
+from emmy_core.targets.card import Card
+
+REG_RESERVE = 64  # registers per thread kept for addresses, operands and the epilogue
+REG_OVERHEAD = 32  # per-thread registers beyond the accumulator, for the per-SM check
+CPU_STACK_TILE_BYTES = 256 * 1024  # largest accumulator tile kept on an OpenMP thread's stack
+
+
+def _within(what: str, value: int, cap: int | None, axis: str) -> str | None:
+    if cap is not None and value > cap:
+        return f"{what}={value} exceeds the {axis} extent (rounded up: {cap})"
+    return None
+
+
+def _registers(card: Card, values_per_thread: float, threads: int, what: str) -> str | None:
+    per_thread = card.regs_per_thread
+    if per_thread is not None and values_per_thread > per_thread - REG_RESERVE:
+        return f"{what}: {values_per_thread:g} registers per thread would spill (limit {per_thread - REG_RESERVE})"
+    if card.regs_per_sm is not None and (values_per_thread + REG_OVERHEAD) * threads > card.regs_per_sm:
+        return (f"{what}: about {int((values_per_thread + REG_OVERHEAD) * threads)} registers per block "
+                f"exceed {card.regs_per_sm} per SM")
+    return None
+
+
+def _gpu_problem(v: KernelView, card: Card, k: dict[str, object]) -> str | None:
+    warps = k["num_warps"]
+    assert isinstance(warps, int)
+    threads = warps * (card.warp_size or 32)
+    if card.max_threads_per_block is not None and threads > card.max_threads_per_block:
+        return f"{warps} warps x {card.warp_size} = {threads} threads exceed {card.max_threads_per_block} per block"
+    if v.family == "matmul":
+        bm, bn, bk, stages = (k[x] for x in ("block_m", "block_n", "block_k", "num_stages"))
+        assert isinstance(bm, int) and isinstance(bn, int) and isinstance(bk, int) and isinstance(stages, int)
+        for what, value, key in (("block_m", bm, "m"), ("block_n", bn, "n"), ("block_k", bk, "k")):
+            p = _within(what, value, v.cap(key, 16), key)
+            if p:
+                return p
+        acc = k.get("acc")
+        if v.operand_dtype == "f64" and acc is not None:
+            return f"acc={acc} is narrower than the f64 operands; leave it undecided"
+        if v.operand_dtype != "f64" and acc is None:
+            return "acc is not decided"
+        if acc == "f16" and v.operand_dtype != "f16":
+            return f"acc=f16 needs f16 operands, not {v.operand_dtype}"
+        smem = stages * (bm * bk * v.a_bytes + bk * bn * v.b_bytes)
+        if card.smem_per_block_kib is not None and smem > card.smem_per_block_kib * 1024:
+            return (f"shared memory {smem // 1024} KiB ({stages} stages of {bm}x{bk} and {bk}x{bn} tiles) "
+                    f"exceeds {card.smem_per_block_kib:g} KiB per block on {card.name}")
+        acc_bytes = 2 if acc == "f16" else 8 if v.operand_dtype == "f64" else 4
+        p = _registers(card, bm * bn * acc_bytes / 4 / threads, threads, f"accumulator {bm}x{bn}")
+        if p:
+            return p
+        mma = k.get("mma")
+        if mma is not None:
+            assert isinstance(mma, str)
+            return instruction_problem(mma, card, bm, bn, bk, warps, v.operand_dtype, acc if isinstance(acc, str)
+                                       else None)
+        return None
+    block = k["block"]
+    assert isinstance(block, int)
+    p = _within("block", block, v.cap("row" if v.family == "row" else "flat", 16), v.family)
+    if p:
+        return p
+    values = block * (v.compute_bits // 32) / threads
+    return _registers(card, values, threads, f"block of {block}")
+
+
+def _cpu_problem(v: KernelView, card: Card, k: dict[str, object]) -> str | None:
+    threads = k["threads"]
+    assert isinstance(threads, int)
+    if card.cores is not None and threads > card.cores:
+        return f"threads={threads} exceed the {card.cores} usable cores of {card.name}"
+    vec = k["vec"]
+    assert isinstance(vec, int)
+    if v.family == "matmul":
+        tm, tn, tk = (k[x] for x in ("tile_m", "tile_n", "tile_k"))
+        assert isinstance(tm, int) and isinstance(tn, int) and isinstance(tk, int)
+        for what, value, key in (("tile_m", tm, "m"), ("tile_n", tn, "n"), ("tile_k", tk, "k")):
+            p = _within(what, value, v.cap(key), key)
+            if p:
+                return p
+        if tn % vec:
+            return f"vec={vec} does not divide tile_n={tn}"
+        acc_bytes = tm * tn * v.compute_bits // 8
+        if acc_bytes > CPU_STACK_TILE_BYTES:
+            return f"accumulator tile {tm}x{tn} ({acc_bytes // 1024} KiB) is too large for a thread's stack"
+        return None
+    return _within("vec", vec, v.cap("row" if v.family == "row" else "inner"), "innermost")
+
+
+def option_problem(kernel: Kernel, card: Card, knobs: dict[str, object],
+                   sizes: dict[str, int] | None = None) -> str | None:
+    """Why `knobs` cannot build `kernel` on `card` (at `sizes`, when given), or None when it can, statically."""
+    return view_problem(view(kernel, sizes), card, knobs)
+
+
+def view_problem(v: KernelView, card: Card, knobs: dict[str, object]) -> str | None:
+    """`option_problem` on a kernel already read by `view` (the enumerator checks hundreds of options)."""
+    p = knobs_problem(knobs)
+    if p is not None:
+        return p
+    if v.family == "extern":
+        bad = sorted(n for n in knobs if not n.startswith("extern."))
+        return f"an extern kernel takes extern.* knobs only, not {bad[0]!r}" if bad else None
+    allowed = FAMILY_KNOBS[(card.target, v.family)]
+    for name in sorted(knobs):
+        if name not in allowed:
+            spec = SCHEDULE_KNOBS.get(name)
+            other = f" (a {spec.target} knob)" if spec is not None and spec.target != card.target else ""
+            return (f"knob {name!r}{other} is not one a {v.family} kernel on {card.target} decides "
+                    f"({', '.join(allowed)})")
+    missing = [n for n in allowed if n not in knobs and n not in OPTIONAL_KNOBS]
+    if missing:
+        return f"knob {missing[0]!r} is not decided"
+    return _gpu_problem(v, card, knobs) if card.target == "cuda" else _cpu_problem(v, card, knobs)

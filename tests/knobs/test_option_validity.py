@@ -1,0 +1,123 @@
+"""Static validity of an option against a card: shared memory, threads, registers, instructions, accumulator."""
+
+from __future__ import annotations
+
+import pytest
+
+from emmy_core.ir import Extern
+from emmy_core.ir.builders import Dim, elementwise, matmul, rmsnorm
+from emmy_core.knobs import instruction_features, option_problem
+from emmy_core.targets import Card, resolve_card
+
+MM16 = matmul(Dim("T", 512), 1024, 1024)
+MM32 = matmul(Dim("T", 512), 1024, 1024, dtype="f32")
+MM64 = matmul(64, 64, 64, dtype="f64")
+ROW = rmsnorm(hidden=8192, dtype="f32")
+CPU = Card("Test CPU x4", "cpu", "x86_64", "", (), "test card", cores=4, simd_bits=256, l2_kib=1024.0)
+
+
+def mm(**over: object) -> dict[str, object]:
+    return {"block_m": 64, "block_n": 64, "block_k": 32, "num_warps": 4, "num_stages": 2, "group_m": 8,
+            "acc": "f32", **over}
+
+
+def test_shared_memory_per_block_is_tiles_times_stages_times_width() -> None:
+    knobs = mm(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3)  # 3 x 32 KiB f16 = 96 KiB
+    assert option_problem(MM16, resolve_card("NVIDIA H100 PCIe"), knobs) is None
+    assert option_problem(MM16, resolve_card("NVIDIA RTX A4000"), knobs) is None  # 99 KiB per block
+    problem = option_problem(MM16, resolve_card("NVIDIA GeForce RTX 2080 Ti"), knobs)
+    assert problem is not None and "shared memory 96 KiB" in problem and "64 KiB per block" in problem
+    assert "192 KiB" in option_problem(MM32, resolve_card("NVIDIA A100-SXM4-40GB"), {**knobs, "acc": "f32"})
+
+
+def test_threads_per_block_are_warps_times_the_cards_warp_size() -> None:
+    knobs = {"block": 8192, "num_warps": 32}
+    assert option_problem(ROW, resolve_card("NVIDIA H200"), knobs) is None  # 32 x 32 = 1024 threads
+    problem = option_problem(ROW, resolve_card("AMD Instinct MI250X"), knobs)
+    assert problem is not None and "2048 threads exceed 1024" in problem  # 32 x 64-wide wavefronts
+
+
+def test_register_estimate_refuses_accumulators_that_would_spill() -> None:
+    card = resolve_card("NVIDIA L40S")
+    assert "would spill" in option_problem(MM16, card, mm(block_m=256, block_n=128, num_warps=4, block_k=16))
+    assert option_problem(MM16, card, mm(block_m=256, block_n=128, num_warps=8, block_k=16)) is None
+    assert "would spill" in option_problem(ROW, card, {"block": 8192, "num_warps": 1})
+
+
+def test_wgmma_only_on_hopper_mfma_only_on_cdna() -> None:
+    wg = mm(block_m=128, block_n=128, num_warps=8, mma="wgmma_m64n128k16")
+    assert option_problem(MM16, resolve_card("NVIDIA H200"), wg) is None
+    assert "has no wgmma_m64n128k16" in option_problem(MM16, resolve_card("NVIDIA A100-SXM4-80GB"), wg)
+    mf = mm(mma="mfma_32x32x8")
+    assert option_problem(MM16, resolve_card("AMD Instinct MI250X"), mf) is None
+    assert "has no mfma_32x32x8" in option_problem(MM16, resolve_card("NVIDIA H200"), mf)
+    assert "has no mfma_32x32x8" in option_problem(MM16, resolve_card("AMD Radeon PRO W6600"), mf)
+    assert "multiple of 4 warps" in option_problem(MM16, resolve_card("NVIDIA H200"),
+                                                   {**wg, "block_m": 64, "num_warps": 2})
+    assert "not a multiple" in option_problem(MM16, resolve_card("NVIDIA H200"),
+                                              {**wg, "block_n": 64, "block_m": 64, "num_warps": 4})
+    assert "takes f16/bf16 operands" in option_problem(MM32, resolve_card("NVIDIA H200"), mm(mma="mma_m16n8k16"))
+    assert option_problem(MM16, resolve_card("NVIDIA L4"), mm(mma="none")) is None
+
+
+def test_accumulator_type_fits_the_operands() -> None:
+    h200 = resolve_card("NVIDIA H200")
+    assert option_problem(MM16, h200, mm(acc="f16")) is None
+    assert "acc=f16 needs f16 operands" in option_problem(MM32, h200, mm(acc="f16"))
+    assert "acc is not decided" in option_problem(MM16, h200, {k: v for k, v in mm().items() if k != "acc"})
+    f64 = {k: v for k, v in mm(block_k=16).items() if k != "acc"}
+    assert option_problem(MM64, h200, f64) is None
+    assert "narrower than the f64" in option_problem(MM64, h200, mm(block_k=16))
+    assert "accumulates in f32, not f16" in option_problem(
+        MM16, resolve_card("AMD Instinct MI250X"), mm(acc="f16", mma="mfma_32x32x8"))
+
+
+def test_knobs_must_be_the_familys_in_the_cards_vocabulary() -> None:
+    h200 = resolve_card("NVIDIA H200")
+    assert "(a cpu knob)" in option_problem(MM16, h200, {**mm(), "threads": 4})
+    assert "unknown knob" in option_problem(MM16, h200, {**mm(), "blockm": 4})
+    assert "'block_k' is not decided" in option_problem(MM16, h200, {k: v for k, v in mm().items() if k != "block_k"})
+    assert "not one a row kernel" in option_problem(ROW, h200, {"block": 1024, "num_warps": 4, "num_stages": 2})
+    assert "structural decision" in option_problem(MM16, h200, {**mm(), "split:K": "2"})
+    assert "must be a power of two" in option_problem(MM16, h200, mm(block_m=48))
+    ext = Extern("Xgemm", (4096, 4096), "0" * 64)
+    assert option_problem(ext, h200, {"extern.MWG": 64}) is None
+    assert "extern.* knobs only" in option_problem(ext, h200, {"num_warps": 4})
+
+
+def test_tiles_within_extents_static_always_dynamic_at_given_sizes() -> None:
+    h200 = resolve_card("NVIDIA H200")
+    small = matmul(Dim("T", 8), 32, 64)
+    assert "block_n=64 exceeds the n extent" in option_problem(small, h200, mm(block_n=64))
+    assert option_problem(small, h200, mm(block_n=32, block_m=128, num_warps=4)) is None
+    at = option_problem(small, h200, mm(block_n=32, block_m=128, num_warps=4), sizes={"T": 8})
+    assert at is not None and "block_m=128 exceeds the m extent (rounded up: 16)" in at
+
+
+def test_cpu_options_must_be_buildable() -> None:
+    k = matmul(Dim("T", 128), 256, 256, dtype="f32")
+    ok = {"tile_m": 8, "tile_n": 64, "tile_k": 128, "vec": 8, "unroll": 1, "threads": 4}
+    assert option_problem(k, CPU, ok) is None
+    assert "exceed the 4 usable cores" in option_problem(k, CPU, {**ok, "threads": 8})
+    assert "does not divide tile_n" in option_problem(k, CPU, {**ok, "tile_n": 32, "vec": 64})
+    assert "exceeds the n extent" in option_problem(k, CPU, {**ok, "tile_n": 512})
+    big = matmul(Dim("T", 1024), 1024, 64, dtype="f32")
+    assert "too large for a thread's stack" in option_problem(
+        big, CPU, {**ok, "tile_m": 256, "tile_n": 512, "tile_k": 64})
+    assert "(a cuda knob)" in option_problem(k, CPU, {**ok, "num_warps": 4})
+    ew = elementwise("a+b", cols=8)
+    assert "vec=16 exceeds the innermost extent" in option_problem(ew, CPU, {"vec": 16, "threads": 1})
+
+
+def test_instruction_features_expand_a_named_instruction() -> None:
+    assert instruction_features(None) == {}
+    assert instruction_features("none") == {"mma_none": 1.0}
+    f = instruction_features("wgmma_m64n128k16")
+    assert (f["mma_m"], f["mma_n"], f["mma_k"], f["mma_group_threads"], f["mma_async"]) == (64, 128, 16, 128, 1)
+
+
+@pytest.mark.parametrize("card", ["NVIDIA GeForce RTX 2080 Ti", "AMD Radeon PRO W7800"])
+def test_each_architectures_own_instruction_builds_a_16_multiple_tile(card: str) -> None:
+    c = resolve_card(card)
+    (mma,) = c.tensor_cores
+    assert option_problem(MM16, c, mm(mma=mma)) is None
