@@ -244,7 +244,12 @@ def check_inputs(program: Program, inputs: dict[str, np.ndarray], ext: dict[str,
 
 def run(program: Program, inputs: dict[str, np.ndarray], sizes: dict[str, int] | None = None) -> dict[str, np.ndarray]:
     """Runs `program` on `inputs` at `sizes` (dynamic axes; default their expected sizes); returns the outs."""
+    if not isinstance(program, Program):
+        raise IRError(f"only loop programs can be interpreted, not {type(program).__name__}")
     validate(program)
+    for name, size in (sizes or {}).items():
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise IRError(f"{program.name}: size of {name!r} must be a positive integer, got {str(size)[:20]}")
     ext = extents(program, sizes)
     arrays = check_inputs(program, inputs, ext)
     outs: dict[str, np.ndarray] = {}

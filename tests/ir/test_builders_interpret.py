@@ -202,3 +202,18 @@ def test_outputs_are_fresh_and_inputs_untouched() -> None:
     assert first is not second and np.array_equal(first, second)
     np.testing.assert_array_equal(ins["x"], before)
     assert math.isclose(float(first.astype(np.float64).sum()), 3.0, rel_tol=1e-2)
+
+
+@pytest.mark.parametrize("sizes, fragment", [({"B": 0}, "positive integer"), ({"B": 2.0}, "positive integer"),
+                                             ({"Q": 2}, "not dynamic axes")])
+def test_sizes_are_checked_strictly(sizes: dict, fragment: str) -> None:
+    prog = softmax(4)
+    with pytest.raises(IRError, match=fragment):
+        run(prog, random_inputs(prog, {"B": 2}), sizes)
+
+
+def test_only_loop_programs_are_interpreted() -> None:
+    from emmy_core.ir import Extern
+
+    with pytest.raises(IRError, match="only loop programs"):
+        run(Extern("vadd", (8,), "0" * 64), {})  # type: ignore[arg-type]
