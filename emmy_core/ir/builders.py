@@ -14,7 +14,9 @@ a matmul are called M, N, K (batch axes G0, G1, ...). Row kernels have rows on t
 dynamic axis `B` (expected size `batch_hint`) and the row on a static axis.
 
 Arithmetic: inputs are cast to f32 (f64 stays f64), everything is computed in that
-accumulator type, and the result is cast back to `dtype` on the store.
+accumulator type, and the result is cast back to `dtype` on the store. Buffers: the
+result is always `y`; matmul reads `a`, `b` (+ `bias`, `residual`, `gate`), the row
+kernels `x` (+ `res`), `w`, `bias`; an elementwise kernel reads the names its expression uses.
 """
 
 from __future__ import annotations
@@ -191,7 +193,7 @@ def _parse_epilogue(epilogue: tuple[str, ...] | list[str]) -> list[tuple[str, fl
 def matmul(m: Size, n: Size, k: Size, dtype: str = "f16", epilogue: tuple[str, ...] = (),
            batch: tuple[Size, ...] = (), b_transposed: bool = False, name: str | None = None,
            hints: Mapping[str, int] | None = None) -> Program:
-    """out[batch.., m, n] = epilogue(sum_k a[batch.., m, k] * b[batch.., k, n]) accumulated in f32.
+    """y[batch.., m, n] = epilogue(sum_k a[batch.., m, k] * b[batch.., k, n]) accumulated in f32.
 
     `b_transposed` stores b as [batch.., n, k]. Epilogue steps, in order: bias (+ bias[n]), relu,
     gelu (erf form), gelu_tanh, silu, residual (+ residual[batch.., m, n]), scale:<float>, mul
@@ -269,7 +271,7 @@ def _finite(value: float, what: str) -> float:
 
 def rmsnorm(hidden: int, dtype: str = "f16", batch_hint: int = 8, eps: float = 1e-6,
             prologue: tuple[str, ...] = ()) -> Program:
-    """out[B, H] = x * rsqrt(mean(x^2) + eps) * w, reduced in f32.
+    """y[B, H] = x * rsqrt(mean(x^2) + eps) * w, reduced in f32.
 
     prologue ("residual",): x is `x + res` (added in `dtype`, as the model does), and that sum is
     also written to the second out buffer `h` (the residual stream the next layer reads).
@@ -307,7 +309,7 @@ def rmsnorm(hidden: int, dtype: str = "f16", batch_hint: int = 8, eps: float = 1
 
 
 def softmax(cols: int, dtype: str = "f16", batch_hint: int = 8, scale: float | None = None) -> Program:
-    """out[B, C] = softmax(scale * x) along C: a max reduce, a sum-of-exp reduce, then the store."""
+    """y[B, C] = softmax(scale * x) along C: a max reduce, a sum-of-exp reduce, then the store."""
     _float_dtype(dtype)
     t = acc_dtype(dtype)
     rows, row = _row_axes(cols, batch_hint, "C")
@@ -329,7 +331,7 @@ def softmax(cols: int, dtype: str = "f16", batch_hint: int = 8, scale: float | N
 
 
 def layernorm(hidden: int, dtype: str = "f16", batch_hint: int = 8, eps: float = 1e-5) -> Program:
-    """out[B, H] = (x - mean) * rsqrt(var + eps) * w + bias, two-pass mean and variance in f32."""
+    """y[B, H] = (x - mean) * rsqrt(var + eps) * w + bias, two-pass mean and variance in f32."""
     _float_dtype(dtype)
     t = acc_dtype(dtype)
     eps = _finite(eps, "eps")
@@ -478,7 +480,7 @@ def lower_expr(tree: EwTree, load: Callable[[str], Expr], t: str, names: list[st
 
 
 def elementwise(expr: str, dtype: str = "f16", batch_hint: int = 8, cols: int = 1024) -> Program:
-    """out[B, C] = expr over inputs [B, C] named in `expr` (see `ewexpr` for the language), in f32."""
+    """y[B, C] = expr over inputs [B, C] named in `expr` (see `ewexpr` for the language), in f32."""
     _float_dtype(dtype)
     t = acc_dtype(dtype)
     tree = parse_expr(expr)
