@@ -480,7 +480,7 @@ def lower_expr(tree: EwTree, load: Callable[[str], Expr], t: str, names: list[st
 
 
 def elementwise(expr: str, dtype: str = "f16", batch_hint: int = 8, cols: int = 1024) -> Program:
-    """y[B, C] = expr over inputs [B, C] named in `expr` (see `ewexpr` for the language), in f32."""
+    """y[B, C] = expr over inputs [B, C] named in `expr` (the language above `parse_expr`), in f32."""
     _float_dtype(dtype)
     t = acc_dtype(dtype)
     tree = parse_expr(expr)
