@@ -5,10 +5,12 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given, settings
 
 from emmy_core.ir import Extern, IRError, parse
 from emmy_core.ir.builders import Dim, day_one_kernels, elementwise, layernorm, matmul, rmsnorm, softmax
 from emmy_core.ir.family import ElementwiseShape, ExternShape, MatmulShape, RowShape, classify
+from tests.ir.strategies import programs
 
 
 def test_every_day_one_kernel_has_a_family() -> None:
@@ -92,3 +94,15 @@ def test_kernels_outside_every_family_are_refused_with_a_reason(text: str, reaso
     with pytest.raises(IRError, match="no template family fits kernel") as err:
         classify(parse(text))
     assert re.search(reason, str(err.value))
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(programs())
+def test_classify_is_total_a_shape_or_an_error_naming_the_kernel(program) -> None:  # type: ignore[no-untyped-def]
+    try:
+        shape = classify(program)
+    except IRError as exc:
+        assert str(exc).startswith(f"no template family fits kernel {program.name}: ")
+        return
+    assert shape.family in ("matmul", "row", "elementwise")
+    assert isinstance(shape, MatmulShape | RowShape | ElementwiseShape)
