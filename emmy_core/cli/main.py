@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from emmy_core.cli import db_cmd, ir_cmd, main_job
+from emmy_core.cli import db_cmd, db_files_cmd, graph_cmd, ir_cmd, main_job
 
 app = typer.Typer(
     name="emmy",
@@ -15,6 +15,8 @@ app = typer.Typer(
 )
 app.add_typer(ir_cmd.app, name="ir")
 app.add_typer(db_cmd.app, name="db")
+db_files_cmd.register(db_cmd.app)
+app.add_typer(graph_cmd.app, name="graph")
 app.command("main")(main_job.main_job)
 
 

@@ -20,10 +20,11 @@ from math import prod
 
 import torch
 
+from emmy_core.graph import cuts
 from emmy_core.graph import kernels as gk
+from emmy_core.graph.decisions import Decision
 from emmy_core.graph.errors import UnsupportedOp
 from emmy_core.graph.ops import LAYOUT_OPS, Dim, Graph, Node
-from emmy_core.graph.passes import fuse_epilogue, fuse_norm
 from emmy_core.ir import builders
 from emmy_core.ir.builders import Dim as BDim
 from emmy_core.ir.identity import kernel_id
@@ -40,7 +41,7 @@ class KernelStep:
     inputs: tuple[tuple[str, str], ...]  # (buffer, graph value)
     outputs: tuple[tuple[str, str], ...]  # (buffer, graph value)
     axes: tuple[tuple[str, tuple[Dim, ...]], ...]  # dynamic kernel axis -> graph dims it is the product of
-    seam: str | None = None  # the fusion seam this kernel offers to cut, if any
+    cut: Decision | None = None  # the fusion seam this kernel offers to cut (`cut:<seam>`), if any
     source: str = ""
 
     @property
@@ -126,7 +127,7 @@ def _lower_matmul(n: Node, index: dict[str, Node], hints: dict[str, int]) -> Ker
     reads = ["a", "b"] + [{"bias": "bias", "residual": "residual", "mul": "gate"}[s] for s in epilogue
                           if s in ("bias", "residual", "mul")]
     return KernelStep(n.name, "matmul", prog, tuple(zip(reads, n.inputs, strict=True)), (("y", n.name),),
-                      tuple(axes), fuse_epilogue.SEAM if epilogue else None, n.source)
+                      tuple(axes), cuts.cut_epilogue(prog) if epilogue else None, n.source)
 
 
 def _lower_row(n: Node, index: dict[str, Node], hints: dict[str, int], taps: dict[str, str]) -> KernelStep:
@@ -135,18 +136,18 @@ def _lower_row(n: Node, index: dict[str, Node], hints: dict[str, int], taps: dic
     rows_hint = _hint(lead, hints)
     dtype = n.type.dtype
     axes: list[tuple[str, tuple[Dim, ...]]] = [("B", lead)]
-    seam = None
     if n.op == "rmsnorm":
         prologue = tuple(n.attr("prologue") or ())
-        prog = builders.rmsnorm(_static(row, n, "the normalised axis"), dtype, rows_hint,
-                                float(n.attr("eps")), prologue)  # type: ignore[arg-type]
+        hidden, eps = _static(row, n, "the normalised axis"), float(n.attr("eps"))  # type: ignore[arg-type]
+        prog = builders.rmsnorm(hidden, dtype, rows_hint, eps, prologue)
         names = ["x", "res", "w"] if prologue else ["x", "w"]
         outs = [("y", n.name)]
+        cut = None
         if prologue:
             outs.append(("h", taps.get(n.name, f"{n.name}__h")))
-            seam = fuse_norm.SEAM
+            cut = cuts.cut_rmsnorm_prologue(prog, hidden, dtype, eps)
         return KernelStep(n.name, "rmsnorm", prog, tuple(zip(names, n.inputs, strict=True)), tuple(outs),
-                          tuple(axes), seam, n.source)
+                          tuple(axes), cut, n.source)
     if n.op == "layernorm":
         prog = builders.layernorm(_static(row, n, "the normalised axis"), dtype, rows_hint,
                                   float(n.attr("eps")))  # type: ignore[arg-type]
@@ -154,19 +155,25 @@ def _lower_row(n: Node, index: dict[str, Node], hints: dict[str, int], taps: dic
                           (("y", n.name),), tuple(axes), None, n.source)
     if n.op == "softmax":
         scale = n.attr("scale")
-        seam = fuse_norm.SEAM if scale is not None else None
-        if isinstance(row, int):
-            prog = builders.softmax(row, dtype, rows_hint, scale)  # type: ignore[arg-type]
-        else:
-            static = builders.softmax(hints[row], dtype, rows_hint, scale)  # type: ignore[arg-type]
-            prog = gk.dynamic_row(static, "C", hints[row], "softmax", dtype,
-                                          "" if scale is None else f"scale{float(scale)!r}")
+        prog, plain = _softmax(row, dtype, rows_hint, hints, scale), None  # type: ignore[arg-type]
+        if scale is not None:
+            plain = _softmax(row, dtype, rows_hint, hints, None)
+        if not isinstance(row, int):
             axes.append(("C", (row,)))
-        return KernelStep(n.name, "softmax", prog, (("x", x.name),), (("y", n.name),), tuple(axes), seam,
+        cut = cuts.cut_softmax_scale(prog, plain, dtype, float(scale)) if plain is not None else None  # type: ignore[arg-type]
+        return KernelStep(n.name, "softmax", prog, (("x", x.name),), (("y", n.name),), tuple(axes), cut,
                           n.source)
     # mean / sum over the last axis
     prog = gk.row_reduce(n.op, _static(row, n, "the reduced axis"), dtype, rows_hint)
     return KernelStep(n.name, "rowreduce", prog, (("x", x.name),), (("y", n.name),), tuple(axes), None, n.source)
+
+
+def _softmax(row: Dim, dtype: str, rows_hint: int, hints: dict[str, int], scale: float | None) -> Program:
+    """The softmax kernel over a static row, or over a dynamic one (the sequence) as a dynamic axis C."""
+    if isinstance(row, int):
+        return builders.softmax(row, dtype, rows_hint, scale)
+    static = builders.softmax(hints[row], dtype, rows_hint, scale)
+    return gk.dynamic_row(static, "C", hints[row], "softmax", dtype, "" if scale is None else f"scale{scale!r}")
 
 
 def split_rows_cols(shape: tuple[Dim, ...], need_last: bool) -> tuple[tuple[Dim, ...], int]:

@@ -89,7 +89,7 @@ def test_fuse_norm_folds_the_residual_add_into_rmsnorm(shared: bool) -> None:
     x, r = torch.randn(3, 5, 32), torch.randn(3, 5, 32)
     low = compile_module(module, (x, r))
     norm = next(k for k in low.kernels if k.family == "rmsnorm")
-    assert [b for b, _ in norm.inputs] == ["x", "res", "w"] and norm.seam == "prologue"
+    assert [b for b, _ in norm.inputs] == ["x", "res", "w"] and norm.cut is not None and norm.cut.decision == "cut:prologue"
     assert not any(k.family == "elementwise" and "x1" in str(k.program.name) and "add" in k.program.name
                    for k in low.kernels)
     with torch.no_grad():
@@ -131,7 +131,7 @@ class ScaledSoftmax(nn.Module):
 def test_fuse_norm_folds_a_scale_into_softmax() -> None:
     x = torch.randn(2, 3, 20)
     low = compile_module(ScaledSoftmax(), (x,))
-    assert [k.family for k in low.kernels] == ["softmax"] and low.kernels[0].seam == "prologue"
+    assert [k.family for k in low.kernels] == ["softmax"] and low.kernels[0].cut.decision == "cut:prologue"
     torch.testing.assert_close(run_lowered(low, (x,)), ScaledSoftmax()(x), rtol=1e-5, atol=1e-6)
 
 

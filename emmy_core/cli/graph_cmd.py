@@ -1,0 +1,121 @@
+"""`emmy graph`: capture a reference model, show it after every pass, its kernels and its forks."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from emmy_core.cli.common import fail
+
+app = typer.Typer(help="Model graphs: capture, passes, kernels, forks; the serving matrix.", no_args_is_help=True)
+
+_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+
+
+def _shape(text: str) -> dict[str, int]:
+    from emmy_core.ir import IRError, parse_sizes
+
+    try:
+        sizes = parse_sizes(text)
+    except IRError as exc:
+        fail(f"--shape: {exc}")
+    if set(sizes) != {"B", "S"}:
+        fail(f"--shape must give exactly B and S (e.g. B=8,S=128), got {text!r}")
+    return sizes
+
+
+@app.command("show")
+def show(
+    model: Annotated[str, typer.Option("--model", help="a reference model (see `emmy graph models`)")],
+    shape: Annotated[str, typer.Option("--shape", help="dynamic axis sizes, e.g. B=8,S=128")] = "B=8,S=128",
+    card: Annotated[str | None, typer.Option("--card", help="card for schedule forks: local or a table name")] = None,
+    dtype: Annotated[str, typer.Option("--dtype", help="model data type: f32, f16 or bf16")] = "f16",
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Print the graph after each pass, the kernels (deduped by identity, with counts) and each fork."""
+    import torch
+
+    from emmy_core.graph.errors import GraphError
+    from emmy_core.graph.forks import forks
+    from emmy_core.graph.models import MODEL_NAMES
+    from emmy_core.graph.pipeline import compile_model
+    from emmy_core.ir import IRError
+
+    if model not in MODEL_NAMES:
+        fail(f"unknown model {model!r}; known models: {', '.join(MODEL_NAMES)}")
+    if dtype not in _DTYPES:
+        fail(f"--dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
+    sizes = _shape(shape)
+    resolved = None
+    if card is not None:
+        from emmy_core.targets.resolve import UnknownCard, resolve_card
+
+        try:
+            resolved = resolve_card(card)
+        except UnknownCard as exc:
+            fail(str(exc))
+    try:
+        lowered = compile_model(model, sizes, getattr(torch, _DTYPES[dtype]))
+        fks = forks(lowered, resolved)
+    except (GraphError, IRError) as exc:
+        fail(str(exc))
+    kernels = [
+        {"kernel_id": kid, "name": steps[0].program.name, "family": steps[0].family, "count": len(steps),
+         "nodes": [s.node for s in steps]}
+        for kid, steps in lowered.identities().items()
+    ]
+    from emmy_core.ir import kernel_id
+
+    fork_rows = [
+        {"kernel_id": kernel_id(f.kernel), "kernel": f.kernel.name, "rule": f.rule, "options": len(f.options),
+         "default": f.option_label(0)}
+        for f in fks
+    ]
+    if as_json:
+        out = {
+            "model": model, "shape": sizes, "dtype": dtype, "card": resolved.name if resolved else None,
+            "stages": [{"pass": name, "nodes": len(g.nodes), "graph": g.text()} for name, g in lowered.stages],
+            "kernels": kernels, "kernel_count": len(lowered.kernels), "forks": fork_rows,
+        }
+        typer.echo(json.dumps(out, indent=2, sort_keys=True))
+        return
+    for name, g in lowered.stages:
+        typer.echo(f"== after {name} ({sum(1 for _ in g.compute())} compute nodes) ==")
+        typer.echo(g.text())
+    typer.echo(f"== kernels: {len(lowered.kernels)} launches, {len(kernels)} distinct ==")
+    for k in kernels:
+        typer.echo(f"  {k['kernel_id'][:12]}  x{k['count']:<3} {k['family']:<11} {k['name']}")
+    typer.echo(f"== forks ({'card ' + resolved.name if resolved else 'no card: schedule forks need --card'}) ==")
+    for f in fork_rows:
+        typer.echo(f"  {f['kernel_id'][:12]}  {f['rule']:<14} {f['options']:>5} options  default: {f['default']}")
+
+
+@app.command("models")
+def models() -> None:
+    """List the reference models every `--model` option accepts."""
+    from emmy_core.graph.models import MODEL_NAMES
+
+    for name in MODEL_NAMES:
+        typer.echo(name)
+
+
+@app.command("matrix")
+def matrix(
+    path: Annotated[str | None, typer.Option("--file", help="a serving-matrix file (default: the committed one)")]
+    = None,
+) -> None:
+    """Print the serving matrix the release gate covers: models, shapes, cards, settings."""
+    from emmy_core.graph.serving import ServingMatrixError, load_serving_matrix
+
+    try:
+        m = load_serving_matrix(path)
+    except ServingMatrixError as exc:
+        fail(str(exc))
+    for sm in m.models:
+        shapes = "  ".join(",".join(f"{k}={v}" for k, v in s) for s in sm.shapes)
+        typer.echo(f"{sm.name} ({sm.dtype}): {shapes}")
+    typer.echo(f"cards: {', '.join(m.cards)}")
+    typer.echo(f"settings: {', '.join(m.settings)}")
+    typer.echo(f"cases: {len(m.cases())}")
