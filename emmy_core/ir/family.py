@@ -4,7 +4,8 @@
 
 - `MatmulShape`: a perfect loop nest over (batch.., m, n) whose innermost body is
   `reduce acc = sum(k in K) a[batch.., m, k] * b[batch.., k, n]` (b may be [.., n, k]),
-  then `let`s (the epilogue) and stores. The product's loads may be cast to the
+  then `let`s (the epilogue) and stores in any order (stores only write, so the lets may
+  all be computed first). The product's loads may be cast to the
   accumulator type. A split-K partial is the same with a windowed reduce and an extra
   loop over a parts axis (`parts`) that only the window start and the stores use.
 - `RowShape`: a perfect nest over the outer parallel axes (`rows`) whose body holds at
@@ -121,13 +122,10 @@ def _matmul(program: Program, loops: list[tuple[str, str]], body: tuple[Stmt, ..
     if not body or not isinstance(body[0], Reduce):
         raise _NoFit("the innermost body does not start with a reduction")
     red = body[0]
-    lets = body[1:]
-    n_lets = 0
-    while n_lets < len(lets) and isinstance(lets[n_lets], Let):
-        n_lets += 1
-    stores = lets[n_lets:]
-    if not stores or not all(isinstance(s, Store) for s in stores):
-        raise _NoFit("after the reduction come lets, then stores, and nothing else")
+    lets = tuple(s for s in body[1:] if isinstance(s, Let))
+    stores = tuple(s for s in body[1:] if isinstance(s, Store))
+    if not stores or len(lets) + len(stores) != len(body) - 1:
+        raise _NoFit("after the reduction come lets and stores, and nothing else")
     if red.op != "sum" or not isinstance(red.body, Binary) or red.body.op != "mul":
         raise _NoFit("the reduction is not a sum of a product")
     x, y = _operand(red.body.a, red.dtype), _operand(red.body.b, red.dtype)
@@ -162,7 +160,7 @@ def _matmul(program: Program, loops: list[tuple[str, str]], body: tuple[Stmt, ..
         return MatmulShape(
             batch=tuple(var_axis[v] for v in batch_vars), m=var_axis[m_var], n=var_axis[n_var], k=red.axis,
             a=a.buffer, b=b.buffer, b_transposed=transposed, reduce=red.name, acc_dtype=red.dtype,
-            epilogue=tuple(lets[:n_lets]), stores=tuple(stores), batch_vars=tuple(batch_vars),  # type: ignore[arg-type]
+            epilogue=lets, stores=stores, batch_vars=tuple(batch_vars),
             m_var=m_var, n_var=n_var, k_var=k, loops=tuple(loops),
             parts=var_axis[parts_var] if parts_var else None, parts_var=parts_var, window=red.window,
         )

@@ -194,3 +194,13 @@ def test_decision_wiring_is_checked() -> None:
         Decision(parent, "split:H=2", (part, wrong))
     d = Decision(parent, "split:H=2", (part, comb))
     assert [b.name for b in d.intermediates()] == ["ss_part"]
+
+
+def test_split_k_keeps_every_output_of_a_multi_output_matmul() -> None:
+    parent = parse("""kernel mm_two_outs { axis T = dyn(4) axis N = 6 axis K = 40
+      in a: f32[T, K] in b: f32[K, N] out pre: f32[T, N] out y: f32[T, N]
+      for i in T { for j in N { reduce acc: f32 = sum(k in K) mul(a[i, k], b[k, j])
+        pre[i, j] = acc let e0: f32 = relu(acc) y[i, j] = e0 } } }""")
+    decision = split_k(parent, 3)
+    assert_well_formed(decision)
+    assert_same(decision, {"T": 3}, seed=7)

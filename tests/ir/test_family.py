@@ -106,3 +106,24 @@ def test_classify_is_total_a_shape_or_an_error_naming_the_kernel(program) -> Non
         return
     assert shape.family in ("matmul", "row", "elementwise")
     assert isinstance(shape, MatmulShape | RowShape | ElementwiseShape)
+
+
+INTERLEAVED = """kernel mm_two_outs {
+  axis T = dyn(4)
+  axis N = 6
+  axis K = 40
+  in a: f32[T, K]
+  in b: f32[K, N]
+  out pre: f32[T, N]
+  out y: f32[T, N]
+  for i in T { for j in N {
+    reduce acc: f32 = sum(k in K) mul(a[i, k], b[k, j])
+    pre[i, j] = acc
+    let e0: f32 = relu(acc)
+    y[i, j] = e0 } } }"""
+
+
+def test_matmul_epilogue_may_interleave_lets_and_stores() -> None:
+    shape = classify(parse(INTERLEAVED))
+    assert isinstance(shape, MatmulShape)
+    assert [s.name for s in shape.epilogue] == ["e0"] and [s.buffer for s in shape.stores] == ["pre", "y"]
