@@ -1,0 +1,46 @@
+"""The cpu backend: C with OpenMP from a loop program and CPU schedule knobs (DESIGN sections 3, 5).
+
+`CBackend().source(program, knobs, setting)` validates the program (nothing read from a
+file reaches C unchecked), reads the knobs (`c_schedule.py`: defaults, refusals) and
+translates the whole program (`c_emit.py`; matmul tiling in `c_matmul.py`; expressions
+and exact constants in `c_expr.py`). `build` compiles that source with the setting's
+flags into the on-disk cache and returns a `CBuilt` (`c_build.py`) that runs on torch
+CPU tensors. Every dtype of the IR is supported: f16 through `_Float16`, bf16 through
+uint16 bits with explicit round-to-nearest-even conversions.
+"""
+
+from __future__ import annotations
+
+from emmy_core.codegen.backend import BuildError, get_setting
+from emmy_core.codegen.c_build import CBuilt, CCompiler
+from emmy_core.codegen.c_emit import kernel_source
+from emmy_core.codegen.c_schedule import schedule_of
+from emmy_core.ir.check import validate
+from emmy_core.ir.nodes import Program
+
+
+class CBackend:
+    """Backend for the `cpu` target. `compiles` counts the compiler runs this instance made."""
+
+    target = "cpu"
+
+    def __init__(self, cc: str = "cc") -> None:
+        self.compiler = CCompiler(cc)
+
+    @property
+    def compiles(self) -> int:
+        return self.compiler.compiles
+
+    def source(self, program: Program, knobs: dict[str, object], setting: str) -> str:
+        """C source of `program` under `knobs`; IRError for an invalid program, BuildError for bad knobs."""
+        get_setting(setting)
+        validate(program)
+        if not isinstance(program, Program):
+            raise BuildError(f"the cpu backend builds loop programs, not {type(program).__name__}")
+        return kernel_source(program, schedule_of(knobs))
+
+    def build(self, program: Program, knobs: dict[str, object], setting: str) -> CBuilt:
+        """A launchable build of `program` (cached on disk); BuildError when the source does not compile."""
+        src = self.source(program, knobs, setting)
+        flags = get_setting(setting).c_flags
+        return CBuilt(program, self.compiler.library(src, flags, program.name))
