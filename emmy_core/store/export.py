@@ -1,0 +1,238 @@
+"""`emmy db export`: a dataset directory the fit and the evaluations read (and nothing else).
+
+One Parquet file per table (rows in key order, so the same store gives the same files),
+`pools.parquet` (the candidate pools the fit needs) and `manifest.json`: format, export,
+schema, identity and knob-vocabulary versions, per file its rows and sha256, and a
+content digest over all of them. Parquet is written by DuckDB from a relation (the path
+is an argument of the call, never SQL text). A reader refuses an export written under
+other versions, naming both, and an export whose files do not match their digests.
+
+Pools: for every (kernel, sizes, card, setting) with measurements, the measured schedules;
+for Emmy kernels also the options `emmy_core.knobs.candidates(kernel, card)` enumerates
+(with their rank; `measured` says which were measured). Extern kernels have no rule: their
+pool is what was measured. A card the GPU table (or this machine) does not describe gets
+measured pools only; the manifest counts those.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from emmy_core.store.errors import StoreError
+from emmy_core.store.sourcefile import Fields, SourceError, load_json_file
+from emmy_core.store.tablesource import TABLE_COLUMNS, _select
+
+EXPORT_FORMAT = "emmy-export"
+EXPORT_VERSION = 1
+MANIFEST = "manifest.json"
+POOLS = "pools"
+Progress = Callable[[str], None]
+
+_POOLS_SQL = (
+    "WITH meas AS (SELECT m.kernel_id, m.sizes, m.card, m.setting, m.schedule_id, s.knobs, m.status, m.median_us "
+    "FROM measurements m JOIN schedules s ON s.schedule_id = m.schedule_id) "
+    "SELECT coalesce(meas.kernel_id, c.kernel_id) AS kernel_id, coalesce(meas.sizes, c.sizes) AS sizes, "
+    "coalesce(meas.card, c.card) AS card, coalesce(meas.setting, c.setting) AS setting, "
+    "coalesce(meas.schedule_id, c.schedule_id) AS schedule_id, coalesce(meas.knobs, c.knobs) AS knobs, "
+    "c.candidate_rank, meas.status IS NOT NULL AS measured, meas.status, meas.median_us "
+    "FROM meas FULL OUTER JOIN ex_candidates c ON meas.kernel_id = c.kernel_id AND meas.sizes = c.sizes "
+    "AND meas.card = c.card AND meas.setting = c.setting AND meas.schedule_id = c.schedule_id "
+    "ORDER BY kernel_id, sizes, card, setting, schedule_id"
+)
+
+
+def current_versions() -> dict[str, int]:
+    from emmy_core.ir import identity
+    from emmy_core.knobs.vocab import KNOB_VOCAB_VERSION
+    from emmy_core.store.schema import SCHEMA_VERSION
+
+    return {"export_version": EXPORT_VERSION, "schema_version": SCHEMA_VERSION,
+            "identity_version": identity.IDENTITY_VERSION, "knob_vocab_version": KNOB_VOCAB_VERSION}
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _candidate_table(store: Any) -> tuple[Any, dict[str, int]]:
+    """Candidate options of every measured (Emmy kernel, sizes, card, setting) as an Arrow table."""
+    import pyarrow as pa
+
+    from emmy_core.ir import Extern, parse
+    from emmy_core.knobs import candidates
+    from emmy_core.knobs.vocab import canonical_knobs, schedule_id
+    from emmy_core.targets import UnknownCard, resolve_card
+
+    groups = store.arrow("SELECT DISTINCT m.kernel_id, m.sizes, m.card, m.setting, k.loop_program FROM measurements "
+                         "m JOIN kernels k ON k.kernel_id = m.kernel_id ORDER BY 1, 2, 3, 4").to_pydict()
+    cols: dict[str, list] = {n: [] for n in ("kernel_id", "sizes", "card", "setting", "schedule_id", "knobs",
+                                             "candidate_rank")}
+    cards: dict[str, Any] = {}
+    pools: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    stats = {"pools": 0, "enumerated": 0, "extern": 0, "unknown_card": 0}
+    for kid, sizes, card, setting, text in zip(*groups.values(), strict=True):
+        stats["pools"] += 1
+        kernel = parse(text)
+        if isinstance(kernel, Extern):
+            stats["extern"] += 1
+            continue
+        if card not in cards:
+            try:
+                cards[card] = resolve_card(card)
+            except UnknownCard:
+                cards[card] = None
+        if cards[card] is None:
+            stats["unknown_card"] += 1
+            continue
+        pool = pools.get((kid, card))
+        if pool is None:
+            opts = candidates(kernel, cards[card])
+            pool = pools[(kid, card)] = [(schedule_id(o), canonical_knobs(o)) for o in opts]
+        stats["enumerated"] += 1
+        for rank, (sid, ktext) in enumerate(pool):
+            for name, value in (("kernel_id", kid), ("sizes", sizes), ("card", card), ("setting", setting),
+                                ("schedule_id", sid), ("knobs", ktext), ("candidate_rank", rank)):
+                cols[name].append(value)
+    types = {n: pa.int32() if n == "candidate_rank" else pa.string() for n in cols}
+    return pa.table({n: pa.array(v, types[n]) for n, v in cols.items()}), stats
+
+
+def export_store(store: Any, out_dir: Path | str, progress: Progress | None = None) -> dict[str, Any]:
+    """Writes the export of an open DuckDB store into `out_dir` (replacing an earlier export there)."""
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MANIFEST).is_file())):
+        raise StoreError(f"{out} exists and is not an export (no {MANIFEST}): refusing to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        manifest = _write(store, tmp, progress)
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+            os.replace(out, old / "export")
+            os.replace(tmp, out)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return manifest
+
+
+def _write(store: Any, tmp: Path, progress: Progress | None) -> dict[str, Any]:
+    tables: dict[str, dict[str, Any]] = {}
+    for table in TABLE_COLUMNS:
+        if progress is not None:
+            progress(table)
+        path = tmp / f"{table}.parquet"
+        store.con.sql(_select(table)).to_parquet(str(path))
+        tables[table] = {"file": path.name, "rows": store.counts()[table], "sha256": _sha256(path)}
+    if progress is not None:
+        progress(POOLS)
+    cand, stats = _candidate_table(store)
+    store.con.register("ex_candidates", cand)
+    try:
+        rel = store.con.sql(_POOLS_SQL)
+        path = tmp / f"{POOLS}.parquet"
+        rel.to_parquet(str(path))
+        rows = store.con.sql("SELECT count(*) FROM read_parquet(?)", params=[str(path)]).fetchall()[0][0]
+    finally:
+        store.con.unregister("ex_candidates")
+    tables[POOLS] = {"file": path.name, "rows": rows, "sha256": _sha256(path), "candidates": stats}
+    manifest: dict[str, Any] = {"format": EXPORT_FORMAT, **current_versions(), "tables": tables}
+    manifest["digest"] = content_digest(tables)
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="ascii")
+    return manifest
+
+
+def content_digest(tables: dict[str, dict[str, Any]]) -> str:
+    """sha256 over every file's name, rows and digest: one value naming the whole export."""
+    text = "\n".join(f"{name}:{t['rows']}:{t['sha256']}" for name, t in sorted(tables.items()))
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def export_db(db: Path | str, out_dir: Path | str, progress: Progress | None = None) -> dict[str, Any]:
+    """`emmy db export`: opens `db` for reading and exports it."""
+    from emmy_core.store import open_store
+
+    with open_store(db, "r") as store:
+        return export_store(store, out_dir, progress)
+
+
+def read_manifest(export_dir: Path | str) -> dict[str, Any]:
+    """The manifest of an export, refused when its versions are not this Emmy's (naming both)."""
+    d = Path(export_dir)
+    path = d / MANIFEST
+    if not path.is_file():
+        raise SourceError(str(d), "", "", f"no {MANIFEST}: not a dataset export")
+    doc = load_json_file(path, 16 * 1024 * 1024)
+    f = Fields(str(path), "$", doc, "a manifest")
+    if f.raw("format") != EXPORT_FORMAT:
+        raise f.fail("format", f"{str(f.raw('format'))[:40]!r} is not {EXPORT_FORMAT}")
+    want = current_versions()
+    found = {k: f.obj.get(k) for k in want}
+    if found != want:
+        def show(v: dict) -> str:
+            return ", ".join(f"{k.replace('_', ' ')} {v[k]}" for k in want)
+
+        raise f.fail("", f"exported under {show(found)}; this Emmy reads {show(want)} "
+                         "(nothing migrates: export again with this version)")
+    tables = f.mapping("tables")
+    for name in (*TABLE_COLUMNS, POOLS):
+        t = Fields(str(path), f"$.tables.{name}", tables.get(name), "a table entry")
+        file = t.text("file", 64)
+        if file != f"{name}.parquet":
+            raise t.fail("file", f"must be {name}.parquet")
+        t.integer("rows", 0, 2**62)
+        t.text("sha256", 64)
+    if f.raw("digest") != content_digest({n: tables[n] for n in (*TABLE_COLUMNS, POOLS)}):
+        raise f.fail("digest", "does not match the tables listed")
+    return doc
+
+
+def verify_export(export_dir: Path | str) -> dict[str, Any]:
+    """The manifest, after checking that every file's digest matches it."""
+    d = Path(export_dir)
+    manifest = read_manifest(d)
+    for name, t in manifest["tables"].items():
+        path = d / t["file"]
+        if not path.is_file():
+            raise SourceError(str(d), f"$.tables.{name}", "file", f"{t['file']} is missing")
+        if _sha256(path) != t["sha256"]:
+            raise SourceError(str(path), "", "", "content does not match the manifest's sha256 (changed or damaged)")
+    return manifest
+
+
+def read_export_tables(export_dir: Path | str) -> dict[str, dict[str, list]]:
+    """The store tables of a verified export, as columns (what `import` re-keys and writes)."""
+    import pyarrow.parquet as pq
+
+    d = Path(export_dir)
+    manifest = verify_export(d)
+    out: dict[str, dict[str, list]] = {}
+    for name in TABLE_COLUMNS:
+        table = pq.read_table(d / manifest["tables"][name]["file"])
+        if table.num_rows != manifest["tables"][name]["rows"]:
+            raise SourceError(str(d / f"{name}.parquet"), "", "", "row count does not match the manifest")
+        out[name] = table.to_pydict()
+    return out
+
+
+def read_pools(export_dir: Path | str) -> Any:
+    """The candidate pools of a verified export, as a pyarrow Table."""
+    import pyarrow.parquet as pq
+
+    d = Path(export_dir)
+    verify_export(d)
+    return pq.read_table(d / f"{POOLS}.parquet")

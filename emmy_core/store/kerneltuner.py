@@ -1,0 +1,196 @@
+"""Kernel Tuner cache files as measurements of external kernels.
+
+A cache file (`.json` or `.json.gz`, see the peer data's README) becomes one `extern`
+kernel per (kernel name, problem size, knob space): `Extern(kernel_name, problem,
+space)` where `space` is the sha256 of the canonical JSON of `tune_params` (keys sorted,
+each knob's admissible values in the file's order). Every cache entry becomes a row with
+its knobs in the `extern.` namespace: a number in `time` is a working row whose median is
+the median of `times` converted from milliseconds to microseconds; a failure string is a
+failed row with the watchdog's placeholder time and the failure kind kept. The card is the
+file's `device_name`, exactly as written; an empty or missing one is refused unless a card
+name is given. Nothing is trusted: every knob value must be one the file's `tune_params`
+admits, and every entry's key must spell its own knob values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+
+from emmy_core.ir import Extern, IRError
+from emmy_core.ir.check import check_extern
+from emmy_core.knobs.vocab import EXTERN_PREFIX, knob_problem
+from emmy_core.store.batch import Batch
+from emmy_core.store.rows import CARD_NAME_PATTERN, PLACEHOLDER_US, CardRow, MeasurementRow, Schedule
+from emmy_core.store.sourcefile import Fields, SourceError, json_path
+
+KT_FAILURES = {"CompilationFailedConfig": "build_error", "RuntimeFailedConfig": "runtime",
+               "InvalidConfig": "invalid"}
+TOP_KEYS = ("device_name", "kernel_name", "problem_size", "tune_params_keys", "tune_params", "objective", "cache")
+MAX_KNOBS = 64
+MAX_TIMES = 100_000
+
+
+@dataclass
+class KernelTunerCache:
+    """A parsed cache: the card it was measured on, its extern kernel, the batch and its row counts."""
+
+    card: str
+    kernel: Extern
+    batch: Batch
+    ok: int
+    failed: int
+
+
+def space_digest(tune_params: dict) -> str:
+    """sha256 of the canonical JSON of `tune_params` (sorted keys, compact): the knob space's identity."""
+    text = json.dumps(tune_params, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def looks_like_cache(doc: object) -> bool:
+    return isinstance(doc, dict) and "cache" in doc and "tune_params" in doc and "format" not in doc
+
+
+def _value_key(v: object) -> tuple[type, object]:
+    return (type(v), v)
+
+
+def _params(top: Fields) -> tuple[list[str], dict[str, set], dict]:
+    keys = top.array("tune_params_keys")
+    params = top.mapping("tune_params")
+    if not keys or len(keys) > MAX_KNOBS:
+        raise top.fail("tune_params_keys", f"must name 1..{MAX_KNOBS} knobs")
+    admissible: dict[str, set] = {}
+    for i, k in enumerate(keys):
+        if not isinstance(k, str):
+            raise SourceError(top.file, json_path("$.tune_params_keys", i), "", "a knob name must be text")
+        if k in admissible:
+            raise SourceError(top.file, json_path("$.tune_params_keys", i), "", f"knob {k[:60]!r} named twice")
+        values = params.get(k)
+        if not isinstance(values, list) or not values:
+            raise SourceError(top.file, "$.tune_params", k[:60], "must be a non-empty array of admissible values")
+        for j, v in enumerate(values):
+            problem = knob_problem(EXTERN_PREFIX + k, v)
+            if problem is not None:
+                raise SourceError(top.file, json_path("$.tune_params", k, j), "", problem)
+        admissible[k] = {_value_key(v) for v in values}
+    extra = sorted(set(params) - set(admissible))
+    if extra:
+        raise SourceError(top.file, "$.tune_params", extra[0][:60], "is not named in tune_params_keys")
+    return keys, admissible, params
+
+
+def _problem(top: Fields) -> tuple[int, ...]:
+    raw = top.raw("problem_size")
+    dims = raw if isinstance(raw, list) else [raw]
+    if any(isinstance(d, bool) or not isinstance(d, int) for d in dims):
+        raise top.fail("problem_size", "must be an integer or an array of integers")
+    return tuple(dims)
+
+
+def card_of(top: Fields, card: str | None) -> str:
+    name = top.obj.get("device_name")
+    if name is not None and not isinstance(name, str):
+        raise top.fail("device_name", "must be text")
+    if not name:
+        if card is None:
+            raise top.fail("device_name", "is empty or missing: the card cannot be known; give it with --card NAME "
+                                          "(exactly as the runtime names it, e.g. 'NVIDIA GeForce RTX 3090')")
+        name = card
+    elif card is not None and card != name:
+        raise top.fail("device_name", f"names {name[:80]!r} but the card was given as {card[:80]!r}")
+    if not CARD_NAME_PATTERN.match(name):
+        raise top.fail("device_name", f"{name[:80]!r} is not a card name (1-128 printable ASCII characters)")
+    return name
+
+
+def median_us(times: list[float]) -> float:
+    """The median of repeated samples in milliseconds, in microseconds."""
+    s = sorted(times)
+    n = len(s)
+    mid = s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+    return mid * 1000.0
+
+
+def parse_cache(doc: object, file: str, *, card: str | None = None, setting: str = "deploy") -> KernelTunerCache:
+    """A Kernel Tuner cache -> the batch of its rows (without a card description: see `card_row`)."""
+    top = Fields(file, "$", doc, "a Kernel Tuner cache")
+    top.only(TOP_KEYS)
+    objective = top.obj.get("objective", "time")
+    if objective != "time":
+        raise top.fail("objective", f"{str(objective)[:40]!r}: only caches tuned for time are read")
+    name = card_of(top, card)
+    kname = top.text("kernel_name", 64)
+    keys, admissible, params = _params(top)
+    kernel = Extern(kname, _problem(top), space_digest(params))  # type: ignore[arg-type]
+    try:
+        check_extern(kernel)
+    except IRError as exc:
+        raise top.fail("kernel_name" if "problem" not in str(exc) else "problem_size", str(exc)) from None
+    cache = top.mapping("cache")
+    batch = Batch(file)
+    batch.add_kernel(kernel)
+    from emmy_core.ir import kernel_id
+
+    kid = kernel_id(kernel)
+    rows: list[MeasurementRow] = []
+    ok = failed = 0
+    knob_names = [EXTERN_PREFIX + k for k in keys]
+    for ckey, entry in cache.items():
+        record = json_path("$.cache", ckey)
+        if type(entry) is not dict:
+            raise SourceError(file, record, "", "an entry must be an object")
+        values = []
+        for k in keys:
+            if k not in entry:
+                raise SourceError(file, record, k[:60], "missing knob value")
+            v = entry[k]
+            if _value_key(v) not in admissible[k]:
+                raise SourceError(file, record, k[:60], f"{str(v)[:40]!r} is not among the admissible values "
+                                                        "in tune_params")
+            values.append(v)
+        if ",".join(str(v) for v in values) != ckey:
+            raise SourceError(file, record, "", "the key does not spell the entry's knob values")
+        sched = Schedule(dict(zip(knob_names, values, strict=True)))
+        time = entry.get("time")
+        if isinstance(time, str):
+            kind = KT_FAILURES.get(time)
+            if kind is None:
+                raise SourceError(file, record, "time", f"{time[:40]!r} is neither a number nor one of "
+                                                        f"{', '.join(KT_FAILURES)}")
+            rows.append(MeasurementRow.failed(kid, "", sched, name, setting, kind, source="import"))
+            failed += 1
+            continue
+        if isinstance(time, bool) or not isinstance(time, int | float):
+            raise SourceError(file, record, "time", "must be a number or a failure string")
+        times = entry.get("times")
+        if not isinstance(times, list) or not times or len(times) > MAX_TIMES:
+            raise SourceError(file, record, "times", "a working entry needs its repeated samples "
+                                                     f"(1..{MAX_TIMES} numbers)")
+        for t in times:
+            if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t < math.inf:
+                raise SourceError(file, record, "times", f"{str(t)[:40]} is not a positive finite time")
+        med = median_us(times)
+        if not med < PLACEHOLDER_US:
+            raise SourceError(file, record, "times", f"median {med:g} us is not below the placeholder time")
+        spread = (max(times) - min(times)) * 1000.0 / med
+        rows.append(MeasurementRow.ok(kid, "", sched, name, setting, med, spread=spread, samples=len(times),
+                                      source="import"))
+        ok += 1
+    batch.measurements = rows
+    return KernelTunerCache(name, kernel, batch, ok, failed)
+
+
+def card_row(name: str) -> CardRow:
+    """A card's description for the store: from the GPU table when the name is known, else only its name.
+
+    A name the table does not know is described as a `cuda` card with no numbers (unknown is NULL,
+    never 0): Kernel Tuner tunes GPU kernels, and extern knobs belong to no target's vocabulary.
+    """
+    from emmy_core.targets import load_table
+
+    card = load_table().get(name)
+    return CardRow(name, "cuda", {}) if card is None else CardRow.from_card(card)

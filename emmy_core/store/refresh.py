@@ -1,0 +1,74 @@
+"""`emmy db refresh-freeze`: fold the tune files beside a freeze into it, then remove them.
+
+Order matters for crash safety: everything is imported into a fresh database in a
+temporary folder first (a bad file stops the refresh with nothing changed); each card's
+freeze is then re-written through a temporary file and a rename; only after every freeze
+is in place are the folded tune files removed. A crash at any point loses nothing: at
+worst a tune file already folded is folded again, which changes nothing (the writer keeps
+the better of equal rows, and the freeze is canonical).
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from emmy_core.store.errors import StoreError
+from emmy_core.store.freeze import card_file_slug, freeze_store
+from emmy_core.store.importer import Progress, load_source
+from emmy_core.store.sourcefile import SourceError
+
+FREEZE_NAME = re.compile(r"([a-z0-9]+(?:-[a-z0-9]+)*)\.json\Z")
+TUNE_NAME = re.compile(r"([a-z0-9]+(?:-[a-z0-9]+)*)\.tune-([0-9A-Za-z-]{1,64})\.json\Z")
+
+
+@dataclass
+class RefreshReport:
+    freezes: list[Path] = field(default_factory=list)
+    folded: list[Path] = field(default_factory=list)
+    rows: int = 0
+
+
+def freeze_dir_files(freeze_dir: Path) -> tuple[list[Path], list[Path]]:
+    """The freeze files and the tune files of a folder, sorted (other files are not touched)."""
+    freezes, tunes = [], []
+    for p in sorted(freeze_dir.iterdir()):
+        if not p.is_file():
+            continue
+        if TUNE_NAME.match(p.name):
+            tunes.append(p)
+        elif FREEZE_NAME.match(p.name):
+            freezes.append(p)
+    return freezes, tunes
+
+
+def refresh_freeze(freeze_dir: Path | str, progress: Progress | None = None) -> RefreshReport:
+    """Imports the freeze and its tune files into a fresh database, re-freezes, then removes the tune files."""
+    from emmy_core.store import open_store
+
+    d = Path(freeze_dir)
+    if not d.is_dir():
+        raise StoreError(f"{d} is not a folder")
+    freezes, tunes = freeze_dir_files(d)
+    report = RefreshReport()
+    with tempfile.TemporaryDirectory(prefix="emmy-refresh-") as tmp, open_store(Path(tmp) / "fold.db", "w") as store:
+        for path in (*freezes, *tunes):
+            if progress is not None:
+                progress(path.name)
+            kind, batch = load_source(path, store)
+            m = (TUNE_NAME if path in tunes else FREEZE_NAME).match(path.name)
+            expected = "tune" if path in tunes else "freeze"
+            if kind != expected:
+                raise SourceError(str(path), "$", "format", f"a file named like a {expected} file holds a {kind}")
+            card = batch.cards[0].name
+            if m is None or card_file_slug(card) != m.group(1):
+                raise SourceError(str(path), "$.card", "name", f"card {card!r} belongs in "
+                                                              f"{card_file_slug(card)}.* files, not {path.name}")
+            report.rows += store.write(batch).offered
+        report.freezes = freeze_store(store, d)
+    for path in tunes:
+        path.unlink()
+        report.folded.append(path)
+    return report

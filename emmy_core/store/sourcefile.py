@@ -1,0 +1,218 @@
+"""Reading untrusted source files: bounded decompression, strict JSON, errors naming file, record and field.
+
+Every file an import reads came from another machine. Before `json.loads` sees a byte the
+decompressed size is capped (streaming, so a gzip bomb stops at the cap instead of filling
+memory); the text must be UTF-8; JSON must not repeat a key in one object, nor use `NaN`
+or `Infinity`. Every refusal is a `SourceError` carrying the file, the record (a JSON path
+such as `$.kernels[3].rows[17]`) and the field at fault (`knobs.block_m`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+from emmy_core.store.errors import BatchError
+
+MAX_SOURCE_BYTES = 512 * 1024 * 1024
+"""Default cap on a source file's decompressed size (bytes): beyond it the file is refused unread."""
+
+MAX_TEXT_FIELD = 64
+"""Longest short text field (names, settings, sizes are shorter still by their own rules)."""
+
+_CHUNK = 1 << 20
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+class SourceError(BatchError):
+    """A source refused: `file`, `record` (JSON path of the record) and `field` say where, `problem` why."""
+
+    def __init__(self, file: str, record: str, field: str, problem: str) -> None:
+        self.file = file
+        self.record = record
+        self.field = field
+        self.problem = problem
+        where = record if not field else f"{record}.{field}" if record else field
+        super().__init__(f"{file}: {where}: {problem}" if where else f"{file}: {problem}")
+
+
+def json_path(base: str, *parts: str | int) -> str:
+    """`json_path('$.kernels', 3, 'rows')` -> `$.kernels[3].rows` (odd keys quoted)."""
+    out = base
+    for p in parts:
+        if isinstance(p, int):
+            out += f"[{p}]"
+        elif p.isidentifier():
+            out += f".{p}"
+        else:
+            out += "[" + json.dumps(p[:60]) + "]"
+    return out
+
+
+def read_bounded(path: Path | str, max_bytes: int = MAX_SOURCE_BYTES) -> bytes:
+    """The (decompressed, when gzip) bytes of `path`; refuses a file whose content exceeds `max_bytes`."""
+    name = str(path)
+    p = Path(path)
+    try:
+        with p.open("rb") as fh:
+            magic = fh.read(2)
+            fh.seek(0)
+            if magic == GZIP_MAGIC:
+                return _read_gzip(fh, name, max_bytes)
+            size = p.stat().st_size
+            if size > max_bytes:
+                raise SourceError(name, "", "", f"file is {size} bytes, over the cap of {max_bytes}")
+            data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise SourceError(name, "", "", f"cannot read: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:
+        raise SourceError(name, "", "", f"file is over the cap of {max_bytes} bytes")
+    return data
+
+
+def _read_gzip(fh: Any, name: str, max_bytes: int) -> bytes:
+    out = bytearray()
+    try:
+        with gzip.GzipFile(fileobj=fh, mode="rb") as gz:
+            while True:
+                chunk = gz.read(_CHUNK)
+                if not chunk:
+                    break
+                out += chunk
+                if len(out) > max_bytes:
+                    raise SourceError(name, "", "", f"decompressed content exceeds the cap of {max_bytes} bytes "
+                                      "(refused as a possible gzip bomb)")
+    except (OSError, EOFError, zlib.error) as exc:
+        raise SourceError(name, "", "", f"not a complete gzip stream: {exc}") from None
+    return bytes(out)
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise ValueError(f"key {k[:60]!r} repeated in one object")
+            seen.add(k)
+    return out
+
+
+def _no_constant(token: str) -> NoReturn:
+    raise ValueError(f"{token} is not a JSON number")
+
+
+def loads_strict(data: bytes, name: str) -> Any:
+    """Strict JSON of `data`: UTF-8, no repeated keys, no NaN/Infinity; a `SourceError` naming the file else."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SourceError(name, "", "", f"not UTF-8 text (byte {exc.start})") from None
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise SourceError(name, "", "", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except (ValueError, RecursionError) as exc:
+        raise SourceError(name, "", "", f"not valid JSON: {str(exc)[:200]}") from None
+
+
+def load_json_file(path: Path | str, max_bytes: int = MAX_SOURCE_BYTES) -> Any:
+    """`read_bounded` then `loads_strict`."""
+    data = read_bounded(path, max_bytes)
+    return loads_strict(data, str(path))
+
+
+class Fields:
+    """Typed access to one JSON object of a source, refusing with the file, record and field at fault."""
+
+    __slots__ = ("file", "obj", "record")
+
+    def __init__(self, file: str, record: str, obj: object, what: str = "record") -> None:
+        if not isinstance(obj, dict):
+            raise SourceError(file, record, "", f"{what} must be an object, not {_kind(obj)}")
+        self.file = file
+        self.record = record
+        self.obj = obj
+
+    def fail(self, field: str, problem: str) -> SourceError:
+        return SourceError(self.file, self.record, field, problem)
+
+    def only(self, allowed: tuple[str, ...] | frozenset[str]) -> None:
+        """Refuses keys outside `allowed` (a file from a newer writer must not be half-read)."""
+        for key in self.obj:
+            if key not in allowed:
+                raise self.fail(str(key)[:60], f"unknown field (known: {', '.join(sorted(allowed))})")
+
+    def has(self, key: str) -> bool:
+        return key in self.obj
+
+    def raw(self, key: str) -> Any:
+        if key not in self.obj:
+            raise self.fail(key, "missing")
+        return self.obj[key]
+
+    def text(self, key: str, max_len: int = MAX_TEXT_FIELD, *, optional: bool = False,
+             allow_empty: bool = False) -> str | None:
+        if optional and key not in self.obj:
+            return None
+        v = self.raw(key)
+        if not isinstance(v, str):
+            raise self.fail(key, f"must be text, not {_kind(v)}")
+        if len(v) > max_len:
+            raise self.fail(key, f"text of {len(v)} characters is longer than {max_len}")
+        if not v and not allow_empty:
+            raise self.fail(key, "is empty")
+        return v
+
+    def integer(self, key: str, low: int, high: int, *, optional: bool = False) -> int | None:
+        if optional and key not in self.obj:
+            return None
+        v = self.raw(key)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self.fail(key, f"must be an integer, not {_kind(v)}")
+        if not low <= v <= high:
+            raise self.fail(key, f"{v} is not in {low}..{high}")
+        return v
+
+    def number(self, key: str, *, optional: bool = False) -> float | None:
+        if optional and key not in self.obj:
+            return None
+        v = self.raw(key)
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise self.fail(key, f"must be a number, not {_kind(v)}")
+        return float(v)
+
+    def array(self, key: str, *, optional: bool = False) -> list:
+        if optional and key not in self.obj:
+            return []
+        v = self.raw(key)
+        if not isinstance(v, list):
+            raise self.fail(key, f"must be an array, not {_kind(v)}")
+        return v
+
+    def mapping(self, key: str, *, optional: bool = False) -> dict:
+        if optional and key not in self.obj:
+            return {}
+        v = self.raw(key)
+        if not isinstance(v, dict):
+            raise self.fail(key, f"must be an object, not {_kind(v)}")
+        return v
+
+    def sub(self, key: str) -> Fields:
+        return Fields(self.file, json_path(self.record, key), self.raw(key), key)
+
+    def check(self, key: str, test: Callable[[Any], str | None]) -> Any:
+        v = self.raw(key)
+        problem = test(v)
+        if problem is not None:
+            raise self.fail(key, problem)
+        return v
+
+
+def _kind(v: object) -> str:
+    return {dict: "an object", list: "an array", str: "text", bool: "a boolean", type(None): "null",
+            int: "an integer", float: "a number"}.get(type(v), type(v).__name__)

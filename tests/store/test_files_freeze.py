@@ -1,0 +1,168 @@
+"""Freezes: canonical per-card files, byte-identical twice and through an import (seed 09, "A frozen
+snapshot makes a fit reproducible"); import re-keys from text; hand-run rows travel too."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from emmy_core.ir import identity, kernel_id, render
+from emmy_core.ir.builders import matmul, rmsnorm, softmax
+from emmy_core.store import CardRow, GoldenRow, MeasurementRow, MemoryStore, RoutingRow, Store, open_store
+from emmy_core.store.freeze import freeze_db, freeze_store, render_snapshot, snapshot
+from emmy_core.store.importer import import_db, import_into
+from emmy_core.store.stats import db_stats
+
+H200 = CardRow("NVIDIA H200", "cuda", {"sm_count": 132, "bandwidth_gbs": 4800.0, "memory_gb": 141.0})
+H100 = CardRow("NVIDIA H100 80GB HBM3", "cuda", {"sm_count": 132, "bandwidth_gbs": 3350.0})
+CPU = CardRow("AMD EPYC x2", "cpu", {"cores": 2})
+NORM, SOFT, MM, PIECE_A, PIECE_B = rmsnorm(64), softmax(128), matmul(64, 64, 64), rmsnorm(32), softmax(32)
+KERNELS = [NORM, SOFT, MM, PIECE_A, PIECE_B]
+
+
+def ids() -> list[str]:
+    return [kernel_id(k) for k in KERNELS]
+
+
+def populate(store: Store) -> None:
+    """Two GPU cards and a CPU: working, failed and hand-run rows, a split with two pieces, goldens."""
+    n, s, m, a, b = ids()
+    rows = [
+        MeasurementRow.ok(n, "B=8", {"block": 64, "num_warps": 4}, H200.name, "deploy", 12.5, spread=0.01, samples=5),
+        MeasurementRow.ok(n, "B=16", {"block": 64, "num_warps": 4}, H200.name, "deploy", 22.25, samples=5),
+        MeasurementRow.ok(n, "B=8", {"block": 128, "num_warps": 8}, H200.name, "rank", 1 / 3, samples=2),
+        MeasurementRow.failed(s, "B=8", {"block": 128, "num_warps": 8}, H200.name, "deploy", "build_error"),
+        MeasurementRow.ok(a, "B=8", {"block": 32}, H200.name, "deploy", 3.0, samples=3, source="hand"),
+        MeasurementRow.ok(b, "B=8", {"block": 32}, H200.name, "deploy", 4.0, samples=3),
+        MeasurementRow.ok(n, "B=8", {"block": 64, "num_warps": 4}, H100.name, "deploy", 14.0, samples=5),
+        MeasurementRow.ok(n, "B=8", {"tile_m": 8, "threads": 2}, CPU.name, "deploy", 900.0, samples=4),
+    ]
+    store.record(rows, kernels=KERNELS, cards=[H200, H100, CPU],
+                 routing=[RoutingRow(m, "split:K=2", 0, a), RoutingRow(m, "split:K=2", 1, b)],
+                 goldens=[GoldenRow(n, "B=8", H200.name, "deploy", knobs={"block": 64, "num_warps": 4}),
+                          GoldenRow(m, "", H200.name, "deploy", decision="split:K=2"),
+                          GoldenRow(s, "B=8", H200.name, "deploy", knobs={"block": 256, "num_warps": 8})])
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "src.db"
+    with open_store(path, "w") as s:
+        populate(s)
+    return path
+
+
+def stats_of(path: Path) -> dict:
+    out = db_stats(path)
+    out.pop("path", None)
+    return out
+
+
+def test_freezing_the_same_database_twice_gives_byte_identical_files(db: Path, tmp_path: Path) -> None:
+    first = freeze_db(db, tmp_path / "one")
+    second = freeze_db(db, tmp_path / "two")
+    assert [p.name for p in first] == ["amd-epyc-x2.json", "nvidia-h100-80gb-hbm3.json", "nvidia-h200.json"]
+    for a, b in zip(first, second, strict=True):
+        assert a.read_bytes() == b.read_bytes()
+        text = a.read_text()
+        assert text.endswith("}\n") and text.startswith('{"format":"emmy-freeze","version":1,')
+        assert json.loads(text)["format"] == "emmy-freeze"
+
+
+def test_freeze_import_freeze_is_byte_identical(db: Path, tmp_path: Path) -> None:
+    files = freeze_db(db, tmp_path / "one")
+    outcomes = import_db(tmp_path / "fresh.db", files, fresh=True)
+    assert all(o.ok for o in outcomes), [o.message for o in outcomes]
+    again = freeze_db(tmp_path / "fresh.db", tmp_path / "two")
+    assert [p.read_bytes() for p in files] == [p.read_bytes() for p in again]
+    assert stats_of(tmp_path / "fresh.db") == stats_of(db)
+
+
+def test_the_duckdb_and_memory_stores_freeze_to_the_same_bytes(db: Path) -> None:
+    mem = MemoryStore()
+    populate(mem)
+    with open_store(db, "r") as duck:
+        for card in (H200.name, H100.name, CPU.name):
+            assert render_snapshot(snapshot(mem, card)) == render_snapshot(snapshot(duck, card))
+
+
+def test_a_frozen_kernel_is_its_text_with_no_identity_or_feature_beside_it(db: Path, tmp_path: Path) -> None:
+    (h200,) = freeze_db(db, tmp_path, H200.name)
+    text = h200.read_text()
+    assert not re.search(r"[0-9a-f]{64}", text), "no identity (nor any digest) is stored in a freeze"
+    doc = json.loads(text)
+    for k in doc["kernels"]:
+        assert set(k) == {"c_name", "goldens", "program", "rows"}
+    assert {k["program"] for k in doc["kernels"]} == {render(k) for k in KERNELS}
+
+
+def test_a_freeze_holds_the_decisions_that_reach_its_kernels(db: Path, tmp_path: Path) -> None:
+    doc = json.loads(freeze_db(db, tmp_path, H200.name)[0].read_text())
+    programs = [k["program"] for k in doc["kernels"]]
+    (dec,) = doc["decisions"]
+    assert programs[dec["parent"]] == render(MM) and dec["decision"] == "split:K=2"
+    assert [programs[p["kernel"]] for p in dec["pieces"]] == [render(PIECE_A), render(PIECE_B)]
+    h100 = json.loads(freeze_db(db, tmp_path, H100.name)[0].read_text())
+    assert h100["decisions"] == [] and [k["program"] for k in h100["kernels"]] == [render(NORM)]
+
+
+def test_a_freeze_says_which_rows_are_golden(db: Path, tmp_path: Path) -> None:
+    doc = json.loads(freeze_db(db, tmp_path, H200.name)[0].read_text())
+    by_text = {k["program"]: k for k in doc["kernels"]}
+    norm = by_text[render(NORM)]
+    golden = [r for r in norm["rows"] if r.get("golden")]
+    assert len(golden) == 1 and golden[0]["sizes"] == "B=8" and golden[0]["setting"] == "deploy"
+    assert by_text[render(MM)]["goldens"] == [{"decision": "split:K=2", "setting": "deploy", "sizes": ""}]
+    # a golden whose schedule was never measured is listed on its kernel, not lost
+    assert by_text[render(SOFT)]["goldens"] == [{"knobs": {"block": 256, "num_warps": 8}, "setting": "deploy",
+                                                 "sizes": "B=8"}]
+
+
+def test_rows_are_sorted_and_numbers_have_one_spelling(db: Path, tmp_path: Path) -> None:
+    doc = json.loads(freeze_db(db, tmp_path, H200.name)[0].read_text())
+    for k in doc["kernels"]:
+        keys = [(r["sizes"], r["setting"], json.dumps(r["knobs"], sort_keys=True, separators=(",", ":")))
+                for r in k["rows"]]
+        assert keys == sorted(keys)
+    text = freeze_db(db, tmp_path, H200.name)[0].read_text()
+    assert '"median_us":0.3333333333333333' in text  # shortest round-trip form
+    assert '"median_us":1000000000.0' in text  # the failed row's placeholder
+
+
+def test_hand_run_measurements_are_recorded_too(db: Path, tmp_path: Path) -> None:
+    """Seed 09: hand-found optima are not lost: they travel through a freeze with their source."""
+    files = freeze_db(db, tmp_path / "f")
+    mem = MemoryStore()
+    assert all(o.ok for o in import_into(mem, files))
+    hand = [m for m in mem.measurements() if m.source == "hand"]
+    assert len(hand) == 1 and hand[0].kernel_id == kernel_id(PIECE_A) and hand[0].median_us == 3.0
+
+
+def test_import_recomputes_identity_from_text_so_a_new_identity_version_rekeys(
+        db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    files = freeze_db(db, tmp_path / "f")
+    old = set(ids())
+    monkeypatch.setattr(identity, "IDENTITY_VERSION", identity.IDENTITY_VERSION + 1)
+    new = set(ids())
+    assert not old & new
+    mem = MemoryStore()
+    assert all(o.ok for o in import_into(mem, files))
+    assert set(mem.kernels()) == new
+    assert {m.kernel_id for m in mem.measurements()} <= new and len(mem.measurements()) == 8
+    assert {(r.parent_id, r.piece_id) for r in mem.routing()} == {
+        (kernel_id(MM), kernel_id(PIECE_A)), (kernel_id(MM), kernel_id(PIECE_B))}
+    assert {g.kernel_id for g in mem.goldens()} == {kernel_id(NORM), kernel_id(MM), kernel_id(SOFT)}
+    # and the re-keyed store freezes to the same bytes: a freeze holds no identity
+    refrozen = freeze_store(mem, tmp_path / "g")
+    assert [p.read_bytes() for p in refrozen] == [p.read_bytes() for p in files]
+
+
+def test_freeze_of_one_card_only(db: Path, tmp_path: Path) -> None:
+    paths = freeze_db(db, tmp_path, CPU.name)
+    assert [p.name for p in paths] == ["amd-epyc-x2.json"]
+    doc = json.loads(paths[0].read_text())
+    assert doc["card"]["name"] == CPU.name and doc["card"]["target"] == "cpu"
+    assert [r["knobs"] for k in doc["kernels"] for r in k["rows"]] == [{"threads": 2, "tile_m": 8}]
