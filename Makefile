@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 install: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/emmy run-main
+	$(BIN)/emmy main
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
