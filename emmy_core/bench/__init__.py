@@ -1,0 +1,25 @@
+"""Benching: build, verify against the f64 reference, time, integrity checks, watchdog, tune loop.
+
+`bench(plan, card, ...)` is the one harness behind `emmy tune` and `emmy run --bench`;
+every variant runs in a worker process under a watchdog (`watchdog.py`, `worker.py`).
+"""
+
+from emmy_core.bench.harness import (
+    BACKENDS,
+    PLACEHOLDER_US,
+    BenchConfig,
+    BenchError,
+    BenchReport,
+    Outcome,
+    Planned,
+    Unit,
+    bench,
+    dedupe,
+)
+from emmy_core.bench.integrity import FLAGS, Stats, summarize, timing_flags
+from emmy_core.bench.record import Recorder
+
+__all__ = [
+    "BACKENDS", "FLAGS", "PLACEHOLDER_US", "BenchConfig", "BenchError", "BenchReport", "Outcome", "Planned",
+    "Recorder", "Stats", "Unit", "bench", "dedupe", "summarize", "timing_flags",
+]

@@ -1,0 +1,305 @@
+"""The one bench harness behind `emmy tune` and `emmy run --bench`.
+
+For a plan of (kernel, sizes) units, each with the knob assignments to try:
+dedupe by measurement identity (identical kernels at identical sizes are one unit of
+work however often a model contains them; a variant already measured ok on this card
+and setting is skipped), then per variant, in an isolated worker with a watchdog:
+build, verify against the f64 reference on fresh random inputs and poisoned outputs,
+time, and check integrity. A build error, launch error, hang or crash becomes a failed
+row with the placeholder time and the bench goes on; a flagged result (wrong,
+nondeterministic, too noisy, faster than the card allows) is reported and never
+recorded. Each kernel's rows are recorded together, through the recorder given.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from emmy_core.bench.integrity import DEFAULT_SPREAD_LIMIT, Stats, summarize, timing_flags
+from emmy_core.bench.progress import BenchProgress
+from emmy_core.bench.record import Recorder
+from emmy_core.bench.watchdog import WorkerCrashed, WorkerProcess, WorkerTimeout
+from emmy_core.codegen.backend import get_setting
+from emmy_core.ir import Program, facts, format_sizes, kernel_id, render, resolve_sizes
+from emmy_core.knobs.vocab import canonical_knobs, knobs_problem, schedule_id
+from emmy_core.targets import Card, min_time_us
+
+FAILURE_KINDS = ("build_error", "launch_error", "timeout", "crash", "runtime")
+DEFAULT_TIMEOUT_S = 120.0
+DEFAULT_PREPARE_TIMEOUT_S = 600.0
+PLACEHOLDER_US = 1e9  # the watchdog's time for a failed row (the store checks it; a test keeps them equal)
+START_TIMEOUT_S = 180.0  # a fresh worker imports torch and the backend
+BACKENDS: dict[str, str] = {  # target -> "module:attr" of its code generator
+    "cpu": "emmy_core.codegen.c:CBackend",
+    "cuda": "emmy_core.codegen.triton_gen:TritonBackend",
+}
+
+
+class BenchError(RuntimeError):
+    """The bench cannot run at all (bad plan, backend missing, timings that must not be recorded)."""
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One kernel at concrete sizes of its dynamic axes (missing sizes take the expected ones)."""
+
+    program: Program
+    sizes: Mapping[str, int] = field(default_factory=dict)
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sizes", resolve_sizes(self.program, dict(self.sizes)))
+
+    @property
+    def kernel_id(self) -> str:
+        return kernel_id(self.program)
+
+    @property
+    def sizes_text(self) -> str:
+        return format_sizes(dict(self.sizes))
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.kernel_id, self.sizes_text
+
+
+@dataclass
+class Planned:
+    """A deduplicated unit: how many times the plan contained it, and its variants in order."""
+
+    unit: Unit
+    count: int
+    variants: list[dict[str, object]]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one variant. status: ok | failed | flagged | verified (checked, not timed).
+
+    `recordable` outcomes (ok and failed) are measurement rows: the key is (kernel_id, sizes,
+    knobs, card, setting); a failed one carries its failure kind and the placeholder time.
+    """
+
+    unit: Unit
+    knobs: dict[str, object]
+    card: str
+    setting: str
+    source: str
+    status: str
+    failure: str | None = None
+    flags: tuple[str, ...] = ()
+    message: str = ""
+    stats: Stats | None = None
+
+    @property
+    def recordable(self) -> bool:
+        return self.status in ("ok", "failed")
+
+    @property
+    def median_us(self) -> float | None:
+        if self.status == "failed":
+            return PLACEHOLDER_US
+        return self.stats.median_us if self.stats is not None else None
+
+
+@dataclass
+class BenchReport:
+    planned: list[Planned]
+    outcomes: list[Outcome] = field(default_factory=list)
+    skipped_known: int = 0
+    unit_errors: list[tuple[Unit, str]] = field(default_factory=list)
+    rows_recorded: int = 0
+    wall_s: float = 0.0
+    worker_starts: int = 0
+
+    def count(self, status: str) -> int:
+        return sum(1 for o in self.outcomes if o.status == status)
+
+    @property
+    def flag_reasons(self) -> Counter[str]:
+        return Counter(f for o in self.outcomes if o.status == "flagged" for f in o.flags)
+
+    @property
+    def failure_kinds(self) -> Counter[str]:
+        return Counter(o.failure for o in self.outcomes if o.status == "failed")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    setting: str = "deploy"
+    source: str = "tune"  # tune | hand
+    timeout_s: float = DEFAULT_TIMEOUT_S  # per variant: build + verify + time
+    prepare_timeout_s: float = DEFAULT_PREPARE_TIMEOUT_S  # per kernel: inputs and the f64 reference
+    spread_limit: float = DEFAULT_SPREAD_LIMIT
+    seed: int = 0
+    time: bool = True  # False: build and verify only (nothing is recorded)
+    skip_measured: bool = True  # skip variants the recorder already holds as measured ok
+    progress: bool = False
+
+
+def dedupe(plan: Iterable[tuple[Unit, Sequence[Mapping[str, object]]]]) -> list[Planned]:
+    """Merges units of one measurement identity (kernel, sizes), keeping first-seen order of variants."""
+    merged: dict[tuple[str, str], Planned] = {}
+    seen: dict[tuple[str, str], set[str]] = {}
+    for unit, variants in plan:
+        p = merged.get(unit.key)
+        if p is None:
+            p = merged[unit.key] = Planned(unit, 0, [])
+            seen[unit.key] = set()
+        p.count += 1
+        for knobs in variants:
+            k = dict(knobs)
+            problem = knobs_problem(k)
+            if problem is not None:
+                raise BenchError(f"kernel {unit.program.name}: knobs {canonical_knobs(k)[:120]}: {problem}")
+            sid = schedule_id(k)
+            if sid not in seen[unit.key]:
+                seen[unit.key].add(sid)
+                p.variants.append(k)
+    return list(merged.values())
+
+
+class _Session:
+    """The worker and what it currently holds (which backend was greeted, which unit is prepared)."""
+
+    def __init__(self, backend: str, card: Card, config: BenchConfig, env: dict[str, str] | None) -> None:
+        self.backend = backend
+        self.card = card
+        self.config = config
+        self.proc = WorkerProcess(env)
+        self.unit_key: tuple[str, str] | None = None
+        self.can_time = True
+
+    def _greet(self) -> None:
+        self.proc.start()
+        reply = self.proc.request({"op": "hello", "backend": self.backend}, START_TIMEOUT_S)
+        if "error" in reply:
+            raise BenchError(f"backend {self.backend}: {reply['error']}")
+        if reply.get("target") != self.card.target:
+            raise BenchError(f"backend {self.backend} targets {reply.get('target')!r}, card {self.card.name!r} "
+                             f"is {self.card.target!r}")
+        self.can_time = bool(reply.get("can_time"))
+        if self.config.time and not self.can_time:
+            raise BenchError("this backend runs under Triton's interpreter here (no GPU): interpreter timings "
+                             "are never recorded; verify without timing, or bench on a GPU")
+        self.unit_key = None
+
+    def ensure(self, unit: Unit) -> None:
+        """A live, greeted worker with `unit` prepared; raises WorkerTimeout/WorkerCrashed/RuntimeError."""
+        if not self.proc.alive:
+            self._greet()
+        if self.unit_key == unit.key:
+            return
+        self.unit_key = None
+        seed = (int(unit.kernel_id[:8], 16) + self.config.seed) % (2**32)
+        reply = self.proc.request({"op": "unit", "kernel": render(unit.program), "sizes": unit.sizes_text,
+                                   "seed": seed}, self.config.prepare_timeout_s)
+        if "error" in reply:
+            raise RuntimeError(f"reference for {unit.program.name} at {unit.sizes_text!r}: {reply['error']}")
+        self.unit_key = unit.key
+
+    def variant(self, knobs: dict[str, object]) -> dict[str, Any]:
+        try:
+            return self.proc.request({"op": "variant", "knobs": knobs, "setting": self.config.setting,
+                                      "time": self.config.time, "spread_limit": self.config.spread_limit},
+                                     self.config.timeout_s)
+        except WorkerTimeout as exc:
+            self.unit_key = None
+            return {"status": "failed", "failure": "timeout", "message": str(exc)}
+        except WorkerCrashed as exc:
+            self.unit_key = None
+            return {"status": "failed", "failure": "crash", "message": str(exc)}
+
+
+def _outcome(unit: Unit, knobs: dict[str, object], reply: dict[str, Any], card: Card, config: BenchConfig,
+             floor_us: float) -> Outcome:
+    def out(status: str, **kw: Any) -> Outcome:
+        return Outcome(unit, knobs, card.name, config.setting, config.source, status, **kw)
+
+    if "error" in reply:
+        reply = {"status": "failed", "failure": "runtime", "message": str(reply["error"])}
+    status = reply.get("status")
+    message = str(reply.get("message", ""))
+    if status == "failed":
+        failure = str(reply.get("failure"))
+        return out("failed", failure=failure if failure in FAILURE_KINDS else "runtime", message=message)
+    samples = [float(x) for x in reply.get("samples_us") or []]
+    stats = summarize(samples) if samples else None
+    if status == "flagged":
+        return out("flagged", flags=tuple(str(f) for f in reply.get("flags") or ()), message=message, stats=stats)
+    if status != "ran":
+        return out("failed", failure="runtime", message=f"worker answered {str(reply)[:200]}")
+    if stats is None:
+        return out("verified", message="built and verified; not timed")
+    flags = timing_flags(stats, floor_us, config.spread_limit)
+    if flags:
+        why = []
+        if "spread" in flags:
+            why.append(f"spread (p90-p10)/median {stats.spread:.2f} > {config.spread_limit:g}")
+        if "below_floor" in flags:
+            why.append(f"median {stats.median_us:.3g} us below the card's floor {floor_us:.3g} us")
+        return out("flagged", flags=tuple(flags), message="; ".join(why), stats=stats)
+    return out("ok", stats=stats)
+
+
+def bench(plan: Iterable[tuple[Unit, Sequence[Mapping[str, object]]]], card: Card, backend: str | None = None,
+          recorder: Recorder | None = None, config: BenchConfig | None = None,
+          on_outcome: Callable[[Outcome], None] | None = None, worker_env: dict[str, str] | None = None,
+          ) -> BenchReport:
+    """Benches every variant of every unit of `plan` on `card`; returns what became of each.
+
+    `backend` is `module:attr` of a code generator (default: the card's target's).
+    Rows (ok and failed) go to `recorder` one kernel at a time; without a recorder nothing is written.
+    """
+    config = config or BenchConfig()
+    get_setting(config.setting)
+    if config.source not in ("tune", "hand"):
+        raise BenchError(f"source {config.source!r} is not tune or hand")
+    backend = backend or BACKENDS[card.target]
+    t0 = time.monotonic()
+    report = BenchReport(dedupe(plan))
+    work: list[tuple[Planned, list[dict[str, object]]]] = []
+    for p in report.planned:
+        known = recorder.measured_ok(p.unit.kernel_id, p.unit.sizes_text, card.name, config.setting) \
+            if recorder is not None and config.time and config.skip_measured else set()
+        todo = [k for k in p.variants if schedule_id(k) not in known]
+        report.skipped_known += len(p.variants) - len(todo)
+        if todo:
+            work.append((p, todo))
+    session = _Session(backend, card, config, worker_env)
+    total = sum(len(todo) for _, todo in work)
+    try:
+        with BenchProgress(total, enabled=config.progress) as progress:
+            for p, todo in work:
+                unit = p.unit
+                f = facts(unit.program, dict(unit.sizes))
+                floor_us = min_time_us(card, f.bytes_moved, f.flops)
+                rows: list[Outcome] = []
+                for i, knobs in enumerate(todo):
+                    try:
+                        session.ensure(unit)
+                    except BenchError:
+                        raise
+                    except RuntimeError as exc:  # the reference could not be prepared: no variant runs
+                        report.unit_errors.append((unit, str(exc)))
+                        progress.skip(len(todo) - i)
+                        break
+                    out = _outcome(unit, knobs, session.variant(knobs), card, config, floor_us)
+                    report.outcomes.append(out)
+                    if out.recordable:
+                        rows.append(out)
+                    progress.advance(out, unit.program.name)
+                    if on_outcome is not None:
+                        on_outcome(out)
+                if rows and recorder is not None and config.time:
+                    recorder.record(unit.program, card, rows)
+                    report.rows_recorded += len(rows)
+    finally:
+        report.worker_starts = session.proc.starts
+        session.proc.close()
+        report.wall_s = time.monotonic() - t0
+    return report

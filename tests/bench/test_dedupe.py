@@ -1,0 +1,43 @@
+"""Dedupe by measurement identity: one unit of work per identical kernel; measured-ok variants are skipped."""
+
+from __future__ import annotations
+
+from emmy_core.bench.harness import BenchConfig, Unit, bench, dedupe
+from emmy_core.cli.tune_cmd import StoreRecorder
+from emmy_core.ir.builders import elementwise
+from emmy_core.store import MemoryStore
+from tests.bench import planted
+from tests.bench.conftest import tiny_kernel
+
+CONFIG = BenchConfig(setting="rank", timeout_s=10, spread_limit=50.0)
+
+
+def test_a_kernel_contained_n_times_is_one_unit_of_work() -> None:
+    k = tiny_kernel()
+    twin = elementwise("a+b", dtype="f32", batch_hint=64, cols=16)  # another expected size: same identity
+    plan = [(Unit(k, {"B": 4}, label=f"layer {i}"), [{"unroll": 1}, {"unroll": 2}]) for i in range(5)]
+    plan.append((Unit(twin, {"B": 4}), [{"unroll": 2}, {"unroll": 3}]))
+    plan.append((Unit(k, {"B": 8}), [{"unroll": 1}]))  # other sizes: another measurement identity
+    [first, other] = dedupe(plan)
+    assert first.count == 6 and first.variants == [{"unroll": 1}, {"unroll": 2}, {"unroll": 3}]
+    assert other.count == 1 and other.unit.sizes_text == "B=8"
+
+
+def test_a_model_containing_the_same_kernel_n_times_benches_it_once(cpu_card) -> None:
+    k = tiny_kernel()
+    plan = [(Unit(k, {"B": 4}, label=f"layer {i}"), [{"unroll": planted.CORRECT}]) for i in range(4)]
+    report = bench(plan, cpu_card, planted.SPEC, None, CONFIG)
+    assert [p.count for p in report.planned] == [4]
+    assert len(report.outcomes) == 1 and report.outcomes[0].status == "ok"
+
+
+def test_variants_already_measured_ok_are_skipped_and_failed_ones_retried(cpu_card) -> None:
+    store = MemoryStore()
+    unit = Unit(tiny_kernel(), {"B": 4})
+    variants = [{"unroll": planted.CORRECT}, {"unroll": planted.BUILD_ERROR}]
+    first = bench([(unit, variants)], cpu_card, planted.SPEC, StoreRecorder(store), CONFIG)
+    assert (first.count("ok"), first.count("failed"), first.rows_recorded) == (1, 1, 2)
+    again = bench([(unit, variants)], cpu_card, planted.SPEC, StoreRecorder(store), CONFIG)
+    assert again.skipped_known == 1
+    assert [o.knobs for o in again.outcomes] == [{"unroll": planted.BUILD_ERROR}]
+    assert len(store.measurements()) == 2  # the retried failure kept its one row
