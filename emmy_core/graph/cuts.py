@@ -11,6 +11,8 @@ type, as the unfused graph would store it.
 - `cut:prologue` (row family, from `fuse_norm`): for an rmsnorm with the residual
   prologue, `h = x + res` (the parent's own output `h`), then the plain rmsnorm of `h`;
   for a softmax with a scale, `xs = x * scale`, then the plain softmax of `xs`.
+- `cut:epilogue` of a row kernel (from `fuse_norm`): the norm without its epilogue into
+  `yn`, then the epilogue steps as an elementwise kernel into `y`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from emmy_core.graph.decisions import Decision
-from emmy_core.ir import builders
+from emmy_core.graph.kernels import apply_steps
 from emmy_core.ir.builders import acc_dtype, kernel_name, to
 from emmy_core.ir.check import validate
 from emmy_core.ir.errors import IRError
@@ -132,21 +134,33 @@ def _used_axes(parent: Program, buffers: tuple[Buffer, ...]) -> tuple[Axis, ...]
     return tuple(a for a in parent.axes if a.name in used)
 
 
-def cut_rmsnorm_prologue(parent: Program, hidden: int, dtype: str, eps: float) -> Decision:
-    """`cut:prologue` of an rmsnorm with the residual prologue: `h = x + res`, then rmsnorm(h)."""
-    rows = parent.axis("B")
+def cut_rmsnorm_prologue(parent: Program, plain: Program, dtype: str) -> Decision:
+    """`cut:prologue` of an rmsnorm with the residual prologue: `h = x + res`, then `plain` (no prologue) of h."""
     if {b.name for b in parent.buffers} != {"x", "res", "w", "y", "h"}:
         raise IRError(f"cut:{PROLOGUE} of {parent.name}: not an rmsnorm with the residual prologue")
+    rows, row = parent.axis("B"), parent.axis("H")
     add = Program(
-        kernel_name("residual_add", dtype, f"H{hidden}"), (rows, parent.axis("H")),
+        kernel_name("residual_add", dtype, f"H{row.extent}"), (rows, row),
         (Buffer("x", "in", dtype, ("B", "H")), Buffer("res", "in", dtype, ("B", "H")),
          Buffer("h", "out", dtype, ("B", "H"))),
         _nest((("i", "B"), ("j", "H")), (Store("h", ("i", "j"), Binary("add", Load("x", ("i", "j")),
                                                                       Load("res", ("i", "j")))),)),
     )
-    plain = builders.rmsnorm(hidden, dtype, rows.hint or 1, eps)
     norm = rename_buffers(plain, {"x": "h"}, kernel_name(plain.name, "of_h"))
     return Decision(parent, format_cut(PROLOGUE), (validate(add), norm))  # type: ignore[arg-type]
+
+
+def cut_row_epilogue(parent: Program, bare: Program, steps: tuple[str, ...]) -> Decision:
+    """`cut:epilogue` of a row kernel with epilogue `steps`: `bare` (no epilogue) into `yn`, then the steps."""
+    y = parent.buffer("y")
+    t = acc_dtype(y.dtype)
+    norm = rename_buffers(bare, {"y": "yn"}, kernel_name(bare.name, "to_yn"))
+    rows, row = y.shape
+    value = to(y.dtype, apply_steps(to(t, Load("yn", ("i", "j")), y.dtype), steps, t), t)
+    buffers = (Buffer("yn", "in", y.dtype, y.shape), y)
+    ep = Program(kernel_name(parent.name, "cut_ep"), _used_axes(parent, buffers), buffers,
+                 _nest((("i", rows), ("j", row)), (Store("y", ("i", "j"), value),)))
+    return Decision(parent, format_cut(EPILOGUE), (norm, validate(ep)))  # type: ignore[arg-type]
 
 
 def cut_softmax_scale(parent: Program, plain: Program, dtype: str, scale: float) -> Decision:

@@ -47,8 +47,8 @@ class Fork:
 
 
 def kernel_forks(kernel: Program, card: Card | None = None,
-                 cut: decisions.Decision | None = None) -> tuple[Fork, ...]:
-    """The forks one kernel offers: its schedule (with a card), its splits, and its cut if it has one."""
+                 cuts: tuple[decisions.Decision, ...] = ()) -> tuple[Fork, ...]:
+    """The forks one kernel offers: its schedule (with a card), its splits, and each fusion cut it has."""
     out: list[Fork] = []
     if card is not None:
         from emmy_core.knobs import candidates
@@ -57,7 +57,7 @@ def kernel_forks(kernel: Program, card: Card | None = None,
     splits = decisions.legal_splits(kernel)
     if splits:
         out.append(Fork(kernel, SPLIT, (KEEP_WHOLE, *(decisions.apply(kernel, s) for s in splits))))
-    if cut is not None:
+    for cut in cuts:
         out.append(Fork(kernel, cut.decision, (KEEP_FUSED, cut)))
     return tuple(out)
 
@@ -71,5 +71,5 @@ def forks(lowered: Lowered, card: Card | None = None) -> tuple[Fork, ...]:
         if kid in seen:
             continue
         seen.add(kid)
-        out.extend(kernel_forks(step.program, card, step.cut))
+        out.extend(kernel_forks(step.program, card, step.cuts))
     return tuple(out)

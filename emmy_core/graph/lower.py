@@ -41,7 +41,7 @@ class KernelStep:
     inputs: tuple[tuple[str, str], ...]  # (buffer, graph value)
     outputs: tuple[tuple[str, str], ...]  # (buffer, graph value)
     axes: tuple[tuple[str, tuple[Dim, ...]], ...]  # dynamic kernel axis -> graph dims it is the product of
-    cut: Decision | None = None  # the fusion seam this kernel offers to cut (`cut:<seam>`), if any
+    cuts: tuple[Decision, ...] = ()  # the fusion seams this kernel offers to cut (`cut:<seam>`)
     source: str = ""
 
     @property
@@ -127,7 +127,7 @@ def _lower_matmul(n: Node, index: dict[str, Node], hints: dict[str, int]) -> Ker
     reads = ["a", "b"] + [{"bias": "bias", "residual": "residual", "mul": "gate"}[s] for s in epilogue
                           if s in ("bias", "residual", "mul")]
     return KernelStep(n.name, "matmul", prog, tuple(zip(reads, n.inputs, strict=True)), (("y", n.name),),
-                      tuple(axes), cuts.cut_epilogue(prog) if epilogue else None, n.source)
+                      tuple(axes), (cuts.cut_epilogue(prog),) if epilogue else (), n.source)
 
 
 def _lower_row(n: Node, index: dict[str, Node], hints: dict[str, int], taps: dict[str, str]) -> KernelStep:
@@ -136,36 +136,42 @@ def _lower_row(n: Node, index: dict[str, Node], hints: dict[str, int], taps: dic
     rows_hint = _hint(lead, hints)
     dtype = n.type.dtype
     axes: list[tuple[str, tuple[Dim, ...]]] = [("B", lead)]
+    steps = tuple(str(s) for s in n.attr("epilogue") or ())
+    found: list[Decision] = []
     if n.op == "rmsnorm":
         prologue = tuple(n.attr("prologue") or ())
         hidden, eps = _static(row, n, "the normalised axis"), float(n.attr("eps"))  # type: ignore[arg-type]
-        prog = builders.rmsnorm(hidden, dtype, rows_hint, eps, prologue)
+        bare = builders.rmsnorm(hidden, dtype, rows_hint, eps, prologue)
+        prog = gk.with_row_epilogue(bare, steps)
         names = ["x", "res", "w"] if prologue else ["x", "w"]
         outs = [("y", n.name)]
-        cut = None
         if prologue:
             outs.append(("h", taps.get(n.name, f"{n.name}__h")))
-            cut = cuts.cut_rmsnorm_prologue(prog, hidden, dtype, eps)
-        return KernelStep(n.name, "rmsnorm", prog, tuple(zip(names, n.inputs, strict=True)), tuple(outs),
-                          tuple(axes), cut, n.source)
-    if n.op == "layernorm":
-        prog = builders.layernorm(_static(row, n, "the normalised axis"), dtype, rows_hint,
+            plain = gk.with_row_epilogue(builders.rmsnorm(hidden, dtype, rows_hint, eps), steps)
+            found.append(cuts.cut_rmsnorm_prologue(prog, plain, dtype))
+        ins = tuple(zip(names, n.inputs, strict=True))
+    elif n.op == "layernorm":
+        bare = builders.layernorm(_static(row, n, "the normalised axis"), dtype, rows_hint,
                                   float(n.attr("eps")))  # type: ignore[arg-type]
-        return KernelStep(n.name, "layernorm", prog, tuple(zip(("x", "w", "bias"), n.inputs, strict=True)),
-                          (("y", n.name),), tuple(axes), None, n.source)
-    if n.op == "softmax":
+        prog = gk.with_row_epilogue(bare, steps)
+        ins, outs = tuple(zip(("x", "w", "bias"), n.inputs, strict=True)), [("y", n.name)]
+    elif n.op == "softmax":
         scale = n.attr("scale")
-        prog, plain = _softmax(row, dtype, rows_hint, hints, scale), None  # type: ignore[arg-type]
-        if scale is not None:
-            plain = _softmax(row, dtype, rows_hint, hints, None)
+        bare = _softmax(row, dtype, rows_hint, hints, scale)  # type: ignore[arg-type]
+        prog = gk.with_row_epilogue(bare, steps)
         if not isinstance(row, int):
             axes.append(("C", (row,)))
-        cut = cuts.cut_softmax_scale(prog, plain, dtype, float(scale)) if plain is not None else None  # type: ignore[arg-type]
-        return KernelStep(n.name, "softmax", prog, (("x", x.name),), (("y", n.name),), tuple(axes), cut,
+        if scale is not None:
+            plain = gk.with_row_epilogue(_softmax(row, dtype, rows_hint, hints, None), steps)
+            found.append(cuts.cut_softmax_scale(prog, plain, dtype, float(scale)))  # type: ignore[arg-type]
+        ins, outs = (("x", x.name),), [("y", n.name)]
+    else:  # mean / sum over the last axis
+        prog = gk.row_reduce(n.op, _static(row, n, "the reduced axis"), dtype, rows_hint)
+        return KernelStep(n.name, "rowreduce", prog, (("x", x.name),), (("y", n.name),), tuple(axes), (),
                           n.source)
-    # mean / sum over the last axis
-    prog = gk.row_reduce(n.op, _static(row, n, "the reduced axis"), dtype, rows_hint)
-    return KernelStep(n.name, "rowreduce", prog, (("x", x.name),), (("y", n.name),), tuple(axes), None, n.source)
+    if steps:
+        found.append(cuts.cut_row_epilogue(prog, bare, steps))
+    return KernelStep(n.name, n.op, prog, ins, tuple(outs), tuple(axes), tuple(found), n.source)
 
 
 def _softmax(row: Dim, dtype: str, rows_hint: int, hints: dict[str, int], scale: float | None) -> Program:
@@ -200,7 +206,7 @@ def _lower_elementwise(n: Node, index: dict[str, Node], hints: dict[str, int]) -
     else:
         prog = builders.elementwise(expr, n.type.dtype, rows_hint, cols)
     return KernelStep(n.name, "elementwise", prog, tuple(zip(names, n.inputs, strict=True)), (("y", n.name),),
-                      (("B", lead),), None, n.source)
+                      (("B", lead),), (), n.source)
 
 
 def lower(graph: Graph, stages: tuple[tuple[str, Graph], ...] = (), weights: dict | None = None) -> Lowered:

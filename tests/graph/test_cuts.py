@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from emmy_core.graph.cuts import cut_epilogue, cut_rmsnorm_prologue, cut_softmax_scale
 from emmy_core.graph.decisions import Decision, run_pieces
 from emmy_core.graph.kernels import dynamic_row
-from emmy_core.graph.pipeline import compile_model
+from emmy_core.graph.pipeline import compile_model, compile_module
 from emmy_core.ir import kernel_id, parse, render
 from emmy_core.ir.builders import Dim, matmul, rmsnorm, softmax
 from emmy_core.ir.family import classify
@@ -66,7 +67,7 @@ def test_cut_epilogue_of_a_batched_attention_product_with_dynamic_axes() -> None
 @pytest.mark.parametrize("hidden", [40, 257])
 def test_cut_prologue_of_rmsnorm_pieces_composed_equal_the_fused_parent(dtype: str, hidden: int) -> None:
     parent = rmsnorm(hidden, dtype, 8, 1e-6, ("residual",))
-    decision = cut_rmsnorm_prologue(parent, hidden, dtype, 1e-6)
+    decision = cut_rmsnorm_prologue(parent, rmsnorm(hidden, dtype, 8, 1e-6), dtype)
     assert_well_formed(decision, "prologue")
     assert decision.intermediates() == ()  # the sum is the parent's own output h
     for seed, rows in enumerate((1, 13)):
@@ -89,9 +90,22 @@ def test_cut_prologue_of_scaled_softmax_pieces_composed_equal_the_fused_parent(d
 
 def test_every_cut_the_llama_block_offers_composes_to_its_parent() -> None:
     low = compile_model("llama_block", {"B": 2, "S": 5})
-    cuts = {k.kernel_id: k.cut for k in low.kernels if k.cut is not None}
+    cuts = {k.kernel_id: c for k in low.kernels for c in k.cuts}
     assert len(cuts) == 4  # scores (scale), o_proj (residual), gate (silu, mul), down (residual)
     for seed, decision in enumerate(cuts.values()):
         assert_well_formed(decision, "epilogue")
         sizes = {a.name: 3 + seed for a in decision.parent.dynamic_axes}
         assert_pieces_equal_parent(decision, sizes, seed)
+
+
+def test_every_cut_of_fused_norms_composes_to_its_parent() -> None:
+
+    from tests.graph.test_lowering import NormEpilogues
+
+    low = compile_module(NormEpilogues(), (torch.randn(2, 3, 24), torch.randn(2, 3, 24)))
+    decisions = [c for k in low.kernels for c in k.cuts]
+    assert len(decisions) == 5
+    for seed, decision in enumerate(decisions):
+        assert_well_formed(decision, decision.decision.split(":")[1])
+        for rows in (1, 7):
+            assert_pieces_equal_parent(decision, {a.name: rows for a in decision.parent.dynamic_axes}, seed)

@@ -12,6 +12,7 @@ from torch import nn
 from emmy_core.graph.execute import run_lowered
 from emmy_core.graph.models import DecomposedRMSNorm, build_model
 from emmy_core.graph.pipeline import compile_model, compile_module
+from tests.graph.toy_models import NormEpilogues
 
 
 def _families(lowered) -> Counter:  # type: ignore[no-untyped-def]
@@ -89,7 +90,7 @@ def test_fuse_norm_folds_the_residual_add_into_rmsnorm(shared: bool) -> None:
     x, r = torch.randn(3, 5, 32), torch.randn(3, 5, 32)
     low = compile_module(module, (x, r))
     norm = next(k for k in low.kernels if k.family == "rmsnorm")
-    assert [b for b, _ in norm.inputs] == ["x", "res", "w"] and norm.cut is not None and norm.cut.decision == "cut:prologue"
+    assert [b for b, _ in norm.inputs] == ["x", "res", "w"] and [c.decision for c in norm.cuts] == ["cut:prologue"]
     assert not any(k.family == "elementwise" and "x1" in str(k.program.name) and "add" in k.program.name
                    for k in low.kernels)
     with torch.no_grad():
@@ -131,7 +132,7 @@ class ScaledSoftmax(nn.Module):
 def test_fuse_norm_folds_a_scale_into_softmax() -> None:
     x = torch.randn(2, 3, 20)
     low = compile_module(ScaledSoftmax(), (x,))
-    assert [k.family for k in low.kernels] == ["softmax"] and low.kernels[0].cut.decision == "cut:prologue"
+    assert [k.family for k in low.kernels] == ["softmax"] and [c.decision for c in low.kernels[0].cuts] == ["cut:prologue"]
     torch.testing.assert_close(run_lowered(low, (x,)), ScaledSoftmax()(x), rtol=1e-5, atol=1e-6)
 
 
@@ -143,3 +144,17 @@ def test_decomposed_rmsnorm_is_matched_into_the_rmsnorm_family() -> None:
     ref = compile_module(nn.RMSNorm(48, eps=1e-6), (x,))
     assert low.kernels[0].kernel_id == ref.kernels[0].kernel_id
     torch.testing.assert_close(run_lowered(low, (x,)), module(x), rtol=1e-5, atol=1e-5)
+
+
+def test_fuse_norm_folds_epilogues_into_the_norm_kernels_and_equals_torch() -> None:
+    module = NormEpilogues()
+    x, r = torch.randn(2, 3, 24), torch.randn(2, 3, 24)
+    low = compile_module(module, (x, r))
+    assert [k.family for k in low.kernels] == ["rmsnorm", "layernorm", "softmax"]
+    seams = {k.family: sorted(c.decision for c in k.cuts) for k in low.kernels}
+    assert seams == {"rmsnorm": ["cut:epilogue", "cut:prologue"], "layernorm": ["cut:epilogue"],
+                     "softmax": ["cut:epilogue", "cut:prologue"]}
+    with torch.no_grad():
+        want = module(x, r)
+    for got, ref in zip(run_lowered(low, (x, r)), want, strict=True):
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
