@@ -176,7 +176,10 @@ class _Session:
 
     def _greet(self) -> None:
         self.proc.start()
-        reply = self.proc.request({"op": "hello", "backend": self.backend}, START_TIMEOUT_S)
+        try:
+            reply = self.proc.request({"op": "hello", "backend": self.backend}, START_TIMEOUT_S)
+        except (WorkerTimeout, WorkerCrashed) as exc:
+            raise BenchError(f"the bench worker could not start with backend {self.backend}: {exc}") from None
         if "error" in reply:
             raise BenchError(f"backend {self.backend}: {reply['error']}")
         if reply.get("target") != self.card.target:

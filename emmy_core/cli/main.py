@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from emmy_core.cli import db_cmd, db_files_cmd, graph_cmd, ir_cmd, main_job
+from emmy_core.cli import db_cmd, db_files_cmd, graph_cmd, ir_cmd, main_job, run_cmd, tune_cmd
 
 app = typer.Typer(
     name="emmy",
@@ -18,6 +18,8 @@ app.add_typer(db_cmd.app, name="db")
 db_files_cmd.register(db_cmd.app)
 app.add_typer(graph_cmd.app, name="graph")
 app.command("main")(main_job.main_job)
+app.command("tune")(tune_cmd.tune)
+app.command("run")(run_cmd.run)
 
 
 def main() -> None:

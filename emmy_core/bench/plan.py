@@ -1,0 +1,96 @@
+"""What a tune or a hand-run benches: a model's kernels at a shape, and the variants of each.
+
+`model_units` lowers a reference model (`emmy_core.graph`) at a (B, S) shape and returns
+one `Unit` per kernel instance, in graph order (the harness dedupes identical kernels).
+`tune_plan` gives every distinct kernel its candidates on the card (all, or a seeded
+sample that always keeps the first option). `forced_knobs` reads hand-forced `NAME=VALUE`
+pairs strictly against the schedule vocabulary, and `hand_variant` completes them with
+the kernel's first option for the knobs not forced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from emmy_core.bench.harness import BenchError, Unit, dedupe
+from emmy_core.ir import Program
+from emmy_core.knobs import FAMILY_KNOBS, candidates, sample_candidates, view
+from emmy_core.knobs.vocab import SCHEDULE_KNOBS
+from emmy_core.targets import Card
+
+
+def model_units(model: str, shape: Mapping[str, int]) -> list[Unit]:
+    """One unit per kernel the model lowers to at `shape` (graph order; repeats kept for dedupe)."""
+    from emmy_core.graph.pipeline import compile_model
+
+    lowered = compile_model(model, dict(shape))
+    return [Unit(k.program, k.sizes(dict(shape)), label=f"{model}:{k.node}") for k in lowered.kernels]
+
+
+def tune_plan(units: Sequence[Unit], card: Card, budget: int | None = None,
+              seed: int = 0) -> list[tuple[Unit, list[dict[str, object]]]]:
+    """Each distinct unit with its candidates on `card`: all of them, or a sample of `budget` (first kept)."""
+    plan: list[tuple[Unit, list[dict[str, object]]]] = []
+    for p in dedupe((u, ()) for u in units):
+        pool = candidates(p.unit.program, card) if budget is None else \
+            sample_candidates(p.unit.program, card, budget, seed)
+        variants = [dict(k) for k in pool]
+        plan.extend((p.unit, variants) for _ in range(p.count))  # every instance, so the bench counts them
+    return plan
+
+
+def parse_knob_value(name: str, text: str) -> object:
+    """`text` as a value of knob `name` (int, power of two, enum, bool), checked against its range."""
+    spec = SCHEDULE_KNOBS.get(name)
+    if spec is None:
+        raise ValueError(f"unknown knob {name!r}; known: {', '.join(SCHEDULE_KNOBS)}")
+    value: object
+    if spec.kind == "bool":
+        if text.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"{name} takes true or false, not {text!r}")
+        value = text.lower() in ("true", "1")
+    elif spec.kind == "enum":
+        value = text
+    else:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise ValueError(f"{name} takes an integer, not {text!r}") from None
+    problem = spec.problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def forced_knobs(pairs: Sequence[str], target: str) -> dict[str, object]:
+    """`NAME=VALUE` pairs as a knob dict of `target`'s vocabulary; ValueError naming the pair at fault."""
+    out: dict[str, object] = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        name, text = name.strip(), text.strip()
+        if not sep or not name or not text:
+            raise ValueError(f"--knob {pair!r} is not NAME=VALUE")
+        if name in out:
+            raise ValueError(f"--knob {name} given twice")
+        try:
+            out[name] = parse_knob_value(name, text)
+        except ValueError as exc:
+            raise ValueError(f"--knob {pair!r}: {exc}") from None
+        if SCHEDULE_KNOBS[name].target != target:
+            raise ValueError(f"--knob {name} belongs to the {SCHEDULE_KNOBS[name].target} vocabulary; "
+                             f"the card is {target}")
+    return out
+
+
+def accepts(program: Program, card: Card, forced: Mapping[str, object]) -> bool:
+    """Whether the kernel's family on the card's target has every forced knob."""
+    family = view(program).family
+    return set(forced) <= set(FAMILY_KNOBS.get((card.target, family), ()))
+
+
+def hand_variant(program: Program, card: Card, forced: Mapping[str, object]) -> dict[str, object]:
+    """The forced knobs over the kernel's first option (the knobs not forced keep the safe default)."""
+    pool = candidates(program, card)
+    if not pool:
+        raise BenchError(f"kernel {program.name} has no candidates on {card.name}")
+    return {**pool[0], **forced}

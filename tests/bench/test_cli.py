@@ -1,0 +1,93 @@
+"""`emmy run --bench` records clean hand-runs and refuses flagged ones; `emmy tune` benches a model once per kernel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from emmy_core.cli.main import app
+from emmy_core.ir import kernel_id, render
+from emmy_core.ir.builders import rmsnorm
+from emmy_core.store import open_store
+from tests.bench import planted
+
+runner = CliRunner()
+LENIENT = ["--setting", "rank", "--spread-limit", "1000", "--timeout", "20"]
+
+
+@pytest.fixture
+def kernel_file(tmp_path: Path) -> Path:
+    path = tmp_path / "norm.emmy"
+    path.write_text(render(rmsnorm(hidden=16, dtype="f32", batch_hint=4)))
+    return path
+
+
+def _hand(kernel_file: Path, db: Path, *args: str):  # type: ignore[no-untyped-def]
+    return runner.invoke(app, ["run", "--bench", "--kernel", str(kernel_file), "--shape", "B=4", "--db", str(db),
+                               "--backend", planted.SPEC, *LENIENT, *args])
+
+
+def test_run_bench_records_a_clean_hand_run_with_source_hand(kernel_file: Path, tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    result = _hand(kernel_file, db, "--knob", f"unroll={planted.CORRECT}", "--knob", "vec=4")
+    assert result.exit_code == 0, result.output
+    assert "recorded (source hand)" in result.output
+    with open_store(db, "r") as store:
+        [row] = store.measurements()
+        assert (row.status, row.source) == ("ok", "hand")
+        assert row.kernel_id == kernel_id(rmsnorm(hidden=16, dtype="f32", batch_hint=4))
+        assert store.knobs(row.schedule_id)["unroll"] == planted.CORRECT  # type: ignore[index]
+        assert store.knobs(row.schedule_id)["vec"] == 4  # type: ignore[index]
+
+
+def test_run_bench_refuses_to_record_a_flagged_result(kernel_file: Path, tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    result = _hand(kernel_file, db, "--knob", f"unroll={planted.WRONG}")
+    assert result.exit_code == 1
+    assert "FLAGGED (wrong_result)" in result.output and "not recorded" in result.output
+    with open_store(db, "w") as store:
+        assert store.measurements() == []
+
+
+def test_run_without_bench_verifies_and_records_nothing(kernel_file: Path, tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    result = runner.invoke(app, ["run", "--kernel", str(kernel_file), "--shape", "B=4", "--db", str(db),
+                                 "--backend", planted.SPEC, "--knob", f"unroll={planted.CORRECT}"])
+    assert result.exit_code == 0, result.output
+    assert "verified against the reference" in result.output
+    assert not db.exists()
+
+
+@pytest.mark.parametrize(("knob", "why"), [
+    ("tile_x=4", "unknown knob"),
+    ("unroll=four", "takes an integer"),
+    ("vec=3", "power of two"),
+    ("num_warps=4", "cuda vocabulary"),
+    ("unroll", "not NAME=VALUE"),
+])
+def test_forced_knobs_are_validated_against_the_vocabulary(kernel_file: Path, tmp_path: Path, knob: str,
+                                                           why: str) -> None:
+    result = runner.invoke(app, ["run", "--bench", "--kernel", str(kernel_file), "--db", str(tmp_path / "t.db"),
+                                 "--knob", knob])
+    assert result.exit_code == 2
+    assert why in result.output
+
+
+def test_tune_benches_each_kernel_of_a_model_once_and_records_through_the_writer(tmp_path: Path) -> None:
+    """llama_stack is four identical blocks: 48 kernel instances, 9 distinct kernels, each benched once."""
+    db = tmp_path / "t.db"
+    result = runner.invoke(app, ["tune", "--model", "llama_stack", "--shape", "B=1,S=8", "--budget", "1",
+                                 "--db", str(db), "--no-progress", *LENIENT])
+    assert result.exit_code == 0, result.output
+    assert "kernels: 9 distinct (48 instances); variants run: 9" in result.output
+    with open_store(db, "r") as store:
+        rows = store.measurements()
+        assert len(rows) == 9 and {r.source for r in rows} == {"tune"}
+        assert len({r.kernel_id for r in rows}) == 9
+    again = runner.invoke(app, ["tune", "--model", "llama_stack", "--shape", "B=1,S=8", "--budget", "1",
+                                "--db", str(db), "--no-progress", *LENIENT])
+    assert again.exit_code == 0, again.output
+    ok = sum(r.status == "ok" for r in rows)
+    assert f"variants run: {9 - ok}, skipped (already measured ok): {ok}" in again.output
