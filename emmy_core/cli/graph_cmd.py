@@ -73,16 +73,21 @@ def show(
          "default": f.option_label(0)}
         for f in fks
     ]
+    from emmy_core.graph.pipeline import PASSES
+
+    offers = {p.name: p.forks for p in PASSES}
     if as_json:
         out = {
             "model": model, "shape": sizes, "dtype": dtype, "card": resolved.name if resolved else None,
-            "stages": [{"pass": name, "nodes": len(g.nodes), "graph": g.text()} for name, g in lowered.stages],
+            "stages": [{"pass": name, "nodes": len(g.nodes), "graph": g.text(), "offers": list(offers.get(name, ()))}
+                       for name, g in lowered.stages],
             "kernels": kernels, "kernel_count": len(lowered.kernels), "forks": fork_rows,
         }
         typer.echo(json.dumps(out, indent=2, sort_keys=True))
         return
     for name, g in lowered.stages:
-        typer.echo(f"== after {name} ({sum(1 for _ in g.compute())} compute nodes) ==")
+        forks_note = f"; offers {', '.join(offers[name])}" if offers.get(name) else ""
+        typer.echo(f"== after {name} ({sum(1 for _ in g.compute())} compute nodes{forks_note}) ==")
         typer.echo(g.text())
     typer.echo(f"== kernels: {len(lowered.kernels)} launches, {len(kernels)} distinct ==")
     for k in kernels:

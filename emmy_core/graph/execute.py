@@ -3,17 +3,19 @@
 Graph values live as torch tensors; a kernel receives each one reshaped to its
 buffer's shape as a numpy array (bf16 carried in float32, as the interpreter wants),
 and its outputs come back reshaped to the graph's shape. Layout steps are applied
-with torch between kernels. The sizes of `B` and `S` are read from the inputs.
+with torch between kernels. The sizes of `B` and `S` are read from the inputs. A kernel
+may be run as the pieces of a structural decision (a cut or a split) instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from math import prod
 
 import numpy as np
 import torch
 
+from emmy_core.graph.decisions import Decision, run_pieces
 from emmy_core.graph.errors import GraphError
 from emmy_core.graph.lower import KernelStep, LayoutStep, Lowered
 from emmy_core.graph.ops import Graph, TensorType
@@ -50,8 +52,9 @@ def from_numpy(a: np.ndarray, type_: TensorType, sizes: dict[str, int]) -> torch
     return torch.from_numpy(np.ascontiguousarray(a)).to(_TORCH[type_.dtype]).reshape(type_.concrete(sizes))
 
 
-def run_kernel(step: KernelStep, env: dict[str, torch.Tensor], sizes: dict[str, int]) -> dict[str, np.ndarray]:
-    """Runs one kernel step on the values in `env` at graph sizes `sizes`; returns its output arrays."""
+def run_kernel(step: KernelStep, env: dict[str, torch.Tensor], sizes: dict[str, int],
+               decision: Decision | None = None) -> dict[str, np.ndarray]:
+    """Runs one kernel step on the values in `env` at graph sizes `sizes` (as `decision`'s pieces if given)."""
     prog = step.program
     dyn = step.sizes(sizes)
     ext = extents(prog, dyn)
@@ -63,11 +66,21 @@ def run_kernel(step: KernelStep, env: dict[str, torch.Tensor], sizes: dict[str, 
         if t.numel() != prod(shape):
             raise GraphError(f"{step.node}: value {value} {tuple(t.shape)} does not fit buffer {buf_name} {shape}")
         arrays[buf_name] = to_numpy(t.reshape(shape), buf.dtype)
+    if decision is not None:
+        if decision.parent != prog:
+            raise GraphError(f"{step.node}: decision {decision.decision} is for {decision.parent.name}, not {prog.name}")
+        return run_pieces(decision, arrays, dyn)
     return interpret.run(prog, arrays, dyn)
 
 
-def run_lowered(lowered: Lowered, inputs: Sequence[torch.Tensor]) -> torch.Tensor | tuple[torch.Tensor, ...]:
-    """What the lowered model computes on `inputs` (one tensor, or a tuple for several outputs)."""
+def run_lowered(lowered: Lowered, inputs: Sequence[torch.Tensor],
+                decisions: Mapping[str, Decision] | None = None) -> torch.Tensor | tuple[torch.Tensor, ...]:
+    """What the lowered model computes on `inputs` (one tensor, or a tuple for several outputs).
+
+    `decisions` maps a kernel identity to a structural decision on it (a cut or a split): every
+    occurrence of that kernel then runs as the decision's pieces.
+    """
+    decisions = dict(decisions or {})
     graph = lowered.graph
     sizes = graph_sizes(graph, tuple(inputs))
     index = graph.index()
@@ -90,7 +103,7 @@ def run_lowered(lowered: Lowered, inputs: Sequence[torch.Tensor]) -> torch.Tenso
             else:
                 env[step.node] = x.permute(*attrs["perm"]).contiguous()  # type: ignore[misc]
             continue
-        outs = run_kernel(step, env, sizes)
+        outs = run_kernel(step, env, sizes, decisions.get(step.kernel_id))
         for buf_name, value in step.outputs:
             if value in index:
                 env[value] = from_numpy(outs[buf_name], index[value].type, sizes)
