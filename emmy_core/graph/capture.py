@@ -13,6 +13,7 @@ so the dynamic axes `B` and `S` are propagated symbolically by the rules in
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -38,14 +39,25 @@ class Captured:
     weights: dict[str, torch.Tensor] = field(compare=False, repr=False)
 
 
-def source_line(node: fx.Node) -> str:
-    """`file:line: code` of the innermost model frame that created `node` ('' when unknown)."""
+def source_line(node: fx.Node, fallback: str = "") -> str:
+    """`file:line: code` of the innermost model frame that created `node` (`fallback` when none is a model's)."""
     trace = node.stack_trace or node.meta.get("stack_trace") or ""
     frames = [m for m in _FRAME.finditer(trace) if not _in_torch(m.group(1))]
     if not frames:
-        return ""
+        return fallback
     path, line, _, code = frames[-1].groups()
     return f"{path}:{line}: {code.strip()}"
+
+
+def forward_line(module: nn.Module) -> str:
+    """`file:line: def forward(...)` of the module's forward, from inspect ('' when it has no source)."""
+    try:
+        fn = type(module).forward
+        path = inspect.getsourcefile(fn) or "<unknown file>"
+        lines, start = inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        return ""
+    return f"{path}:{start}: {lines[0].strip()}"
 
 
 def _in_torch(path: str) -> bool:
@@ -114,10 +126,11 @@ def capture(
         tr.add_input(n.name, TensorType(shape, ir_dtype(t.dtype, n.name)))
         tr.env[n] = n.name
     outputs: tuple[str, ...] = ()
+    fallback = forward_line(module)  # where no frame of the trace is the model's (a torch module traced whole)
     for n in gm.graph.nodes:
         if n.op == "placeholder":
             continue
-        src = source_line(n)
+        src = source_line(n, fallback)
         if n.op == "output":
             outputs = tr.outputs(n.args[0], src)
             continue

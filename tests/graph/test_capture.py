@@ -101,3 +101,10 @@ def test_weights_are_carried_beside_the_graph_by_parameter_path() -> None:
     params = [n for n in cap.graph.nodes if n.op == "param"]
     assert {str(n.attr("path")) for n in params} == set(cap.weights)
     assert torch.equal(cap.weights["fc1.weight"], module.fc1.weight.detach())
+
+
+def test_unsupported_op_inside_a_torch_module_traced_whole_names_its_forward() -> None:
+    with pytest.raises(UnsupportedOp) as info:
+        capture(nn.Tanh(), (torch.randn(2, 3, 8),))
+    assert "tanh" in info.value.op
+    assert "def forward" in info.value.source and "activation.py:" in info.value.source
