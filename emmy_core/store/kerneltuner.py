@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from emmy_core.ir import Extern, IRError
 from emmy_core.ir.check import check_extern
-from emmy_core.knobs.vocab import EXTERN_PREFIX, knob_problem
+from emmy_core.knobs.vocab import EXTERN_PREFIX, knobs_problem
 from emmy_core.store.batch import Batch
 from emmy_core.store.rows import CARD_NAME_PATTERN, PLACEHOLDER_US, CardRow, MeasurementRow, Schedule
 from emmy_core.store.sourcefile import Fields, SourceError, json_path
@@ -55,7 +55,7 @@ def looks_like_cache(doc: object) -> bool:
 
 
 def _value_key(v: object) -> tuple[type, object]:
-    return (type(v), v)
+    return (v.__class__, v)
 
 
 def _params(top: Fields) -> tuple[list[str], dict[str, set], dict]:
@@ -73,7 +73,7 @@ def _params(top: Fields) -> tuple[list[str], dict[str, set], dict]:
         if not isinstance(values, list) or not values:
             raise SourceError(top.file, "$.tune_params", k[:60], "must be a non-empty array of admissible values")
         for j, v in enumerate(values):
-            problem = knob_problem(EXTERN_PREFIX + k, v)
+            problem = knobs_problem({EXTERN_PREFIX + k: v})
             if problem is not None:
                 raise SourceError(top.file, json_path("$.tune_params", k, j), "", problem)
         admissible[k] = {_value_key(v) for v in values}
@@ -139,46 +139,44 @@ def parse_cache(doc: object, file: str, *, card: str | None = None, setting: str
     rows: list[MeasurementRow] = []
     ok = failed = 0
     knob_names = [EXTERN_PREFIX + k for k in keys]
+    _NUMBERS = {int, float}
     for ckey, entry in cache.items():
-        record = json_path("$.cache", ckey)
         if type(entry) is not dict:
-            raise SourceError(file, record, "", "an entry must be an object")
-        values = []
-        for k in keys:
-            if k not in entry:
-                raise SourceError(file, record, k[:60], "missing knob value")
-            v = entry[k]
-            if _value_key(v) not in admissible[k]:
-                raise SourceError(file, record, k[:60], f"{str(v)[:40]!r} is not among the admissible values "
-                                                        "in tune_params")
-            values.append(v)
-        if ",".join(str(v) for v in values) != ckey:
-            raise SourceError(file, record, "", "the key does not spell the entry's knob values")
+            raise SourceError(file, json_path("$.cache", ckey), "", "an entry must be an object")
+        try:
+            values = [entry[k] for k in keys]
+        except KeyError as exc:
+            raise SourceError(file, json_path("$.cache", ckey), str(exc.args[0])[:60], "missing knob value") from None
+        for k, v in zip(keys, values, strict=True):
+            if (v.__class__, v) not in admissible[k]:
+                raise SourceError(file, json_path("$.cache", ckey), k[:60],
+                                  f"{str(v)[:40]!r} is not among the admissible values in tune_params")
+        if ",".join(map(str, values)) != ckey:
+            raise SourceError(file, json_path("$.cache", ckey), "", "the key does not spell the entry's knob values")
         sched = Schedule(dict(zip(knob_names, values, strict=True)))
         time = entry.get("time")
-        if isinstance(time, str):
+        if time.__class__ is str:
             kind = KT_FAILURES.get(time)
             if kind is None:
-                raise SourceError(file, record, "time", f"{time[:40]!r} is neither a number nor one of "
-                                                        f"{', '.join(KT_FAILURES)}")
+                raise SourceError(file, json_path("$.cache", ckey), "time",
+                                  f"{time[:40]!r} is neither a number nor one of {', '.join(KT_FAILURES)}")
             rows.append(MeasurementRow.failed(kid, "", sched, name, setting, kind, source="import"))
             failed += 1
             continue
-        if isinstance(time, bool) or not isinstance(time, int | float):
-            raise SourceError(file, record, "time", "must be a number or a failure string")
+        if time.__class__ not in _NUMBERS:
+            raise SourceError(file, json_path("$.cache", ckey), "time", "must be a number or a failure string")
         times = entry.get("times")
-        if not isinstance(times, list) or not times or len(times) > MAX_TIMES:
-            raise SourceError(file, record, "times", "a working entry needs its repeated samples "
-                                                     f"(1..{MAX_TIMES} numbers)")
-        for t in times:
-            if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t < math.inf:
-                raise SourceError(file, record, "times", f"{str(t)[:40]} is not a positive finite time")
-        med = median_us(times)
-        if not med < PLACEHOLDER_US:
-            raise SourceError(file, record, "times", f"median {med:g} us is not below the placeholder time")
-        spread = (max(times) - min(times)) * 1000.0 / med
-        rows.append(MeasurementRow.ok(kid, "", sched, name, setting, med, spread=spread, samples=len(times),
-                                      source="import"))
+        if times.__class__ is not list or not times or len(times) > MAX_TIMES or not set(map(type, times)) <= _NUMBERS:
+            raise SourceError(file, json_path("$.cache", ckey), "times", "a working entry needs its repeated samples "
+                                                                         f"(1..{MAX_TIMES} numbers)")
+        s = sorted(times)
+        n = len(s)
+        med = (s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2) * 1000.0
+        if not (0 < s[0] and s[-1] < math.inf and med < PLACEHOLDER_US):
+            raise SourceError(file, json_path("$.cache", ckey), "times",
+                              f"samples must be positive, finite and their median below {PLACEHOLDER_US:g} us")
+        rows.append(MeasurementRow.ok(kid, "", sched, name, setting, med, spread=(s[-1] - s[0]) * 1000.0 / med,
+                                      samples=n, source="import"))
         ok += 1
     batch.measurements = rows
     return KernelTunerCache(name, kernel, batch, ok, failed)

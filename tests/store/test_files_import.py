@@ -1,0 +1,193 @@
+"""Import is strict and transactional: malformed sources are refused naming file, record and field, and
+leave `emmy db stats` exactly as it was; good sources beside a bad one still go in."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from emmy_core.cli.main import app
+from emmy_core.ir import identity, kernel_id
+from emmy_core.store import StoreVersionWarning, open_store
+from emmy_core.store.freeze import freeze_db
+from emmy_core.store.importer import import_db
+from emmy_core.store.sourcefile import SourceError, read_bounded
+from tests.store.test_files_freeze import KERNELS, NORM, populate, stats_of
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "target.db"
+    with open_store(path, "w") as s:
+        populate(s)
+    return path
+
+
+@pytest.fixture
+def freeze_doc(db: Path, tmp_path: Path) -> dict:
+    (path,) = freeze_db(db, tmp_path / "fz", "NVIDIA H200")
+    return json.loads(path.read_text())
+
+
+def write(tmp_path: Path, name: str, doc: object) -> Path:
+    path = tmp_path / name
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return path
+
+
+def refused(db: Path, source: Path, *must: str, **kw: object) -> str:
+    """Imports `source` into `db`, asserts it was refused with nothing written, returns the message."""
+    before = stats_of(db)
+    (outcome,) = import_db(db, [source], **kw)  # type: ignore[arg-type]
+    assert not outcome.ok, outcome.message
+    assert stats_of(db) == before
+    assert str(source) in outcome.message
+    for text in must:
+        assert text in outcome.message, outcome.message
+    return outcome.message
+
+
+def kt_cache(device: str = "NVIDIA GeForce RTX 3090") -> dict:
+    return {"device_name": device, "kernel_name": "vector_add", "problem_size": [1024],
+            "tune_params_keys": ["block_size_x"], "tune_params": {"block_size_x": [32, 64, 128]},
+            "objective": "time",
+            "cache": {"32": {"block_size_x": 32, "time": 1.5, "times": [1.0, 2.0, 1.5]},
+                      "64": {"block_size_x": 64, "time": "CompilationFailedConfig"},
+                      "128": {"block_size_x": 128, "time": 0.5, "times": [0.5, 0.5, 0.75, 0.25]}}}
+
+
+def test_truncated_json_is_refused(db: Path, tmp_path: Path, freeze_doc: dict) -> None:
+    text = json.dumps(freeze_doc)
+    refused(db, write(tmp_path, "cut.json", text[: len(text) // 2]), "not valid JSON")
+
+
+def test_a_wrong_type_is_refused_naming_record_and_field(db: Path, tmp_path: Path, freeze_doc: dict) -> None:
+    freeze_doc["kernels"][1]["rows"][0]["median_us"] = "fast"
+    refused(db, write(tmp_path, "types.json", freeze_doc), "$.kernels[1].rows[0].median_us", "must be a number")
+
+
+def test_an_unknown_format_version_is_refused_naming_both(db: Path, tmp_path: Path, freeze_doc: dict) -> None:
+    freeze_doc["version"] = 2
+    refused(db, write(tmp_path, "v2.json", freeze_doc), "$.version", "version 2", "reads emmy-freeze version 1")
+
+
+def test_a_body_that_does_not_parse_is_refused(db: Path, tmp_path: Path, freeze_doc: dict) -> None:
+    freeze_doc["kernels"][0]["program"] = freeze_doc["kernels"][0]["program"].replace("axis", "axes", 1)
+    refused(db, write(tmp_path, "body.json", freeze_doc), "$.kernels[0].program", "does not parse")
+
+
+def test_a_knob_outside_the_vocabulary_is_refused(db: Path, tmp_path: Path, freeze_doc: dict) -> None:
+    freeze_doc["kernels"][1]["rows"][0]["knobs"]["block"] = 48
+    refused(db, write(tmp_path, "pow2.json", freeze_doc), "$.kernels[1].rows[0].knobs.block", "power of two")
+    freeze_doc["kernels"][1]["rows"][0]["knobs"] = {"warp_magic": 3}
+    refused(db, write(tmp_path, "unknown.json", freeze_doc), "knobs.warp_magic", "unknown knob")
+
+
+def test_a_row_spelling_a_split_is_refused(db: Path, tmp_path: Path, freeze_doc: dict) -> None:
+    freeze_doc["kernels"][1]["rows"][0]["knobs"] = {"block": 64, "split": "split:K=2"}
+    refused(db, write(tmp_path, "split.json", freeze_doc), "$.kernels[1].rows[0].knobs", "structural decision")
+
+
+def test_one_bad_row_at_the_end_refuses_the_whole_source(db: Path, tmp_path: Path, freeze_doc: dict) -> None:
+    last = freeze_doc["kernels"][-1]["rows"][-1]
+    last["status"] = "great"
+    refused(db, write(tmp_path, "last.json", freeze_doc), "status", "is not ok or failed")
+
+
+def test_unknown_fields_repeated_keys_nan_and_vocab_are_refused(db: Path, tmp_path: Path, freeze_doc: dict) -> None:
+    refused(db, write(tmp_path, "extra.json", {**freeze_doc, "comment": 1}), "$.comment", "unknown field")
+    refused(db, write(tmp_path, "dup.json", '{"format": "emmy-freeze", "format": "emmy-tune"}'), "repeated")
+    refused(db, write(tmp_path, "nan.json", json.dumps(freeze_doc).replace('"median_us":', '"median_us": NaN, "x":', 1)),
+            "NaN")
+    refused(db, write(tmp_path, "vocab.json", {**freeze_doc, "knob_vocab": 99}), "$.knob_vocab", "version 1")
+
+
+def test_an_empty_device_name_is_refused_unless_a_card_is_given(db: Path, tmp_path: Path) -> None:
+    path = write(tmp_path, "empty.json", kt_cache(device=""))
+    refused(db, path, "$.device_name", "--card")
+    (ok,) = import_db(db, [path], card="NVIDIA GeForce RTX 3090")
+    assert ok.ok, ok.message
+    with open_store(db, "r") as s:
+        assert len(s.measurements(card="NVIDIA GeForce RTX 3090")) == 3
+
+
+def test_kernel_tuner_entries_are_checked(db: Path, tmp_path: Path) -> None:
+    doc = kt_cache()
+    doc["cache"]["32"]["time"] = "TimeoutConfig"
+    refused(db, write(tmp_path, "kind.json", doc), '$.cache["32"].time', "TimeoutConfig")
+    doc = kt_cache()
+    doc["cache"]["32"]["block_size_x"] = 48
+    refused(db, write(tmp_path, "value.json", doc), "block_size_x", "admissible")
+    doc = kt_cache()
+    doc["cache"]["33"] = doc["cache"].pop("32")
+    refused(db, write(tmp_path, "key.json", doc), '$.cache["33"]', "does not spell")
+    doc = kt_cache()
+    doc["tune_params_keys"] = ["split_k"]
+    doc["tune_params"] = {"split_k": [1, 2]}
+    refused(db, write(tmp_path, "splitk.json", doc), "$.tune_params", "structural decision")
+
+
+def test_a_gzip_bomb_is_refused_at_the_cap_while_streaming(tmp_path: Path, db: Path) -> None:
+    bomb = tmp_path / "bomb.json.gz"
+    with gzip.open(bomb, "wb", compresslevel=9) as fh:
+        block = b" " * (1 << 20)
+        for _ in range(64):  # 64 MiB of blanks, about 64 KiB compressed
+            fh.write(block)
+    assert bomb.stat().st_size < 1 << 20
+    with pytest.raises(SourceError, match="exceeds the cap of 8388608 bytes"):
+        read_bounded(bomb, 8 << 20)
+    refused(db, bomb, "gzip bomb", max_bytes=8 << 20)
+
+
+def test_a_file_over_the_cap_is_refused_before_it_is_parsed(tmp_path: Path, db: Path) -> None:
+    path = write(tmp_path, "big.json", '{"format": "' + "x" * (2 << 20) + '"}')
+    refused(db, path, "over the cap", max_bytes=1 << 20)
+
+
+def test_a_100_mb_string_is_refused(tmp_path: Path, db: Path, freeze_doc: dict) -> None:
+    freeze_doc["kernels"][0]["program"] = "@"
+    head, tail = json.dumps(freeze_doc).split('"@"')
+    path = tmp_path / "string.json"
+    with path.open("w") as fh:
+        fh.write(head + '"')
+        block = "k" * (1000 * 1000)
+        for _ in range(100):
+            fh.write(block)
+        fh.write('"' + tail)
+    refused(db, path, "$.kernels[0].program", "100000000 characters is longer than")
+
+
+def test_the_command_says_which_sources_went_in_and_exits_non_zero(db: Path, tmp_path: Path,
+                                                                   freeze_doc: dict) -> None:
+    good = write(tmp_path, "good.json", kt_cache())
+    bad = write(tmp_path, "bad.json", {**freeze_doc, "version": 7})
+    result = CliRunner().invoke(app, ["db", "import", "--db", str(tmp_path / "new.db"), str(good), str(bad)])
+    assert result.exit_code != 0
+    assert f"imported {good} (kerneltuner)" in result.output
+    assert f"refused: {bad}" in result.output and "1 of 2 sources refused" in result.output
+    with open_store(tmp_path / "new.db", "r") as s:
+        assert len(s.measurements()) == 3
+
+
+def test_another_tuning_database_imports_rekeyed(db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (outcome,) = import_db(tmp_path / "copy.db", [db])
+    assert outcome.ok and outcome.kind == "database", outcome.message
+    assert stats_of(tmp_path / "copy.db") == stats_of(db)
+    files = freeze_db(db, tmp_path / "a")
+    assert [p.read_bytes() for p in files] == [p.read_bytes() for p in freeze_db(tmp_path / "copy.db", tmp_path / "b")]
+    # a database written under another identity version is refused by the reader, naming both versions
+    monkeypatch.setattr(identity, "IDENTITY_VERSION", identity.IDENTITY_VERSION + 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", StoreVersionWarning)
+        (outcome,) = import_db(tmp_path / "other.db", [db])
+    assert not outcome.ok and "identity version 1" in outcome.message and "identity version 2" in outcome.message
+    assert kernel_id(NORM) not in {kernel_id(k) for k in KERNELS[1:]}
+
+
+def test_a_database_cannot_import_itself(db: Path) -> None:
+    refused(db, db, "being imported into")
