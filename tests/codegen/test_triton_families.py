@@ -1,0 +1,233 @@
+"""Rule: every family's generated Triton kernel, and every piece of a split, equals torch.
+
+The kernels run under Triton's interpreter on CPU tensors (conftest sets TRITON_INTERPRET)
+at small shapes chosen so that no size is a multiple of the block (M=33, N=17, K=40; rows
+of 100 with blocks of 32), under two or three knob settings per family. References are
+torch in float64 on the same inputs; outputs start poisoned with NaN so an element the
+kernel never writes fails. Tolerances: f32 rtol=atol=1e-5; f16 rtol=atol=1e-2 (the f16
+output's rounding, and f16 accumulation under acc=f16).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from emmy_core.codegen.triton_gen import TritonBackend
+from emmy_core.graph.decisions import split_k, split_rows
+from emmy_core.ir import Program
+from emmy_core.ir.builders import Dim, elementwise, layernorm, matmul, rmsnorm, softmax
+from emmy_core.ir.sizes import extents
+
+TORCH = {"f16": torch.float16, "f32": torch.float32, "f64": torch.float64}
+TOL = {"f32": 1e-5, "f16": 1e-2}
+
+
+def random_inputs(program: Program, sizes: dict[str, int], seed: int) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    ext = extents(program, sizes)
+    return {b.name: torch.randn([ext[a] for a in b.shape], generator=gen, dtype=torch.float64).to(TORCH[b.dtype])
+            for b in program.inputs}
+
+
+def launch(program: Program, knobs: dict[str, object], env: dict[str, torch.Tensor],
+           sizes: dict[str, int]) -> dict[str, torch.Tensor]:
+    """Runs `program` on the tensors it reads from `env`; adds its (NaN-poisoned, then written) outputs to env."""
+    dyn = {a.name for a in program.dynamic_axes}
+    sz = {k: v for k, v in sizes.items() if k in dyn}
+    ext = extents(program, sz)
+    bufs = {b.name: env[b.name] for b in program.inputs}
+    for b in program.outputs:
+        bufs[b.name] = torch.full([ext[a] for a in b.shape], float("nan"), dtype=TORCH[b.dtype])
+    TritonBackend().build(program, knobs, "deploy")(bufs, sz)
+    out = {b.name: bufs[b.name] for b in program.outputs}
+    env.update(out)
+    return out
+
+
+def close(got: torch.Tensor, want: torch.Tensor, dtype: str) -> None:
+    torch.testing.assert_close(got.double(), want.double(), rtol=TOL[dtype], atol=TOL[dtype])
+
+
+def d(x: torch.Tensor) -> torch.Tensor:
+    return x.double()
+
+
+# ---- matmul with epilogue ---------------------------------------------------------------------------
+
+MM_KNOBS = [
+    {"block_m": 16, "block_n": 16, "block_k": 16},
+    {"block_m": 32, "block_n": 16, "block_k": 32, "group_m": 2, "num_warps": 2},
+    {"block_m": 16, "block_n": 32, "block_k": 16, "group_m": 1, "mma": "none", "num_stages": 2},
+]
+
+
+def _epilogue_ref(y: torch.Tensor, steps: tuple[str, ...], ins: dict[str, torch.Tensor]) -> torch.Tensor:
+    for step in steps:
+        if step == "bias":
+            y = y + d(ins["bias"])
+        elif step == "residual":
+            y = y + d(ins["residual"])
+        elif step == "mul":
+            y = y * d(ins["gate"])
+        elif step == "gelu":
+            y = F.gelu(y)
+        elif step == "gelu_tanh":
+            y = F.gelu(y, approximate="tanh")
+        elif step == "silu":
+            y = F.silu(y)
+        elif step == "relu":
+            y = F.relu(y)
+        elif step.startswith("scale:"):
+            y = y * float(step[6:])
+    return y
+
+
+@pytest.mark.parametrize("knobs", MM_KNOBS, ids=["16x16x16", "32x16x32_g2", "16x32x16_nomma"])
+@pytest.mark.parametrize("dtype,steps", [
+    ("f32", ("bias", "gelu")),
+    ("f16", ("bias", "gelu_tanh", "residual")),
+])
+def test_matmul_with_epilogue_equals_torch(dtype: str, steps: tuple[str, ...], knobs: dict[str, object]) -> None:
+    program = matmul(Dim("T", 8), 17, 40, dtype=dtype, epilogue=steps)
+    sizes = {"T": 33}
+    ins = random_inputs(program, sizes, seed=1)
+    out = launch(program, knobs, dict(ins), sizes)
+    close(out["y"], _epilogue_ref(d(ins["a"]) @ d(ins["b"]), steps, ins), dtype)
+
+
+def test_matmul_batched_transposed_at_random_shapes_equals_torch() -> None:
+    rng = random.Random(7)
+    for trial in range(2):
+        s, b = rng.randint(17, 40), rng.randint(1, 3)
+        program = matmul(Dim("S", 8), Dim("S", 8), Dim("D", extent=24), dtype="f32",
+                         batch=(Dim("B", 2), Dim("NH", extent=3)), b_transposed=True, epilogue=("scale:0.125",))
+        sizes = {"S": s, "B": b}
+        ins = random_inputs(program, sizes, seed=trial)
+        out = launch(program, {"block_m": 16, "block_n": 32, "block_k": 16}, dict(ins), sizes)
+        close(out["y"], (d(ins["a"]) @ d(ins["b"]).transpose(-1, -2)) * 0.125, "f32")
+
+
+def test_matmul_f16_accumulator_knob_equals_torch() -> None:
+    program = matmul(Dim("T", 8), 17, 40, dtype="f16", epilogue=("silu", "mul"))
+    sizes = {"T": 33}
+    ins = random_inputs(program, sizes, seed=3)
+    out = launch(program, {"block_m": 16, "block_n": 16, "block_k": 16, "acc": "f16"}, dict(ins), sizes)
+    close(out["y"], _epilogue_ref(d(ins["a"]) @ d(ins["b"]), ("silu", "mul"), ins), "f16")
+
+
+# ---- row reductions ---------------------------------------------------------------------------------
+
+def _rms_ref(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    x = d(x)
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * d(w)
+
+
+@pytest.mark.parametrize("block", [32, 128])
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_row_rmsnorm_equals_torch(dtype: str, block: int) -> None:
+    program = rmsnorm(100, dtype=dtype, prologue=("residual",))
+    sizes = {"B": 7}
+    ins = random_inputs(program, sizes, seed=2)
+    out = launch(program, {"block": block, "num_warps": 2}, dict(ins), sizes)
+    h = ins["x"] + ins["res"]  # the residual stream is added in the kernel's dtype
+    close(out["h"], h, dtype)
+    close(out["y"], _rms_ref(h, ins["w"], 1e-6), dtype)
+
+
+@pytest.mark.parametrize("block", [32, 128])
+def test_row_softmax_equals_torch(block: int) -> None:
+    program = softmax(100, dtype="f32", scale=0.5)
+    sizes = {"B": 6}
+    ins = random_inputs(program, sizes, seed=4)
+    out = launch(program, {"block": block}, dict(ins), sizes)
+    close(out["y"], torch.softmax(d(ins["x"]) * 0.5, dim=-1), "f32")
+
+
+@pytest.mark.parametrize("dtype,block", [("f32", 32), ("f16", 128), ("f32", 16)])
+def test_row_layernorm_equals_torch(dtype: str, block: int) -> None:
+    program = layernorm(100, dtype=dtype)
+    sizes = {"B": 5}
+    ins = random_inputs(program, sizes, seed=5)
+    out = launch(program, {"block": block}, dict(ins), sizes)
+    close(out["y"], F.layer_norm(d(ins["x"]), (100,), d(ins["w"]), d(ins["bias"]), 1e-5), dtype)
+
+
+# ---- elementwise chains -----------------------------------------------------------------------------
+
+EW_CASES = [
+    ("silu(a)*b", lambda a, b: F.silu(a) * b),
+    ("gelu(a) + tanh(b) - sigmoid(a*b) / 3", lambda a, b: F.gelu(a) + torch.tanh(b) - torch.sigmoid(a * b) / 3),
+    ("max(a, b) - min(a, 0.5) + abs(b) * exp(-a) + erf(b)",
+     lambda a, b: torch.maximum(a, b) - torch.clamp(a, max=0.5) + b.abs() * torch.exp(-a) + torch.erf(b)),
+    ("pow(a, 2) + pow(abs(b) + 1, 1.5) + sqrt(abs(a)) + rsqrt(abs(b) + 1) + log(abs(a) + 1) + recip(abs(b) + 1)",
+     lambda a, b: a ** 2 + (b.abs() + 1) ** 1.5 + a.abs().sqrt() + torch.rsqrt(b.abs() + 1)
+     + torch.log(a.abs() + 1) + 1 / (b.abs() + 1)),
+    ("relu(a) + gelu_tanh(b) - neg(a)", lambda a, b: F.relu(a) + F.gelu(b, approximate="tanh") + a),
+]
+
+
+@pytest.mark.parametrize("knobs", [{"block": 16}, {"block": 64, "num_warps": 2}], ids=["b16", "b64"])
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_elementwise_chain_equals_torch(dtype: str, knobs: dict[str, object]) -> None:
+    for i, (text, ref) in enumerate(EW_CASES):
+        program = elementwise(text, dtype=dtype, cols=37)
+        sizes = {"B": 5}
+        ins = random_inputs(program, sizes, seed=10 + i)
+        out = launch(program, knobs, dict(ins), sizes)
+        a, b = d(ins["a"]), d(ins["b"]) if "b" in ins else None
+        close(out["y"], ref(a, b), dtype)
+
+
+def test_elementwise_tanh_is_accurate_near_zero_and_far_out() -> None:
+    program = elementwise("tanh(a)", dtype="f32", cols=64)
+    x = torch.cat([torch.logspace(-8, 1.5, 60), torch.tensor([0.0, 0.0624, 0.0626, 30.0])])
+    x = torch.cat([x, -x]).reshape(2, 64).to(torch.float32)
+    out = launch(program, {"block": 32}, {"a": x}, {"B": 2})
+    torch.testing.assert_close(out["y"].double(), torch.tanh(d(x)), rtol=2e-6, atol=1e-7)
+
+
+# ---- decision pieces ---------------------------------------------------------------------------------
+
+def test_split_k_pieces_equal_torch() -> None:
+    parent = matmul(Dim("T", 8), 17, 40, dtype="f32", epilogue=("bias", "gelu"))
+    decision = split_k(parent, 3)
+    sizes = {"T": 33}
+    env = random_inputs(parent, sizes, seed=6)
+    ins = dict(env)
+    launch(decision.pieces[0], {"block_m": 16, "block_n": 16, "block_k": 16}, env, sizes)
+    launch(decision.pieces[1], {"block": 64}, env, sizes)
+    close(env["y"], F.gelu(d(ins["a"]) @ d(ins["b"]) + d(ins["bias"])), "f32")
+
+
+@pytest.mark.parametrize("builder,parts,knobs", [
+    ("rmsnorm", 4, ({"block": 16}, {"block": 32})),
+    ("softmax", 3, ({"block": 16}, {"block": 32})),
+    ("layernorm", 2, ({"block": 32}, {"block": 16})),
+    ("rmsnorm_long", 2, ({"block": 32}, {"block": 128})),
+])
+def test_split_rows_pieces_equal_torch(builder: str, parts: int, knobs: tuple[dict, dict]) -> None:
+    parent = {
+        "rmsnorm": lambda: rmsnorm(100, dtype="f32"),
+        "softmax": lambda: softmax(100, dtype="f32"),
+        "layernorm": lambda: layernorm(100, dtype="f32"),
+        "rmsnorm_long": lambda: rmsnorm(300, dtype="f32"),
+    }[builder]()
+    decision = split_rows(parent, parts)
+    sizes = {"B": 5}
+    env = random_inputs(parent, sizes, seed=8)
+    ins = dict(env)
+    for piece, kn in zip(decision.pieces, knobs, strict=True):
+        launch(piece, kn, env, sizes)
+    x = d(ins["x"])
+    n = x.shape[-1]
+    want = {
+        "rmsnorm": lambda: _rms_ref(x, ins["w"], 1e-6),
+        "rmsnorm_long": lambda: _rms_ref(x, ins["w"], 1e-6),
+        "softmax": lambda: torch.softmax(x, dim=-1),
+        "layernorm": lambda: F.layer_norm(x, (n,), d(ins["w"]), d(ins["bias"]), 1e-5),
+    }[builder]()
+    close(env["y"], want, "f32")
