@@ -4,12 +4,14 @@ A knob the kernel's family does not use is ignored; a missing one takes its defa
 
 - `tile_m` 32, `tile_n` 64, `tile_k` 256: the matmul output tile and reduction depth
   (clipped to a static extent or a window length; other families ignore them).
-- `vec` 1: the `simdlen` of `#pragma omp simd` on innermost independent loops, the
-  matmul micro-kernel and row reductions. 1 means no simd pragma, so a reduction adds in
-  sequential order; above 1 a float row reduction is a simd reduction (reassociated).
-- `unroll` 1: `#pragma GCC unroll` on the matmul k loop, and on innermost loops and
-  reductions that are not simd loops (gcc accepts no unroll pragma beside `omp simd`,
-  so there `vec` > 1 takes precedence and `unroll` has no effect).
+- `vec` 1: matmul: the columns of a register block (a gcc vector of `vec` accumulators);
+  elsewhere the `simdlen` of `#pragma omp simd` on innermost independent loops and row
+  reductions. 1 means no simd pragma, so a reduction adds in sequential order; above 1 a
+  float row reduction is a simd reduction (reassociated).
+- `unroll` 1: matmul: the rows of a register block (with `vec` > 1; else `#pragma GCC
+  unroll` on the k loop); elsewhere `#pragma GCC unroll` on innermost loops and
+  reductions that are not simd loops (gcc accepts no unroll pragma beside `omp simd`, so
+  there `vec` > 1 takes precedence and `unroll` has no effect).
 - `threads` None: the `num_threads` of the outermost parallel loops; None leaves the
   OpenMP runtime's default (OMP_NUM_THREADS or all cores); 1 emits no parallel region.
 
