@@ -18,6 +18,7 @@ import hashlib
 import os
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -127,10 +128,10 @@ class CBuilt:
         fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64)]
         self._fn = fn
 
-    def _sizes(self, sizes: dict[str, int]) -> dict[str, int]:
+    def _sizes(self, sizes: Mapping[str, int]) -> dict[str, int]:
         name = self.program.name
-        if not isinstance(sizes, dict):
-            raise LaunchError(f"{name}: sizes must be a dict of dynamic axis sizes")
+        if not isinstance(sizes, Mapping):
+            raise LaunchError(f"{name}: sizes must be a mapping of dynamic axis sizes")
         dyn = [a.name for a in self.program.dynamic_axes]
         extra = sorted(set(sizes) - set(dyn), key=str)
         if extra:
@@ -141,14 +142,14 @@ class CBuilt:
                 raise LaunchError(f"{name}: no size given for dynamic axis {ax!r}")
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_SIZE:
                 raise LaunchError(f"{name}: size of {ax!r} must be an integer in 1..{MAX_SIZE}, got {v!r}")
-        return extents(self.program, sizes)
+        return extents(self.program, dict(sizes))
 
-    def _check(self, buffers: dict[str, torch.Tensor], ext: dict[str, int]) -> list[int]:
+    def _check(self, buffers: Mapping[str, torch.Tensor], ext: dict[str, int]) -> list[int]:
         import torch
 
         name = self.program.name
-        if not isinstance(buffers, dict):
-            raise LaunchError(f"{name}: buffers must be a dict of tensors by buffer name")
+        if not isinstance(buffers, Mapping):
+            raise LaunchError(f"{name}: buffers must be a mapping of tensors by buffer name")
         extra = sorted(set(buffers) - {b.name for b in self.program.buffers}, key=str)
         if extra:
             raise LaunchError(f"{name}: {', '.join(map(str, extra))} are not buffers of this kernel")
@@ -180,7 +181,7 @@ class CBuilt:
                     raise LaunchError(f"{name}: out buffer {bname!r} overlaps buffer {other!r} in memory")
         return ptrs
 
-    def __call__(self, buffers: dict[str, torch.Tensor], sizes: dict[str, int]) -> None:
+    def __call__(self, buffers: Mapping[str, torch.Tensor], sizes: Mapping[str, int]) -> None:
         ext = self._sizes(sizes)
         ptrs = self._check(buffers, ext)
         dyn = [ext[a.name] for a in self.program.dynamic_axes]

@@ -25,6 +25,7 @@ from emmy_core.ir import (
     Buffer,
     Cast,
     Const,
+    Extent,
     IRError,
     Let,
     Load,
@@ -217,6 +218,15 @@ def test_integer_arithmetic_wraps_like_torch(backend: CBackend) -> None:
     assert torch.equal(out["y_mul"], x * (2**31 - 1))
     assert torch.equal(out["y_sub"], torch.full_like(x, -(2**31)) - x)
     assert torch.equal(out["y_min"], torch.minimum(x, z))
+
+
+def test_an_extent_is_the_run_time_size(backend: CBackend) -> None:
+    mean = Binary("div", X, Cast("f32", Extent("N")))
+    prog = ew("extent_f32", "f32", {"y": mean, "n": Cast("f32", Binary("mul", Extent("N"), Cast("i64", Z)))})
+    x, z = torch.randn(11), torch.tensor([float(v) for v in range(11)])
+    out = launch(backend, prog, {"x": x, "z": z}, {"N": 11})
+    assert torch.equal(out["y"], x / 11)
+    assert out["n"].tolist() == [11.0 * v for v in range(11)]
 
 
 # ---- the IR's sequential meaning under parallel schedules ---------------------------------------
