@@ -129,14 +129,33 @@ def _prepare_kernels(p: Prepared, kernels: list[Kernel | str | tuple[Kernel | st
         p.kernels.setdefault(kernel_id(k), (render(k), name))
 
 
-def _schedule_of(knobs: object, memo: dict[int, Schedule]) -> Schedule:
+def _schedule_of(knobs: object, memo: dict) -> Schedule:  # type: ignore[type-arg]
+    """The validated schedule of a row's knobs, memoised so a million rows pay for a few thousand digests.
+
+    By object identity first (rows sharing one dict keep it alive for the whole call, so an id is not
+    reused), then by content: the items in the dict's order, checked against the value types seen
+    first, because `True == 1 == 1.0` hash alike but are different knob values.
+    """
     if isinstance(knobs, Schedule):
         return knobs
     got = memo.get(id(knobs))
-    if got is None:
-        if not isinstance(knobs, Mapping):
-            raise KnobError(f"knobs must be a mapping or a Schedule, not {type(knobs).__name__}")
-        got = memo[id(knobs)] = Schedule(knobs)
+    if got is not None:
+        return got
+    if not isinstance(knobs, Mapping):
+        raise KnobError(f"knobs must be a mapping or a Schedule, not {type(knobs).__name__}")
+    try:
+        content = tuple(knobs.items())
+        hit = memo.get(content)
+    except TypeError:  # an unhashable value: Schedule() says what is wrong with it
+        content, hit = None, None
+    types = tuple(map(type, knobs.values()))
+    if hit is not None and hit[0] == types:
+        got = hit[1]
+    else:
+        got = Schedule(knobs)
+        if content is not None and hit is None:
+            memo[content] = (types, got)
+    memo[id(knobs)] = got
     return got
 
 
@@ -224,15 +243,20 @@ def _prepare_measurements(p: Prepared, rows: list[MeasurementRow]) -> None:
     except IRError as exc:
         i = next(i for i, s in enumerate(raw_sizes) if not _sizes_ok(s))
         raise p.fail(f"{_describe(p, 'measurement', i)}: field sizes: {exc}") from None
-    memo_k: dict[int, Schedule] = {}
+    memo_k: dict = {}  # type: ignore[type-arg]
     sids: list[str] = []
+    append = sids.append
     for i, r in enumerate(rows):
         try:
-            sched = _schedule_of(r.knobs, memo_k)
+            append(_schedule_of(r.knobs, memo_k).schedule_id)
         except KnobError as exc:
             raise p.fail(f"{_describe(p, 'measurement', i)}: field knobs: {exc}") from None
+    for value in memo_k.values():
+        sched = value[1] if isinstance(value, tuple) else value
         p.schedules[sched.schedule_id] = sched.text
-        sids.append(sched.schedule_id)
+    for r in rows:  # Schedule objects given directly are not in the memo
+        if isinstance(r.knobs, Schedule):
+            p.schedules[r.knobs.schedule_id] = r.knobs.text
     c["schedule_id"] = sids
     _check_distinct(p, "kernel_id", lambda v: isinstance(v, str) and HEX64.match(v) is not None,
                     "is not a 64-digit lower-case hex kernel identity")
@@ -304,7 +328,7 @@ def _prepare_routing(p: Prepared, rows: list[RoutingRow]) -> None:
 
 
 def _prepare_goldens(p: Prepared, rows: list[GoldenRow]) -> None:
-    memo_k: dict[int, Schedule] = {}
+    memo_k: dict = {}  # type: ignore[type-arg]
     memo_s: dict[str, str] = {}
     for i, g in enumerate(rows):
         where = f"golden {i}"

@@ -42,7 +42,7 @@ _MERGE = (
     "source = s.source, measured_at = s.measured_at "
     f"WHEN NOT MATCHED THEN INSERT ({_COLS}) VALUES ({', '.join('s.' + c for c in MEASUREMENT_COLUMNS)})"
 )
-_CARD_COLS = ("name", "target", *CARD_NUMBERS)
+_CARD_COLS = ("name", "target", "arch", "tensor_cores", *CARD_NUMBERS)
 _CARD_UPSERT = (f"INSERT INTO cards ({', '.join(_CARD_COLS)}) SELECT {', '.join(_CARD_COLS)} FROM st_cards "
                 "ON CONFLICT (name) DO UPDATE SET "
                 + ", ".join(f"{c} = excluded.{c}" for c in _CARD_COLS[1:]))
@@ -146,8 +146,11 @@ class DuckStore(Store):
             "st_schedules": _arrow({"schedule_id": [*p.schedules], "knobs": [*p.schedules.values()]},
                                    {"schedule_id": pa.string(), "knobs": pa.string()}),
             "st_cards": _arrow({"name": [*p.cards], "target": [c.target for c in p.cards.values()],
+                                "arch": [c.arch or None for c in p.cards.values()],
+                                "tensor_cores": [",".join(c.tensor_cores) or None for c in p.cards.values()],
                                 **{k: [c.value(k) for c in p.cards.values()] for k in CARD_NUMBERS}},
-                               {"name": pa.string(), "target": pa.string(),
+                               {"name": pa.string(), "target": pa.string(), "arch": pa.string(),
+                                "tensor_cores": pa.string(),
                                 **{k: pa.int64() if t is int else pa.float64() for k, t in CARD_NUMBERS.items()}}),
             "st_measurements": _arrow_measurements(p),
             "st_routing": _arrow({n: [r[i] for r in p.routing] for i, n in enumerate(
@@ -251,5 +254,5 @@ class DuckStore(Store):
 
     def cards(self) -> list[CardRow]:
         rows = self._all(f"SELECT {', '.join(_CARD_COLS)} FROM cards ORDER BY name")
-        return [CardRow(r[0], r[1], {k: v for k, v in zip(CARD_NUMBERS, r[2:], strict=True) if v is not None})
-                for r in rows]
+        return [CardRow(r[0], r[1], {k: v for k, v in zip(CARD_NUMBERS, r[4:], strict=True) if v is not None},
+                        r[2] or "", tuple(r[3].split(",")) if r[3] else ()) for r in rows]

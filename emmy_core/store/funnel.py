@@ -41,7 +41,7 @@ def encode(batch: Batch) -> str:
     return json.dumps({
         "origin": batch.origin,
         "kernels": kernels,
-        "cards": [[c.name, c.target, dict(c.numbers)] for c in batch.cards],
+        "cards": [[c.name, c.target, dict(c.numbers), c.arch, list(c.tensor_cores)] for c in batch.cards],
         "rows": [[r.kernel_id, r.sizes, knobs(r.knobs), r.card, r.setting, r.status, r.median_us, r.spread,
                   r.samples, r.source, r.failure, None if r.measured_at is None else r.measured_at.isoformat()]
                  for r in batch.measurements],
@@ -56,7 +56,7 @@ def decode(text: str) -> Batch:
     kernels: list[Kernel | str | tuple[Kernel | str, str]] = [k if c is None else (k, c) for k, c in d["kernels"]]
     rows = [MeasurementRow(*r[:11], None if r[11] is None else _dt.datetime.fromisoformat(r[11]))
             for r in d["rows"]]
-    return Batch(d["origin"], kernels, [CardRow(*c) for c in d["cards"]], rows,
+    return Batch(d["origin"], kernels, [CardRow(c[0], c[1], c[2], c[3], tuple(c[4])) for c in d["cards"]], rows,
                  [RoutingRow(*r) for r in d["routing"]], [GoldenRow(*g) for g in d["goldens"]])
 
 

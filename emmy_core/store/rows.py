@@ -15,6 +15,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from emmy_core.knobs.vocab import canonical_knobs, knobs_problem, schedule_id
 
@@ -30,7 +31,7 @@ SETTING_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:=+-]{0,63}\Z")
 CARD_NAME_PATTERN = re.compile(r"[A-Za-z0-9_][ -~]{0,127}\Z")  # printable ASCII, at most 128 characters
 HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 
-# The numeric description of a card kept in `cards` (all nullable; a card is described when its target is).
+# The numeric description of a card kept in `cards` (all nullable: unknown is NULL, never 0).
 CARD_NUMBERS: dict[str, type] = {
     "sm_count": int,
     "cores": int,
@@ -39,14 +40,34 @@ CARD_NUMBERS: dict[str, type] = {
     "smem_per_sm_kb": float,
     "smem_per_block_kb": float,
     "registers_per_sm": int,
+    "registers_per_thread": int,
     "max_threads_per_block": int,
+    "max_threads_per_sm": int,
+    "warp_size": int,
     "l2_mb": float,
     "cc_major": int,
     "cc_minor": int,
     "clock_mhz": float,
     "peak_tflops_f16": float,
+    "peak_tflops_f16_acc16": float,
     "peak_tflops_f32": float,
+    "l1d_kb": float,
+    "l2_kb": float,
+    "l3_kb": float,
+    "simd_bits": int,
 }
+
+# Column of `cards` <- field of emmy_core.targets.Card (the compute capability is split into cc_major/minor).
+CARD_FIELDS_FROM_TARGETS: dict[str, str] = {
+    "sm_count": "sms", "cores": "cores", "memory_gb": "mem_gb", "bandwidth_gbs": "mem_bw_gbs",
+    "smem_per_sm_kb": "smem_per_sm_kib", "smem_per_block_kb": "smem_per_block_kib",
+    "registers_per_sm": "regs_per_sm", "registers_per_thread": "regs_per_thread",
+    "max_threads_per_block": "max_threads_per_block", "max_threads_per_sm": "max_threads_per_sm",
+    "warp_size": "warp_size", "l2_mb": "l2_mib", "clock_mhz": "freq_mhz", "peak_tflops_f16": "fp16_tflops",
+    "peak_tflops_f16_acc16": "fp16_acc16_tflops", "peak_tflops_f32": "fp32_tflops", "l1d_kb": "l1d_kib",
+    "l2_kb": "l2_kib", "l3_kb": "l3_kib", "simd_bits": "simd_bits",
+}
+_TAG = re.compile(r"[a-z0-9_]{1,40}\Z")
 
 
 class KnobError(ValueError):
@@ -143,17 +164,37 @@ class StoredMeasurement:
 
 @dataclass(frozen=True)
 class CardRow:
-    """A card by its full name, its target and its numeric description (any number may be unknown)."""
+    """A card by its full name, its target and its description: numbers (any may be unknown), its
+    architecture and the tensor-core instructions it offers (empty: unknown or none)."""
 
     name: str
     target: str
     numbers: Mapping[str, float | int | None] = field(default_factory=dict)
+    arch: str = ""
+    tensor_cores: tuple[str, ...] = ()
+
+    @classmethod
+    def from_card(cls, card: Any) -> CardRow:
+        """The store's row for an `emmy_core.targets.Card` (its numbers under the store's column names)."""
+        numbers: dict[str, float | int | None] = {
+            col: getattr(card, f) for col, f in CARD_FIELDS_FROM_TARGETS.items() if getattr(card, f) is not None}
+        cc = card.cc
+        if cc is not None:
+            numbers["cc_major"], numbers["cc_minor"] = cc
+        return cls(card.name, card.target, numbers, card.arch, tuple(card.tensor_cores))
 
     def problem(self) -> str | None:
         if not isinstance(self.name, str) or not CARD_NAME_PATTERN.match(self.name):
             return f"card name {str(self.name)[:80]!r} is not 1-128 printable ASCII characters"
         if self.target not in TARGETS:
             return f"card {self.name!r}: target {str(self.target)[:20]!r} is not one of {', '.join(TARGETS)}"
+        if not isinstance(self.arch, str) or (self.arch and not _TAG.match(self.arch)):
+            return f"card {self.name!r}: arch {str(self.arch)[:40]!r} is not a lower-case tag"
+        if not isinstance(self.tensor_cores, tuple | list) or not all(
+                isinstance(t, str) and _TAG.match(t) for t in self.tensor_cores):
+            return f"card {self.name!r}: tensor_cores must be a list of lower-case instruction names"
+        if not isinstance(self.numbers, Mapping):
+            return f"card {self.name!r}: numbers must be a mapping"
         for key, value in self.numbers.items():
             kind = CARD_NUMBERS.get(key)
             if kind is None:
@@ -162,15 +203,16 @@ class CardRow:
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float):
                 return f"card {self.name!r}: {key} must be a number"
-            if kind is int and not float(value).is_integer():
-                return f"card {self.name!r}: {key} must be an integer"
             if not math.isfinite(value) or value < 0:
                 return f"card {self.name!r}: {key} must be finite and non-negative"
+            if kind is int and not float(value).is_integer():
+                return f"card {self.name!r}: {key} must be an integer"
         return None
 
     def normalized(self) -> CardRow:
         """The same card with its known numbers only, each of its column's type (as the store gives it back)."""
-        return CardRow(self.name, self.target, {k: self.value(k) for k in CARD_NUMBERS if self.value(k) is not None})
+        numbers = {k: self.value(k) for k in CARD_NUMBERS if self.value(k) is not None}
+        return CardRow(self.name, self.target, numbers, self.arch, tuple(self.tensor_cores))
 
     def value(self, key: str) -> float | int | None:
         v = self.numbers.get(key)

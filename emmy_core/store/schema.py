@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from emmy_core.store.rows import CARD_NUMBERS
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 WRITER_VERSION = "emmy-store/1"
 
 
@@ -45,20 +45,28 @@ class View:
 
 
 _CARD_NUMBER_DOCS = {
-    "sm_count": "streaming multiprocessors (GPU)",
-    "cores": "CPU cores the card name counts (CPU)",
-    "memory_gb": "device (or host) memory, GB",
+    "sm_count": "streaming multiprocessors (NVIDIA) or compute units (AMD)",
+    "cores": "logical CPUs the card name counts (CPU)",
+    "memory_gb": "device memory, GB as the vendor states it",
     "bandwidth_gbs": "peak memory bandwidth, GB/s",
     "smem_per_sm_kb": "shared memory per SM, KiB",
-    "smem_per_block_kb": "shared memory one block may use, KiB",
+    "smem_per_block_kb": "largest shared memory one block may use, KiB",
     "registers_per_sm": "32-bit registers per SM",
-    "max_threads_per_block": "threads one block may have",
-    "l2_mb": "L2 cache, MiB",
-    "cc_major": "compute capability, major",
-    "cc_minor": "compute capability, minor",
-    "clock_mhz": "boost clock, MHz",
-    "peak_tflops_f16": "peak dense f16 tensor throughput, TFLOP/s",
-    "peak_tflops_f32": "peak f32 throughput, TFLOP/s",
+    "registers_per_thread": "most 32-bit registers one thread may use",
+    "max_threads_per_block": "most threads in one block",
+    "max_threads_per_sm": "most resident threads per SM",
+    "warp_size": "threads per warp / wavefront",
+    "l2_mb": "L2 cache, MiB (GPU)",
+    "cc_major": "compute capability, major (NVIDIA)",
+    "cc_minor": "compute capability, minor (NVIDIA)",
+    "clock_mhz": "nominal or maximum clock, MHz",
+    "peak_tflops_f16": "peak dense f16 TFLOP/s with f32 accumulation",
+    "peak_tflops_f16_acc16": "peak dense f16 TFLOP/s with f16 accumulation",
+    "peak_tflops_f32": "peak f32 (non-tensor) TFLOP/s",
+    "l1d_kb": "L1 data cache per core, KiB (CPU)",
+    "l2_kb": "L2 cache per instance, KiB (CPU)",
+    "l3_kb": "L3 cache per instance, KiB (CPU)",
+    "simd_bits": "widest SIMD register the compiler may use, bits (CPU)",
 }
 
 KEY = "(kernel_id, sizes, schedule_id, card, setting)"
@@ -71,6 +79,8 @@ TABLES: tuple[Table, ...] = (
     Table("cards", "card", (
         Column("name", "TEXT PRIMARY KEY", "full card name, e.g. `NVIDIA H200`; part of every measurement key"),
         Column("target", "TEXT NOT NULL CHECK (target IN ('cuda', 'cpu'))", "`cuda` or `cpu`"),
+        Column("arch", "TEXT", "architecture tag, e.g. `hopper`, `cdna2`, `x86_64` (NULL: unknown)"),
+        Column("tensor_cores", "TEXT", "tensor-core instructions offered, comma-separated (NULL: none known)"),
         *(Column(k, "BIGINT" if t is int else "DOUBLE", _CARD_NUMBER_DOCS[k] + " (NULL: unknown)")
           for k, t in CARD_NUMBERS.items()),
     )),

@@ -1,0 +1,34 @@
+"""Code the concurrency tests run in other processes (importable by a spawned interpreter)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from emmy_core.store import MeasurementRow, open_store
+from emmy_core.store.funnel import FunnelClient
+from tests.store.conftest import ADD_ID, H100, H200, KNOBS_A
+
+
+def rows_for(worker: int, batch: int, size: int) -> list[MeasurementRow]:
+    """Distinct keys per (worker, batch, i), plus one key every worker shares (best median must win)."""
+    rows = [MeasurementRow.ok(ADD_ID, f"B={1 + worker * 100_000 + batch * size + i}", KNOBS_A,
+                              H200 if i % 2 else H100, "deploy", 1.0 + i) for i in range(size)]
+    rows.append(MeasurementRow.ok(ADD_ID, "B=1", KNOBS_A, H100, "rank", 100.0 - worker - batch / 100))
+    return rows
+
+
+def funnel_worker(client: FunnelClient, worker: int, batches: int, size: int) -> None:
+    for b in range(batches):
+        client.record(rows_for(worker, b, size), origin=f"worker {worker} batch {b}")
+
+
+def direct_writer(path: str, worker: int, batches: int, size: int) -> None:
+    """Opens the file for each batch (waiting for the other process's lock) and records it."""
+    for b in range(batches):
+        with open_store(Path(path), "w", lock_timeout=120) as s:
+            s.record(rows_for(worker, b, size), origin=f"worker {worker} batch {b}")
+
+
+if __name__ == "__main__":
+    direct_writer(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
