@@ -30,13 +30,15 @@ class Instruction:
     min_warps: int = 1  # warps a program needs to issue it (a warpgroup: 4)
 
 
+WGMMA_WIDTHS = (8, 16, 32, 64, 128, 256)
+
 INSTRUCTIONS: dict[str, Instruction] = {
     i.name: i
     for i in (
         Instruction("mma_m16n8k8", 16, 8, 8, 32, False, ("f16",), ("f32", "f16")),
         Instruction("mma_m16n8k16", 16, 8, 16, 32, False, ("f16", "bf16"), ("f32", "f16")),
-        Instruction("wgmma_m64n64k16", 64, 64, 16, 128, True, ("f16", "bf16"), ("f32", "f16"), min_warps=4),
-        Instruction("wgmma_m64n128k16", 64, 128, 16, 128, True, ("f16", "bf16"), ("f32", "f16"), min_warps=4),
+        *(Instruction(f"wgmma_m64n{n}k16", 64, n, 16, 128, True, ("f16", "bf16"), ("f32", "f16"), min_warps=4)
+          for n in WGMMA_WIDTHS),
         Instruction("mfma_32x32x8", 32, 32, 8, 64, False, ("f16", "bf16"), ("f32",)),
         Instruction("mfma_16x16x16", 16, 16, 16, 64, False, ("f16", "bf16"), ("f32",)),
         Instruction("wmma_16x16x16", 16, 16, 16, 32, False, ("f16", "bf16"), ("f32", "f16")),
@@ -77,15 +79,28 @@ def instruction_problem(mma: str, card: Card, block_m: int, block_n: int, block_
     return None
 
 
+def _wgmma_width(block_m: int, block_n: int, num_warps: int) -> int:
+    """The N of the wgmma Triton issues for a tile (its mmaVersionToInstrShape rule for version 3)."""
+    m_warps = max(block_m // 16, 1)
+    n_warps = max(num_warps // m_warps, 1)
+    widest = max(block_n // n_warps, 8)
+    return max(n for n in WGMMA_WIDTHS if block_n % n == 0 and n <= widest)
+
+
 def tile_instruction(card: Card, block_m: int, block_n: int, block_k: int, num_warps: int,
                      operand_dtype: str) -> str:
-    """The instruction this tile is built on for `card`: the widest one that fits, else "none".
+    """The instruction Triton builds this tile on for `card`: what the compiler picks, else "none".
 
-    Hopper issues wgmma when the program has whole warpgroups and 64-row tiles, else mma;
-    f32 and f64 operands use FMA ("none": IEEE products, never TF32).
+    Hopper issues wgmma (N chosen from the tile and warps as Triton does) when the program
+    has whole warpgroups and 64-row tiles, else mma; other cards their one matrix
+    instruction that fits; f32 and f64 operands use FMA ("none": IEEE products, never TF32).
     """
-    for name in ("wgmma_m64n128k16", "wgmma_m64n64k16", "mma_m16n8k16", "mma_m16n8k8", "mfma_32x32x8",
-                 "mfma_16x16x16", "wmma_16x16x16"):
+    if any(i.startswith("wgmma_") for i in card.tensor_cores) and operand_dtype in ("f16", "bf16") \
+            and num_warps % 4 == 0 and block_m % 64 == 0 and block_k % 16 == 0:
+        name = f"wgmma_m64n{_wgmma_width(block_m, block_n, num_warps)}k16"
+        if name in card.tensor_cores:
+            return name
+    for name in ("mma_m16n8k16", "mma_m16n8k8", "mfma_32x32x8", "mfma_16x16x16", "wmma_16x16x16"):
         if name in card.tensor_cores and instruction_problem(
                 name, card, block_m, block_n, block_k, num_warps, operand_dtype, None) is None:
             return name

@@ -2,10 +2,11 @@
 
 GPU (Triton): the knobs are the family's, in the cuda vocabulary; tiles within the
 kernel's extents; threads per block (warps x warp size) within the card's limit; shared
-memory per block (stages x (A tile + B tile) x operand width) within the card's opt-in
-limit; a register estimate (accumulator or row chunk per thread, and per SM) within
-the register file; the tensor-core instruction offered by the architecture and fitting
-the tile; the accumulator type fitting the operands.
+memory per block (pipeline buffers x (A tile + B tile) x operand width, see
+`pipeline_buffers`) within the card's opt-in limit; a register estimate (accumulator,
+plus operand tiles where the instruction reads them from registers, or the row chunk,
+per thread and per SM) within the register file; the tensor-core instruction offered by
+the architecture and fitting the tile; the accumulator type fitting the operands.
 CPU (C + OpenMP): nothing unbuildable: threads within the usable cores, tiles within
 extents, a vector width that divides the tile it runs over, an accumulator tile that
 fits on a thread's stack.
@@ -16,14 +17,26 @@ the fork resolved again (DESIGN 4).
 from __future__ import annotations
 
 from emmy_core.ir.nodes import Kernel
-from emmy_core.knobs.instructions import instruction_problem
+from emmy_core.knobs.instructions import instruction_problem, tile_instruction
 from emmy_core.knobs.view import FAMILY_KNOBS, OPTIONAL_KNOBS, KernelView, view
 from emmy_core.knobs.vocab import SCHEDULE_KNOBS, knobs_problem
 from emmy_core.targets.card import Card
 
 REG_RESERVE = 64  # registers per thread kept for addresses, operands and the epilogue
-REG_OVERHEAD = 32  # per-thread registers beyond the accumulator, for the per-SM check
+REG_OVERHEAD = 48  # per-thread registers beyond the estimate, for the per-SM check (an H200 spilled at 32)
 CPU_STACK_TILE_BYTES = 256 * 1024  # largest accumulator tile kept on an OpenMP thread's stack
+
+
+def pipeline_buffers(card: Card, path: str, stages: int) -> int:
+    """Shared-memory copies of the operand tiles Triton keeps for `stages` pipeline stages.
+
+    Measured on an H200 (Triton 3.6, compiled shared-memory figures): a wgmma tile keeps one
+    buffer per stage, the cp.async path of mma and FMA tiles one fewer. Other vendors are
+    held to one per stage (an upper bound; not measured).
+    """
+    if card.vendor == "nvidia" and not path.startswith("wgmma_"):
+        return max(1, stages - 1)
+    return stages
 
 
 def _within(what: str, value: int, cap: int | None, axis: str) -> str | None:
@@ -62,12 +75,18 @@ def _gpu_problem(v: KernelView, card: Card, k: dict[str, object]) -> str | None:
             return "acc is not decided"
         if acc == "f16" and v.operand_dtype != "f16":
             return f"acc=f16 needs f16 operands, not {v.operand_dtype}"
-        smem = stages * (bm * bk * v.a_bytes + bk * bn * v.b_bytes)
+        path = tile_instruction(card, bm, bn, bk, warps, v.operand_dtype)  # what the compiler builds
+        buffers = pipeline_buffers(card, path, stages)
+        smem = buffers * (bm * bk * v.a_bytes + bk * bn * v.b_bytes)
         if card.smem_per_block_kib is not None and smem > card.smem_per_block_kib * 1024:
-            return (f"shared memory {smem // 1024} KiB ({stages} stages of {bm}x{bk} and {bk}x{bn} tiles) "
-                    f"exceeds {card.smem_per_block_kib:g} KiB per block on {card.name}")
+            return (f"shared memory {smem // 1024} KiB ({buffers} buffers of {bm}x{bk} and {bk}x{bn} tiles for "
+                    f"{stages} stages) exceeds {card.smem_per_block_kib:g} KiB per block on {card.name}")
         acc_bytes = 2 if acc == "f16" else 8 if v.operand_dtype == "f64" else 4
-        p = _registers(card, bm * bn * acc_bytes / 4 / threads, threads, f"accumulator {bm}x{bn}")
+        values = bm * bn * acc_bytes / 4 / threads
+        if not path.startswith("wgmma_"):  # operand tiles are held in registers too (wgmma reads them in place)
+            width = v.compute_bits // 8 if path == "none" else v.a_bytes
+            values += (bm * bk + bk * bn) * width / 4 / threads
+        p = _registers(card, values, threads, f"tile {bm}x{bn}x{bk}")
         if p:
             return p
         mma = k.get("mma")

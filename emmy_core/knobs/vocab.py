@@ -54,10 +54,12 @@ def _k(name: str, target: str, kind: str, low: int = 0, high: int = 0, choices: 
 
 
 # Appended only (existing values keep their meaning): mma_m16n8k8 is Turing's fp16 tensor-core
-# instruction, mfma_16x16x16 CDNA's smaller matrix instruction, wmma_16x16x16 RDNA3's. Which card
-# offers which: emmy_core.targets (gpus.json); their shapes: emmy_core.knobs.instructions.
+# instruction, mfma_16x16x16 CDNA's smaller matrix instruction, wmma_16x16x16 RDNA3's, and the
+# other wgmma widths Hopper issues for narrower or wider tiles. Which card offers which:
+# emmy_core.targets (gpus.json); their shapes: emmy_core.knobs.instructions.
 TENSOR_CORE_INSTRUCTIONS = ("none", "mma_m16n8k16", "wgmma_m64n64k16", "wgmma_m64n128k16", "mfma_32x32x8",
-                            "mma_m16n8k8", "mfma_16x16x16", "wmma_16x16x16")
+                            "mma_m16n8k8", "mfma_16x16x16", "wmma_16x16x16", "wgmma_m64n8k16",
+                            "wgmma_m64n16k16", "wgmma_m64n32k16", "wgmma_m64n256k16")
 
 SCHEDULE_KNOBS: dict[str, KnobSpec] = {
     k.name: k

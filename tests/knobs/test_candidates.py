@@ -13,7 +13,9 @@ import pytest
 from emmy_core.ir import Extern
 from emmy_core.ir.builders import Dim, day_one_kernels, elementwise, matmul, rmsnorm, softmax
 from emmy_core.knobs import candidate_options, candidates, option_problem, sample_candidates, view
+from emmy_core.knobs.instructions import tile_instruction
 from emmy_core.knobs.space import first_option
+from emmy_core.knobs.validity import pipeline_buffers
 from emmy_core.knobs.vocab import SCHEDULE_KNOBS, canonical_knobs, knobs_problem
 from emmy_core.targets import Card, load_table, probe_cpu, resolve_card
 
@@ -96,23 +98,24 @@ def test_gpu_matmul_space_is_a_few_hundred_triton_style_options() -> None:
     assert 200 <= len(pool) <= 1000
     for name in ("block_m", "block_n", "block_k", "num_warps", "num_stages", "acc", "mma"):
         assert len({o.get(name) for o in pool}) >= 2, name
-    assert {"wgmma_m64n128k16", "mma_m16n8k16"} <= {o.get("mma") for o in pool}
+    assert {"wgmma_m64n256k16", "wgmma_m64n128k16", "wgmma_m64n32k16", "mma_m16n8k16"} <= {o.get("mma") for o in pool}
 
 
 def test_options_exceeding_shared_memory_are_absent_on_a_small_card_present_on_a_large_one() -> None:
     k = matmul(Dim("T", 4096), 4096, 4096)
     small, large = resolve_card("NVIDIA GeForce RTX 2080 Ti"), resolve_card("NVIDIA H100 80GB HBM3")
 
-    def smem_kib(o: dict) -> float:
-        return o["num_stages"] * (o["block_m"] + o["block_n"]) * o["block_k"] * 2 / 1024
+    def smem_kib(o: dict, card: Card) -> float:
+        path = tile_instruction(card, o["block_m"], o["block_n"], o["block_k"], o["num_warps"], "f16")
+        return pipeline_buffers(card, path, o["num_stages"]) * (o["block_m"] + o["block_n"]) * o["block_k"] * 2 / 1024
 
-    big = [o for o in candidates(k, large) if smem_kib(o) > small.smem_per_block_kib]
+    big = [o for o in candidates(k, large) if smem_kib(o, small) > small.smem_per_block_kib]
     assert big, "the large card offers tiles that need more than the small card's shared memory"
     small_pool = {canonical_knobs({n: x for n, x in o.items() if n != "mma"}) for o in candidates(k, small)}
     for o in big:
         assert canonical_knobs({n: x for n, x in o.items() if n != "mma"}) not in small_pool
     marked = [o for o in candidate_options(k, small) if o.problem and "shared memory" in o.problem]
-    assert marked and all(smem_kib(o.knobs) > small.smem_per_block_kib for o in marked)
+    assert marked and all(smem_kib(o.knobs, small) > small.smem_per_block_kib for o in marked)
     assert all(small.name in o.problem for o in marked)
 
 

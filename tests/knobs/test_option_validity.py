@@ -21,13 +21,23 @@ def mm(**over: object) -> dict[str, object]:
             "acc": "f32", **over}
 
 
-def test_shared_memory_per_block_is_tiles_times_stages_times_width() -> None:
-    knobs = mm(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3)  # 3 x 32 KiB f16 = 96 KiB
-    assert option_problem(MM16, resolve_card("NVIDIA H100 PCIe"), knobs) is None
-    assert option_problem(MM16, resolve_card("NVIDIA RTX A4000"), knobs) is None  # 99 KiB per block
+def test_shared_memory_per_block_is_pipeline_buffers_times_tiles() -> None:
+    # wgmma tiles keep one buffer per stage, mma and FMA tiles one fewer (measured on an H200).
+    knobs = mm(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=4)  # 32 KiB of f16 per buffer
+    assert option_problem(MM16, resolve_card("NVIDIA H100 PCIe"), knobs) is None  # wgmma: 4 x 32 KiB
+    assert option_problem(MM16, resolve_card("NVIDIA RTX A4000"), knobs) is None  # mma: 3 x 32 = 96 of 99 KiB
     problem = option_problem(MM16, resolve_card("NVIDIA GeForce RTX 2080 Ti"), knobs)
-    assert problem is not None and "shared memory 96 KiB" in problem and "64 KiB per block" in problem
-    assert "192 KiB" in option_problem(MM32, resolve_card("NVIDIA A100-SXM4-40GB"), {**knobs, "acc": "f32"})
+    assert problem is not None and "shared memory 96 KiB (3 buffers" in problem and "64 KiB per block" in problem
+    assert option_problem(MM16, resolve_card("NVIDIA GeForce RTX 2080 Ti"), {**knobs, "num_stages": 3}) is None
+    big = mm(block_m=256, block_n=128, block_k=128, num_warps=8, num_stages=4)
+    h200 = resolve_card("NVIDIA H200")
+    assert "shared memory 384 KiB (4 buffers" in option_problem(MM16, h200, big)
+    assert option_problem(MM16, h200, {**big, "num_stages": 2}) is None  # 192 KiB: compiles on an H200
+    fma = mm(block_m=32, block_n=128, block_k=128, num_warps=8, num_stages=3)  # f32 operands: 80 KiB a buffer
+    assert option_problem(MM32, h200, fma) is None  # 2 x 80 KiB: compiles on an H200
+    assert "shared memory 240 KiB (3 buffers" in option_problem(MM32, h200, {**fma, "num_stages": 4})
+    # AMD is held to one buffer per stage: 64 x 64 x 32 f32 at 5 stages needs 80 KiB of a 64 KiB LDS
+    assert "(5 buffers" in option_problem(MM32, resolve_card("AMD Instinct MI250X"), mm(num_stages=5))
 
 
 def test_threads_per_block_are_warps_times_the_cards_warp_size() -> None:
@@ -42,6 +52,14 @@ def test_register_estimate_refuses_accumulators_that_would_spill() -> None:
     assert "would spill" in option_problem(MM16, card, mm(block_m=256, block_n=128, num_warps=4, block_k=16))
     assert option_problem(MM16, card, mm(block_m=256, block_n=128, num_warps=8, block_k=16)) is None
     assert "would spill" in option_problem(ROW, card, {"block": 8192, "num_warps": 1})
+    # FMA tiles hold their operands in registers: 128x32x128 f32 on 2 warps spilled 278 registers on an H200
+    h200 = resolve_card("NVIDIA H200")
+    assert "would spill" in option_problem(MM32, h200, mm(block_m=128, block_n=32, block_k=128, num_warps=2))
+    # 512 threads leave 128 registers each: 256x128x32 f32 on 16 warps spilled 18 on an H200
+    assert "exceed 65536 per SM" in option_problem(
+        MM32, h200, mm(block_m=256, block_n=128, block_k=32, num_warps=16, num_stages=3))
+    # a wgmma tile reads its operands in place: only the accumulator counts
+    assert option_problem(MM16, h200, mm(block_m=128, block_n=256, block_k=64, num_warps=8)) is None
 
 
 def test_wgmma_only_on_hopper_mfma_only_on_cdna() -> None:
