@@ -18,6 +18,7 @@ from emmy_core.cli.tune_cmd import (
     BackendOpt,
     CardOpt,
     DbOpt,
+    DtypeOpt,
     Opt,
     SettingOpt,
     SpreadOpt,
@@ -28,7 +29,7 @@ from emmy_core.cli.tune_cmd import (
 )
 
 
-def _units(model: str | None, kernel: Path | None, shape: str) -> list[Any]:
+def _units(model: str | None, kernel: Path | None, shape: str, dtype: str) -> list[Any]:
     from emmy_core.bench.harness import Unit
     from emmy_core.ir import IRError, Program, parse
 
@@ -42,8 +43,8 @@ def _units(model: str | None, kernel: Path | None, shape: str) -> list[Any]:
         if not shape:
             fail("--model needs --shape (e.g. B=8,S=128)")
         try:
-            return model_units(model, sizes)
-        except GraphError as exc:
+            return model_units(model, sizes, dtype)
+        except (GraphError, ValueError) as exc:
             fail(str(exc))
     data, name = read_source(str(kernel))
     try:
@@ -60,6 +61,7 @@ def run(
     model: Annotated[str | None, Opt("--model", help="reference model whose kernels to run")] = None,
     kernel: Annotated[Path | None, Opt("--kernel", help="loop-program file to run")] = None,
     shape: Annotated[str, Opt("--shape", help="sizes of the dynamic axes, e.g. B=8,S=128")] = "",
+    dtype: DtypeOpt = "f16",
     knob: Annotated[list[str] | None, Opt("--knob", help="a forced knob value NAME=VALUE (repeatable); knobs "
                                           "not forced keep the kernel's first option")] = None,
     select: Annotated[str, Opt("--select", help="only kernels whose name contains this text")] = "",
@@ -84,7 +86,7 @@ def run(
         forced = forced_knobs(knob or [], the_card.target)
     except ValueError as exc:
         fail(str(exc))
-    units = [u for u in _units(model, kernel, shape)
+    units = [u for u in _units(model, kernel, shape, dtype)
              if select in u.program.name and accepts(u.program, the_card, forced)]
     if not units:
         fail(f"no kernel{f' named *{select}*' if select else ''} takes the knobs "

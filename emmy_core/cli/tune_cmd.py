@@ -145,6 +145,8 @@ DbOpt = Annotated[Path | None, Opt("--db", help="tuning database to record into 
 TimeoutOpt = Annotated[float, Opt("--timeout", min=0.1, help="watchdog seconds per variant")]
 SpreadOpt = Annotated[float, Opt("--spread-limit", min=0.0, help="flag a result whose (p90-p10)/median exceeds this")]
 ProgressOpt = Annotated[bool, Opt("--progress/--no-progress", help="show a progress bar")]
+DtypeOpt = Annotated[str, Opt("--dtype", help="data type the model is compiled in: f16 (the serving "
+                                "matrix's), bf16 or f32")]
 BackendOpt = Annotated[str | None, Opt("--backend", help="code generator as module:attr (default: the card "
                                        "target's; for testing a backend)")]
 
@@ -152,6 +154,7 @@ BackendOpt = Annotated[str | None, Opt("--backend", help="code generator as modu
 def tune(
     model: Annotated[str, Opt("--model", help="reference model to tune (llama_block, llama_stack, mlp)")],
     shape: ShapeOpt,
+    dtype: DtypeOpt = "f16",
     card: CardOpt = "local",
     setting: SettingOpt = "deploy",
     budget: Annotated[int | None, Opt("--budget", min=1, help="candidates per kernel: a seeded sample that "
@@ -179,8 +182,8 @@ def tune(
     sizes = parse_shape(shape)
     the_card = local_card_named(card)
     try:
-        units = model_units(model, sizes)
-    except GraphError as exc:
+        units = model_units(model, sizes, dtype)
+    except (GraphError, ValueError) as exc:
         fail(str(exc))
     plan = tune_plan(units, the_card, budget, seed)
     recorder: Any

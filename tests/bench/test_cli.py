@@ -76,17 +76,17 @@ def test_forced_knobs_are_validated_against_the_vocabulary(kernel_file: Path, tm
 
 
 def test_tune_benches_each_kernel_of_a_model_once_and_records_through_the_writer(tmp_path: Path) -> None:
-    """llama_stack is four identical blocks: 48 kernel instances, 9 distinct kernels, each benched once."""
+    """llama_block computes q, k and v with one kernel and normalises twice with another: 12 instances, 9 kernels."""
     db = tmp_path / "t.db"
-    result = runner.invoke(app, ["tune", "--model", "llama_stack", "--shape", "B=1,S=8", "--budget", "1",
+    result = runner.invoke(app, ["tune", "--model", "llama_block", "--shape", "B=1,S=8", "--budget", "1",
                                  "--db", str(db), "--no-progress", *LENIENT])
     assert result.exit_code == 0, result.output
-    assert "kernels: 9 distinct (48 instances); variants run: 9" in result.output
+    assert "kernels: 9 distinct (12 instances); variants run: 9" in result.output
     with open_store(db, "r") as store:
         rows = store.measurements()
         assert len(rows) == 9 and {r.source for r in rows} == {"tune"}
         assert len({r.kernel_id for r in rows}) == 9
-    again = runner.invoke(app, ["tune", "--model", "llama_stack", "--shape", "B=1,S=8", "--budget", "1",
+    again = runner.invoke(app, ["tune", "--model", "llama_block", "--shape", "B=1,S=8", "--budget", "1",
                                 "--db", str(db), "--no-progress", *LENIENT])
     assert again.exit_code == 0, again.output
     ok = sum(r.status == "ok" for r in rows)

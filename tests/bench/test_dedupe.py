@@ -23,21 +23,17 @@ def test_a_kernel_contained_n_times_is_one_unit_of_work() -> None:
     assert other.count == 1 and other.unit.sizes_text == "B=8"
 
 
-def test_a_model_containing_the_same_kernel_n_times_benches_it_once(cpu_card) -> None:
-    k = tiny_kernel()
-    plan = [(Unit(k, {"B": 4}, label=f"layer {i}"), [{"unroll": planted.CORRECT}]) for i in range(4)]
-    report = bench(plan, cpu_card, planted.SPEC, None, CONFIG)
-    assert [p.count for p in report.planned] == [4]
-    assert len(report.outcomes) == 1 and report.outcomes[0].status == "ok"
-
-
-def test_variants_already_measured_ok_are_skipped_and_failed_ones_retried(cpu_card) -> None:
+def test_a_model_containing_the_same_kernel_n_times_benches_it_once_and_measured_ok_variants_are_skipped(
+        cpu_card) -> None:
     store = MemoryStore()
     unit = Unit(tiny_kernel(), {"B": 4})
     variants = [{"unroll": planted.CORRECT}, {"unroll": planted.BUILD_ERROR}]
-    first = bench([(unit, variants)], cpu_card, planted.SPEC, StoreRecorder(store), CONFIG)
+    layers = [(Unit(unit.program, {"B": 4}, label=f"layer {i}"), variants) for i in range(4)]
+    first = bench(layers, cpu_card, planted.SPEC, StoreRecorder(store), CONFIG)
+    assert [p.count for p in first.planned] == [4]
+    assert len(first.outcomes) == 2  # one run per variant, not four
     assert (first.count("ok"), first.count("failed"), first.rows_recorded) == (1, 1, 2)
     again = bench([(unit, variants)], cpu_card, planted.SPEC, StoreRecorder(store), CONFIG)
-    assert again.skipped_known == 1
+    assert again.skipped_known == 1  # the ok variant is skipped; the failed one is tried again
     assert [o.knobs for o in again.outcomes] == [{"unroll": planted.BUILD_ERROR}]
     assert len(store.measurements()) == 2  # the retried failure kept its one row
