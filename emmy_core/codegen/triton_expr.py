@@ -207,15 +207,19 @@ class Writer:
 
     def address(self, scope: Scope, buffer: str, index: tuple[str, ...]) -> tuple[str, str | None]:
         """(offset code, mask name or None) of an access `buffer[index]` in `scope`."""
-        if self.flat is not None and index == self.flat[0] and self.program.buffer(buffer).shape == self.flat[1]:
-            offs = self.flat[2]
-        else:
-            terms = []
-            for d, var in enumerate(index):
-                code = scope.var(var).code
-                st = self.stride(buffer, d)
-                terms.append(f"{code} * {st}" if st else code)
-            offs = " + ".join(terms)
+        dims = list(range(len(index)))
+        tail = ""
+        if self.flat is not None:  # trailing dimensions indexed by the lanes, in order: the flat offset itself
+            lanes, axes, code = self.flat
+            n = len(lanes)
+            if index[-n:] == lanes and self.program.buffer(buffer).shape[-n:] == axes:
+                dims, tail = dims[:-n], code
+        terms = []
+        for d in dims:
+            code = scope.var(index[d]).code
+            st = self.stride(buffer, d)
+            terms.append(f"{code} * {st}" if st else code)
+        offs = " + ".join(terms + ([tail] if tail else []))
         return offs, self.mask(scope, index)
 
     def mask(self, scope: Scope, index: tuple[str, ...]) -> str | None:

@@ -23,6 +23,7 @@ import importlib.util
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -186,11 +187,19 @@ def write_source(source: str) -> Path:
     return path
 
 
-def load_module(path: Path) -> ModuleType:
-    """Imports a cached source file (after checking it still matches its digest)."""
+def interpreting() -> bool:
+    """Whether Triton's interpreter defines kernels now (triton.knobs where it exists, else the env)."""
     import triton
 
-    mode = bool(triton.knobs.runtime.interpret)
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None:
+        return bool(knobs.runtime.interpret)
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
+def load_module(path: Path) -> ModuleType:
+    """Imports a cached source file (after checking it still matches its digest)."""
+    mode = interpreting()
     key = (str(path), mode)
     if key in _LOADED:
         return _LOADED[key]
@@ -251,10 +260,10 @@ class TritonBuilt:
         if len(devices) != 1:
             raise LaunchError(f"{self.program.name}: tensors must all be torch tensors on one device, got {devices}")
         device = next(iter(devices))
-        import triton
-
-        if device.type == "cpu" and not triton.knobs.runtime.interpret:
+        if device.type == "cpu" and not interpreting():
             raise LaunchError("CPU tensors run only under Triton's interpreter (TRITON_INTERPRET=1)")
+        if device.type == "cuda" and device.index not in (None, torch.cuda.current_device()):
+            raise LaunchError(f"tensors are on {device} but the current device is cuda:{torch.cuda.current_device()}")
         args: list[object] = []
         for b in self.program.buffers:
             t = buffers[b.name]
@@ -270,7 +279,8 @@ class TritonBuilt:
         args.extend(ext[a.name] for a in self.program.dynamic_axes)
         return args, ext
 
-    def __call__(self, buffers: dict[str, torch.Tensor], sizes: dict[str, int]) -> None:
+    def prepare(self, buffers: dict[str, torch.Tensor], sizes: dict[str, int]) -> Callable[[], None]:
+        """Checks the arguments once and returns a launch with nothing left to check (for timing loops)."""
         from triton.compiler.errors import CompilationError
         from triton.runtime.errors import InterpreterError
 
@@ -279,12 +289,21 @@ class TritonBuilt:
         if any(g < 1 for g in grid) or (len(grid) > 1 and grid[1] > MAX_GRID_Y) or grid[0] > MAX_ELEMENTS:
             raise LaunchError(f"{self.program.name}: grid {grid} is outside what a launch takes")
         plan = self.generated.plan
-        try:
-            self.kernel[grid](*args, num_warps=plan.num_warps, num_stages=plan.num_stages)
-        except (CompilationError, InterpreterError) as exc:
-            raise BuildError(f"{self.program.name}: {type(exc).__name__}: {exc}"[:2000]) from exc
-        except Exception as exc:
-            raise LaunchError(f"{self.program.name}: {type(exc).__name__}: {exc}"[:2000]) from exc
+        launch = self.kernel[grid]
+        name = self.program.name
+
+        def run() -> None:
+            try:
+                launch(*args, num_warps=plan.num_warps, num_stages=plan.num_stages)
+            except (CompilationError, InterpreterError) as exc:
+                raise BuildError(f"{name}: {type(exc).__name__}: {exc}"[:2000]) from exc
+            except Exception as exc:
+                raise LaunchError(f"{name}: {type(exc).__name__}: {exc}"[:2000]) from exc
+
+        return run
+
+    def __call__(self, buffers: dict[str, torch.Tensor], sizes: dict[str, int]) -> None:
+        self.prepare(buffers, sizes)()
 
 
 class TritonBackend:
