@@ -151,6 +151,8 @@ class Writer:
         self.value_types: dict[str, str] = {}
         # (vars in order, their axes, flat offset code): an access by exactly these is the flat offset
         self.flat: tuple[tuple[str, ...], tuple[str, ...], str] | None = None
+        # arithmetic on bf16 values: Triton's interpreter computes it on the raw bits (launches refuse it there)
+        self.bf16_math = False
 
     # -- lines and names
     def fresh(self, stem: str = "t") -> str:
@@ -257,8 +259,10 @@ class Writer:
                 return x
             return self.assign(scope, e, f"{x}.to({TL_DTYPES[e.dtype]})")
         if isinstance(e, Unary):
+            self.bf16_math |= self.dtype_of(e.x) == "bf16"
             return self.assign(scope, e, self.unary(scope, e.op, self.expr(scope, e.x), self.dtype_of(e.x)))
         if isinstance(e, Binary):
+            self.bf16_math |= self.dtype_of(e.a) == "bf16"
             a, b = self.expr(scope, e.a), self.expr(scope, e.b)
             return self.assign(scope, e, self.binary(scope, e.op, a, b, self.dtype_of(e.a)))
         raise TypeError(f"not an expression: {type(e).__name__}")

@@ -285,6 +285,9 @@ class TritonBuilt:
         from triton.runtime.errors import InterpreterError
 
         args, ext = self.check(buffers, sizes)
+        if self.generated.plan.bf16_math and interpreting():
+            raise LaunchError(f"{self.program.name} computes on bf16 values, which Triton's interpreter does on "
+                              "their raw bits; it runs on a GPU only")
         grid = self.grid(ext)
         if any(g < 1 for g in grid) or (len(grid) > 1 and grid[1] > MAX_GRID_Y) or grid[0] > MAX_ELEMENTS:
             raise LaunchError(f"{self.program.name}: grid {grid} is outside what a launch takes")

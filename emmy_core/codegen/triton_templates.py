@@ -43,6 +43,7 @@ class LaunchPlan:
     grid: tuple[tuple[GridFactor, ...], ...]  # per grid dimension, a product of factors
     num_warps: int
     num_stages: int
+    bf16_math: bool = False  # computes on bf16 values, which Triton's interpreter gets wrong
 
 
 def uses_var(e: Expr, var: str) -> bool:
@@ -131,7 +132,7 @@ def lanes(program: Program, loops: list[tuple[str, str]], body: tuple, block: in
             _lane_reduce(w, scope, s, block)
         else:
             raise TemplateError(f"the lanes template takes lets, stores and reductions, not {type(s).__name__}")
-    return LaunchPlan(template, (((tuple(a for _, a in loops), block),),), num_warps, num_stages)
+    return LaunchPlan(template, (((tuple(a for _, a in loops), block),),), num_warps, num_stages, w.bf16_math)
 
 
 def _trip(program: Program, r: Reduce) -> int | None:
@@ -148,6 +149,7 @@ def lanes_fit(program: Program, reductions: tuple[Reduce, ...]) -> bool:
 
 
 def _lane_reduce(w: Writer, scope: Scope, r: Reduce, block: int) -> None:
+    w.bf16_math |= r.dtype == "bf16"
     acc = w.fresh("acc")
     w.line(scope, f"{acc} = tl.full([{block}], {init_literal(r.op, r.dtype)}, {TL_DTYPES[r.dtype]})")
     step = w.fresh("s")
@@ -219,7 +221,7 @@ def row(program: Program, loops: list[tuple[str, str]], body: tuple, block: int,
         else:
             raise TemplateError(f"unexpected statement {type(s).__name__} in a row kernel")
     rows = tuple(a for _, a in loops)
-    return LaunchPlan("row", (tuple(((a,), 1) for a in rows),), num_warps, num_stages)
+    return LaunchPlan("row", (tuple(((a,), 1) for a in rows),), num_warps, num_stages, w.bf16_math)
 
 
 def _chunk(w: Writer, scope: Scope, axis: str, block: int, lo: str | None,
@@ -249,6 +251,7 @@ def _chunk(w: Writer, scope: Scope, axis: str, block: int, lo: str | None,
 
 
 def _row_reduce(w: Writer, scope: Scope, r: Reduce, block: int, axes: _RowAxes) -> None:
+    w.bf16_math |= r.dtype == "bf16"
     init = init_literal(r.op, r.dtype)
     fold = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}[r.op]
     name = val_name(r.name)
@@ -386,6 +389,7 @@ def matmul(program: Program, shape: MatmulShape, k: MatmulKnobs, w: Writer) -> L
         w.line(loop, "b = tl.load(b_ptrs)")
     a_dt, b_dt = _operand_dtype(program, shape.a), _operand_dtype(program, shape.b)
     raw = a_dt == b_dt and a_dt in ("f16", "bf16") and k.acc in ("f32", "f16") and k.tensor_cores
+    w.bf16_math |= "bf16" in (a_dt, b_dt, k.acc) and (raw or k.acc == "bf16")
     if raw:
         dot = "tl.dot(a, b, acc" + (", out_dtype=tl.float16)" if k.acc == "f16" else ")")
     else:  # operands in the accumulator type; f32 products exact (IEEE, no TF32)
@@ -414,7 +418,7 @@ def matmul(program: Program, shape: MatmulShape, k: MatmulKnobs, w: Writer) -> L
         _store(w, scope, s, all_vars)
     grid0 = ((shape.m,), bm), ((shape.n,), bn)
     grid = (grid0,) if not z_loops else (grid0, tuple(((a,), 1) for _, a in z_loops))
-    return LaunchPlan("matmul", grid, k.num_warps, k.num_stages)
+    return LaunchPlan("matmul", grid, k.num_warps, k.num_stages, w.bf16_math)
 
 
 def _operand_loads(program: Program, shape: MatmulShape) -> tuple[Load, Load]:

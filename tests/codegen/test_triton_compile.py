@@ -15,6 +15,7 @@ from emmy_core.codegen.backend import BuildError
 from emmy_core.codegen.triton_gen import compile_for
 from emmy_core.graph.decisions import split_k, split_rows
 from emmy_core.ir.builders import Dim, elementwise, layernorm, matmul, rmsnorm, softmax
+from tests.codegen.test_triton_families import dynrow_program, ints_program
 
 MM = matmul(Dim("T", 512), 1024, 1024, epilogue=("bias", "gelu"))
 MM_KNOBS = {"block_m": 64, "block_n": 64, "block_k": 32, "num_warps": 4, "num_stages": 3}
@@ -36,7 +37,11 @@ def test_matmul_uses_tensor_cores_by_default_and_none_under_mma_none() -> None:
     (elementwise("gelu_tanh(a) * b + pow(a, 3)", dtype="f16", cols=4096), {"block": 2048}),
     (matmul(Dim("S", 128), Dim("S", 128), Dim("D", extent=64), batch=(Dim("B", 4), Dim("NH", extent=16)),
             b_transposed=True, epilogue=("scale:0.125",)), {"block_m": 64, "block_n": 64, "block_k": 64}),
-], ids=["rmsnorm", "softmax", "layernorm_bf16", "elementwise", "attention_scores"])
+    (dynrow_program(), {"block": 256}),
+    (ints_program(), {"block": 1024}),
+    (matmul(Dim("T", 64), 256, 256, dtype="f64", epilogue=("bias", "gelu")),
+     {"block_m": 32, "block_n": 32, "block_k": 16}),
+], ids=["rmsnorm", "softmax", "layernorm_bf16", "elementwise", "attention_scores", "dynamic_row", "integers", "f64"])
 def test_every_family_compiles_for_sm90(program, knobs) -> None:
     assert compile_for(program, knobs, arch=90)["bytes_cubin"] > 0
 

@@ -16,13 +16,29 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from emmy_core.codegen.backend import LaunchError
 from emmy_core.codegen.triton_gen import TritonBackend
 from emmy_core.graph.decisions import split_k, split_rows
-from emmy_core.ir import Program
+from emmy_core.ir import (
+    Axis,
+    Binary,
+    Buffer,
+    Cast,
+    Const,
+    Extent,
+    Let,
+    Load,
+    Loop,
+    Program,
+    Reduce,
+    Ref,
+    Store,
+    validate,
+)
 from emmy_core.ir.builders import Dim, elementwise, layernorm, matmul, rmsnorm, softmax
 from emmy_core.ir.sizes import extents
 
-TORCH = {"f16": torch.float16, "f32": torch.float32, "f64": torch.float64}
+TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "f64": torch.float64}
 TOL = {"f32": 1e-5, "f16": 1e-2}
 
 
@@ -231,3 +247,82 @@ def test_split_rows_pieces_equal_torch(builder: str, parts: int, knobs: tuple[di
         "layernorm": lambda: F.layer_norm(x, (n,), d(ins["w"]), d(ins["bias"]), 1e-5),
     }[builder]()
     close(env["y"], want, "f32")
+
+
+# ---- programs written by hand: dynamic row axes, extents, integers, bf16, f64 ------------------------
+
+def dynrow_program() -> Program:
+    """A row kernel over a dynamic row axis, with an extent, two reductions and a scalar store per row."""
+    xs = Load("x", ("i", "j"))
+    body = (Loop("i", "R", (
+        Reduce("s", "f32", "sum", "j", "S", xs),
+        Let("mean", "f32", Binary("div", Ref("s"), Cast("f32", Extent("S")))),
+        Reduce("mx", "f32", "max", "j", "S", xs),
+        Store("m", ("i",), Ref("mx")),
+        Loop("j", "S", (Store("y", ("i", "j"), Binary("sub", xs, Ref("mean"))),)),
+    )),)
+    return validate(Program("dynrow", (Axis("R", 3), Axis("S", None, 8)),  # type: ignore[return-value]
+                            (Buffer("x", "in", "f32", ("R", "S")), Buffer("y", "out", "f32", ("R", "S")),
+                             Buffer("m", "out", "f32", ("R",))), body))
+
+
+def ints_program() -> Program:
+    """Integer arithmetic in i32 and i64, with a float result divided by a static extent."""
+    a, b = Load("a", ("i", "j")), Load("b", ("i", "j"))
+    t = Binary("add", Binary("mul", a, Const("i32", 3)), Binary("max", a, b))
+    body = (Loop("i", "B", (Loop("j", "C", (
+        Let("t", "i32", t),
+        Store("y", ("i", "j"), Binary("sub", Ref("t"), Binary("min", a, b))),
+        Store("z", ("i", "j"), Binary("div", Cast("f32", Ref("t")), Cast("f32", Extent("C")))),
+        Store("w", ("i", "j"), Binary("mul", Cast("i64", a), Const("i64", 2**40))),
+    )),)),)
+    return validate(Program("ints", (Axis("B", None, 4), Axis("C", 19)),  # type: ignore[return-value]
+                            (Buffer("a", "in", "i32", ("B", "C")), Buffer("b", "in", "i32", ("B", "C")),
+                             Buffer("y", "out", "i32", ("B", "C")), Buffer("z", "out", "f32", ("B", "C")),
+                             Buffer("w", "out", "i64", ("B", "C"))), body))
+
+
+def test_row_over_a_dynamic_axis_with_extent_and_scalar_store_equals_torch() -> None:
+    program = dynrow_program()
+    for s, block in ((45, 16), (16, 16), (5, 32)):
+        x = torch.randn(3, s, dtype=torch.float32)
+        out = launch(program, {"block": block}, {"x": x}, {"S": s})
+        close(out["y"], d(x) - d(x).mean(-1, keepdim=True), "f32")
+        close(out["m"], d(x).amax(-1), "f32")
+
+
+def test_integer_elementwise_equals_torch() -> None:
+    program = ints_program()
+    gen = torch.Generator().manual_seed(3)
+    x, y = (torch.randint(-50, 50, (6, 19), generator=gen, dtype=torch.int32) for _ in range(2))
+    env = {"a": x, "b": y}
+    ext = {"y": torch.int32, "z": torch.float32, "w": torch.int64}
+    bufs = {**env, **{n: torch.zeros(6, 19, dtype=dt) for n, dt in ext.items()}}
+    TritonBackend().build(program, {"block": 32}, "deploy")(bufs, {"B": 6})
+    t_ref = x * 3 + torch.maximum(x, y)
+    assert torch.equal(bufs["y"], t_ref - torch.minimum(x, y))
+    torch.testing.assert_close(bufs["z"], t_ref.float() / 19)
+    assert torch.equal(bufs["w"], x.long() * 2**40)
+
+
+def test_bf16_kernels_that_cast_before_computing_equal_torch() -> None:
+    program = elementwise("silu(a)*b", dtype="bf16", cols=37)
+    ins = {n: torch.randn(5, 37).bfloat16() for n in ("a", "b")}
+    out = launch(program, {"block": 64}, dict(ins), {"B": 5})
+    torch.testing.assert_close(d(out["y"]), F.silu(d(ins["a"])) * d(ins["b"]), rtol=2e-2, atol=2e-2)
+
+
+def test_bf16_arithmetic_is_refused_by_the_interpreter_not_computed_wrong() -> None:
+    program = matmul(Dim("T", 8), 17, 40, dtype="bf16", epilogue=("bias",))
+    built = TritonBackend().build(program, {"block_m": 16, "block_n": 16, "block_k": 16}, "deploy")
+    bufs = {"a": torch.randn(33, 40).bfloat16(), "b": torch.randn(40, 17).bfloat16(),
+            "bias": torch.randn(17).bfloat16(), "y": torch.empty(33, 17).bfloat16()}
+    with pytest.raises(LaunchError, match="raw bits"):
+        built(bufs, {"T": 33})
+
+
+def test_f64_matmul_equals_torch() -> None:
+    program = matmul(Dim("T", 8), 17, 40, dtype="f64", epilogue=("bias", "gelu"))
+    ins = random_inputs(program, {"T": 33}, seed=9)
+    out = launch(program, {"block_m": 16, "block_n": 16, "block_k": 16}, dict(ins), {"T": 33})
+    torch.testing.assert_close(out["y"], F.gelu(ins["a"] @ ins["b"] + ins["bias"]), rtol=1e-12, atol=1e-12)
