@@ -5,8 +5,8 @@ file reaches C unchecked), reads the knobs (`c_schedule.py`: defaults, refusals)
 translates the whole program (`c_emit.py`; matmul tiling in `c_matmul.py`; expressions
 and exact constants in `c_expr.py`). `build` compiles that source with the setting's
 flags into the on-disk cache and returns a `CBuilt` (`c_build.py`) that runs on torch
-CPU tensors. Every dtype of the IR is supported: f16 through `_Float16`, bf16 through
-uint16 bits with explicit round-to-nearest-even conversions.
+CPU tensors. Every dtype of the IR is supported: f16 and bf16 as uint16 bits with exact
+conversions (round to nearest even) written out in integer operations.
 """
 
 from __future__ import annotations

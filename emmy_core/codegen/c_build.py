@@ -1,7 +1,7 @@
 """Compiling generated C, caching the shared objects on disk, and launching them on torch tensors.
 
-Builds run the system compiler (`cc` with the setting's flags, `-fopenmp -shared -fPIC`,
-linked with `-lm`) and are cached under `~/.cache/emmy/build/` (or `$EMMY_BUILD_CACHE`,
+Builds run the system compiler (`cc` with the setting's flags, `-fopenmp -shared -fPIC
+-fno-math-errno -fno-trapping-math`, linked with `-lm`) and are cached under `~/.cache/emmy/build/` (or `$EMMY_BUILD_CACHE`,
 read at each build) by the sha256 of the source, the flags and the compiler's identity
 (its version line, and with `-march=native` the target it resolves to, so a cache shared
 between machines never loads code built for another CPU). A build is written to a
@@ -31,7 +31,9 @@ if TYPE_CHECKING:
     import torch
 
 CACHE_ENV = "EMMY_BUILD_CACHE"
-BASE_FLAGS = ("-fopenmp", "-shared", "-fPIC")
+# Neither errno nor the floating-point exception flags are ever read, so loops with math calls
+# and with the f16 conversions' selects can vectorise; values are computed as written either way.
+BASE_FLAGS = ("-fopenmp", "-shared", "-fPIC", "-fno-math-errno", "-fno-trapping-math")
 LIBS = ("-lm",)
 COMPILE_TIMEOUT_S = 300
 ERROR_LINES = 20

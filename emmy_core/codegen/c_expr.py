@@ -7,25 +7,26 @@ Code the generator adds itself uses the `em_` prefix, which no prefixed IR name 
 
 Arithmetic follows the IR: every operation is computed in its declared type. f32, f64,
 i32 and i64 are native (integer add/sub/mul wrap, computed unsigned so C has no overflow).
-f16 is stored as `_Float16` and bf16 as `uint16_t` bits; an operation on either converts
-its operands to float, computes there and rounds the result back to nearest even, which
+f16 and bf16 are stored as `uint16_t` bits; an operation on either converts its operands
+to float (exactly, in integer operations), computes there and rounds the result back to
+nearest even, which
 is exact for add/sub/mul/div/sqrt (float has more than 2p+2 bits) and how torch computes
-them on the CPU. A double goes to bf16 by round-to-odd to float, then nearest-even, so it
-is rounded once. Constants print exactly: hex floats, INFINITY for an infinity, bf16 as
-its rounded bit pattern computed here.
+them on the CPU. exp, log, pow, tanh and erf come from <math.h> (on x86-64 glibc, the
+vector loops call libmvec's forms: a few ulp, as torch's own vector math). A double goes to f16 or bf16 by round-to-odd to float, then
+nearest-even, so it is rounded once. Constants print exactly: hex floats, INFINITY for an
+infinity, f16 and bf16 as their rounded bit patterns computed here.
 """
 
 from __future__ import annotations
 
 import math
-import struct
 from fractions import Fraction
 
 from emmy_core.codegen.backend import BuildError
 from emmy_core.ir.nodes import Binary, Cast, Const, Expr, Extent, Load, Program, Ref, Unary
 
 C_TYPES: dict[str, str] = {
-    "f16": "_Float16", "bf16": "uint16_t", "f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t",
+    "f16": "uint16_t", "bf16": "uint16_t", "f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t",
 }
 # The type an operation on a value of the key type is computed in.
 COMPUTE: dict[str, str] = {"f16": "f32", "bf16": "f32", "f32": "f32", "f64": "f64", "i32": "i32", "i64": "i64"}
@@ -36,24 +37,70 @@ PRELUDE = r"""#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-static inline float em_h2f(_Float16 x) { return (float)x; }
-static inline _Float16 em_f2h(float x) { return (_Float16)x; }
-static inline _Float16 em_d2h(double x) { return (_Float16)x; }
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(_OPENMP)
+/* glibc's libmvec has vector forms of these; math.h declares them only under -ffast-math */
+#pragma omp declare simd notinbranch
+float expf(float);
+#pragma omp declare simd notinbranch
+double exp(double);
+#pragma omp declare simd notinbranch
+float logf(float);
+#pragma omp declare simd notinbranch
+double log(double);
+#pragma omp declare simd notinbranch
+float powf(float, float);
+#pragma omp declare simd notinbranch
+double pow(double, double);
+#if __GLIBC_PREREQ(2, 35)
+#pragma omp declare simd notinbranch
+float tanhf(float);
+#pragma omp declare simd notinbranch
+double tanh(double);
+#pragma omp declare simd notinbranch
+float erff(float);
+#pragma omp declare simd notinbranch
+double erf(double);
+#endif
+#endif
+
+/* f16 bits <-> float in integer operations (exact; vectorisable, unlike gcc 12's _Float16 conversions) */
+static inline float em_h2f(uint16_t h) {
+  const uint32_t em = (uint32_t)h & 0x7fffu;
+  const float sub = (float)em * 0x1p-24f; /* zero and subnormals: exact */
+  uint32_t su; memcpy(&su, &sub, 4);
+  const uint32_t u = em >= 0x7c00u ? ((em << 13) | 0x7f800000u) : em >= 0x0400u ? (em << 13) + 0x38000000u : su;
+  const uint32_t r = u | (((uint32_t)h & 0x8000u) << 16);
+  float f; memcpy(&f, &r, 4); return f;
+}
+static inline uint16_t em_f2h(float f) {
+  /* round to nearest even; subnormals by one float addition (the FPU rounds to nearest even) */
+  uint32_t u; memcpy(&u, &f, 4);
+  const uint32_t sign = u & 0x80000000u;
+  u ^= sign;
+  float a; memcpy(&a, &u, 4);
+  const float t = a + 0.5f;
+  uint32_t tu; memcpy(&tu, &t, 4);
+  const uint32_t sub = tu - 0x3f000000u;
+  const uint32_t norm = (u + 0xc8000fffu + ((u >> 13) & 1u)) >> 13;
+  const uint32_t big = u > 0x7f800000u ? 0x7e00u : 0x7c00u;
+  const uint32_t o = u >= 0x47800000u ? big : u < 0x38800000u ? sub : norm;
+  return (uint16_t)(o | (sign >> 16));
+}
 static inline float em_bf2f(uint16_t x) { uint32_t u = (uint32_t)x << 16; float f; memcpy(&f, &u, 4); return f; }
 static inline uint16_t em_f2bf(float f) {
   uint32_t u; memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)0x7fc0u;
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
+  const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? 0x7fc0u : r);
 }
-static inline uint16_t em_d2bf(double d) {
-  /* round to odd into float (keeps a sticky bit), then to nearest even into bf16: one rounding */
-  if (d != d) return (uint16_t)0x7fc0u;
+static inline float em_d2odd(double d) {
+  /* a double rounded to float by round-to-odd: a later rounding to 16 bits is then the only one */
   float f = (float)d;
   if (fabs((double)f) > fabs(d)) f = nextafterf(f, 0.0f);
   if ((double)f != d) { uint32_t u; memcpy(&u, &f, 4); u |= 1u; memcpy(&f, &u, 4); }
-  return em_f2bf(f);
+  return f;
 }
+static inline uint16_t em_d2h(double d) { return em_f2h(em_d2odd(d)); }
+static inline uint16_t em_d2bf(double d) { return em_f2bf(em_d2odd(d)); }
 static inline float em_maxf(float a, float b) { return (b != b || b > a) ? b : a; }
 static inline float em_minf(float a, float b) { return (b != b || b < a) ? b : a; }
 static inline double em_maxd(double a, double b) { return (b != b || b > a) ? b : a; }
@@ -92,26 +139,42 @@ def value_c(name: str) -> str:
 # ---- constants -----------------------------------------------------------------------------------
 
 
-def _bf16_bits(value: float) -> int:
-    """The bfloat16 bit pattern nearest to `value` (ties to even), computed exactly."""
+def _round_bits(value: float, mant: int, min_exp: int, exp_bias: int) -> int:
+    """Bits of the nearest binary16-style value (ties to even): `mant` stored mantissa bits."""
     sign = 0x8000 if math.copysign(1.0, value) < 0 else 0
+    inf = ((1 << (15 - mant)) - 1) << mant
     mag = abs(value)
     if math.isinf(mag):
-        return sign | 0x7F80
+        return sign | inf
     if mag == 0:
         return sign
-    exp = max(math.frexp(mag)[1] - 1, -126)  # bf16 shares float's exponent range
-    quantum = Fraction(2) ** (exp - 7)
+    exp = max(math.frexp(mag)[1] - 1, min_exp)
+    quantum = Fraction(2) ** (exp - mant)
     steps = Fraction(mag) / quantum
     n = math.floor(steps)
     rest = steps - n
     if rest > Fraction(1, 2) or (rest == Fraction(1, 2) and n % 2 == 1):
         n += 1
-    rounded = n * quantum
-    if rounded >= Fraction(2) ** 128:
-        return sign | 0x7F80
-    bits = struct.unpack("<I", struct.pack("<f", float(rounded)))[0]  # exact: a bf16 value is a float
-    return sign | (bits >> 16)
+    if n == 0:
+        return sign
+    if n >= 2 ** (mant + 1):  # carried into the next binade
+        n //= 2
+        exp += 1
+    if exp > exp_bias:
+        return sign | inf
+    if n < 2**mant:  # subnormal
+        return sign | n
+    return sign | ((exp + exp_bias) << mant) | (n - 2**mant)
+
+
+def _bf16_bits(value: float) -> int:
+    """The bfloat16 bit pattern nearest to `value` (ties to even), computed exactly."""
+    return _round_bits(value, 7, -126, 127)
+
+
+def _f16_bits(value: float) -> int:
+    """The IEEE binary16 bit pattern nearest to `value` (ties to even), computed exactly."""
+    return _round_bits(value, 10, -14, 15)
 
 
 def const_c(c: Const) -> str:
@@ -125,14 +188,13 @@ def const_c(c: Const) -> str:
             return f"(({C_TYPES[c.dtype]})({lo + 1}LL - 1))"
         return f"(({C_TYPES[c.dtype]}){v}LL)"
     v = float(c.value)
-    if c.dtype == "bf16":
-        return f"((uint16_t)0x{_bf16_bits(v):04x}u)"
+    if c.dtype in ("bf16", "f16"):
+        bits = _bf16_bits(v) if c.dtype == "bf16" else _f16_bits(v)
+        return f"((uint16_t)0x{bits:04x}u)"
     text = ("-INFINITY" if v < 0 else "INFINITY") if math.isinf(v) else float.hex(v)
     if c.dtype == "f64":
         return f"((double)({text}))"
-    if c.dtype == "f32":
-        return f"((float)({text}))"
-    return f"em_d2h({text})"  # f16: one rounding from the double
+    return f"((float)({text}))"
 
 
 def reduce_init(op: str, dtype: str) -> str:
