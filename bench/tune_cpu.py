@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import resource
 import sys
 import time
@@ -46,6 +47,7 @@ def main() -> int:
     args = ap.parse_args()
 
     t0 = time.monotonic()
+    load_before = os.getloadavg()
     card = local_card()
     if card.target != "cpu":
         print(f"this machine's card is {card.name} ({card.target}); this benchmark tunes the CPU", file=sys.stderr)
@@ -107,6 +109,9 @@ def main() -> int:
           f"{report.count('flagged')} ({reasons}); units not prepared: {len(report.unit_errors)}")
     print(f"bench wall {wall:.1f} s ({n / wall * 60 if wall else 0:.1f} variants/min); total with lowering "
           f"{time.monotonic() - t0:.1f} s; worker starts {report.worker_starts}")
+    load_after = os.getloadavg()
+    print(f"load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f} on {os.cpu_count()} CPUs "
+          "(other work on the machine widens spreads and slows multi-threaded variants)")
     print(f"peak memory: harness {self_kb / 1024:.0f} MiB, largest worker {child_kb / 1024:.0f} MiB")
     return 0
 

@@ -6,7 +6,7 @@ from typing import Any
 
 
 class BenchProgress:
-    """A rich progress bar when enabled; a no-op otherwise (tests, pipes)."""
+    """A rich progress bar on standard error when enabled; a no-op otherwise (tests, pipes)."""
 
     def __init__(self, total: int, enabled: bool = True) -> None:
         self.total = total
@@ -18,10 +18,12 @@ class BenchProgress:
 
     def __enter__(self) -> BenchProgress:
         if self.enabled:
+            from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
             self._bar = Progress(TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[status]}"), TimeRemainingColumn(), transient=False)
+                                 TextColumn("{task.fields[status]}"), TimeRemainingColumn(),
+                                 console=Console(stderr=True), transient=False)
             self._bar.__enter__()
             self._task = self._bar.add_task("bench", total=self.total, status="")
         return self

@@ -169,18 +169,42 @@ def _work(body: tuple[Stmt, ...], ext: dict[str, int]) -> int:
     return best
 
 
-def slice_axis(program: Program) -> str | None:
-    """The axis the program can be evaluated in slices of: its one top-level loop's, used nowhere else."""
-    if len(program.body) != 1 or not isinstance(program.body[0], Loop):
-        return None
-    top = program.body[0]
-    inner: list[str] = []
-    _axes_used(top.body, inner)
-    if top.axis in inner or _mentions_extent(program.body, top.axis):
-        return None
-    if any(top.axis not in b.shape for b in program.outputs):
-        return None
-    return top.axis
+def slice_axes(program: Program) -> list[str]:
+    """Axes the program can be evaluated in slices of: those of its outermost chain of single loops
+    that no other loop, reduction or extent uses and that every output is indexed by."""
+    chain: list[str] = []
+    body = program.body
+    while len(body) == 1 and isinstance(body[0], Loop):
+        chain.append(body[0].axis)
+        body = body[0].body
+    used: list[str] = []
+    _axes_used(program.body, used)
+    return [a for a in chain if used.count(a) == 1 and not _mentions_extent(program.body, a)
+            and all(a in b.shape for b in program.outputs)]
+
+
+def _evaluate(program: Program, inputs: dict[str, np.ndarray], sizes: dict[str, int],
+              max_elements: int) -> dict[str, np.ndarray]:
+    ext = extents(program, sizes)
+    total = _work(program.body, ext)
+    axis = next((a for a in slice_axes(program) if ext[a] > 1), None)
+    if axis is None or total <= max_elements:
+        return run(program, inputs, sizes)
+    step = max(1, max_elements // max(1, total // ext[axis]))
+    rest = {k: v for k, v in sizes.items() if k != axis}
+    parts: dict[str, list[np.ndarray]] = {b.name: [] for b in program.outputs}
+    for start in range(0, ext[axis], step):
+        stop = min(ext[axis], start + step)
+        axes = tuple(Axis(a.name, stop - start) if a.name == axis else a for a in program.axes)
+        piece = Program(program.name, axes, program.buffers, program.body)
+        sub = {}
+        for b in program.inputs:
+            idx = tuple(slice(start, stop) if d == axis else slice(None) for d in b.shape)
+            sub[b.name] = np.ascontiguousarray(inputs[b.name][idx])
+        outs = _evaluate(piece, sub, rest, max_elements)  # a slice still too large is sliced further in
+        for b in program.outputs:
+            parts[b.name].append(outs[b.name])
+    return {b.name: np.concatenate(parts[b.name], axis=b.shape.index(axis)) for b in program.outputs}
 
 
 def reference(program: Program, inputs: dict[str, np.ndarray], sizes: dict[str, int],
@@ -188,27 +212,7 @@ def reference(program: Program, inputs: dict[str, np.ndarray], sizes: dict[str, 
     """Outputs of `program` on `inputs` (its own types) computed in f64 (integer outputs exact)."""
     wide = promote_f64(program)
     wide_inputs = {n: (a.astype(np.float64) if a.dtype.kind == "f" else a) for n, a in inputs.items()}
-    ext = extents(program, sizes)
-    axis = slice_axis(wide)
-    total = _work(wide.body, ext)
-    if axis is None or total <= max_elements or ext[axis] <= 1:
-        return run(wide, wide_inputs, sizes)
-    per_row = max(1, total // ext[axis])
-    step = max(1, max_elements // per_row)
-    parts: dict[str, list[np.ndarray]] = {b.name: [] for b in wide.outputs}
-    rest = {k: v for k, v in sizes.items() if k != axis}
-    for start in range(0, ext[axis], step):
-        stop = min(ext[axis], start + step)
-        axes = tuple(Axis(a.name, stop - start) if a.name == axis else a for a in wide.axes)
-        piece = Program(wide.name, axes, wide.buffers, wide.body)
-        sub = {}
-        for b in wide.inputs:
-            idx = tuple(slice(start, stop) if d == axis else slice(None) for d in b.shape)
-            sub[b.name] = np.ascontiguousarray(wide_inputs[b.name][idx])
-        outs = run(piece, sub, rest)
-        for b in wide.outputs:
-            parts[b.name].append(outs[b.name])
-    return {b.name: np.concatenate(parts[b.name], axis=b.shape.index(axis)) for b in wide.outputs}
+    return _evaluate(wide, wide_inputs, dict(sizes), max_elements)
 
 
 def mismatch(out: np.ndarray, ref: np.ndarray, rtol: float, out_dtype: str) -> str | None:

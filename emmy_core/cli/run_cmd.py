@@ -26,6 +26,7 @@ from emmy_core.cli.tune_cmd import (
     db_recorder,
     local_card_named,
     parse_shape,
+    run_bench,
 )
 
 
@@ -75,9 +76,10 @@ def run(
     backend: BackendOpt = None,
 ) -> None:
     """Build and verify kernels with forced knob values; with --bench, time them and record clean results."""
-    from emmy_core.bench.harness import BenchConfig, BenchError, bench
+    from emmy_core.bench.harness import BenchConfig, BenchError
     from emmy_core.bench.plan import accepts, forced_knobs, hand_variant
     from emmy_core.codegen.backend import SETTINGS
+    from emmy_core.knobs import option_problem
 
     if setting not in SETTINGS:
         fail(f"--setting {setting!r}: known settings: {', '.join(SETTINGS)}")
@@ -91,17 +93,24 @@ def run(
     if not units:
         fail(f"no kernel{f' named *{select}*' if select else ''} takes the knobs "
              f"{', '.join(sorted(forced)) or '(none)'} on {the_card.target}")
-    try:
-        plan = [(u, [hand_variant(u.program, the_card, forced)]) for u in units]
-    except BenchError as exc:
-        fail(str(exc))
+    plan = []
+    for u in units:
+        try:
+            knobs = hand_variant(u.program, the_card, forced)
+        except BenchError as exc:
+            fail(str(exc))
+        problem = option_problem(u.program, the_card, knobs, dict(u.sizes))
+        if problem is not None:  # statically unbuildable: not a measurement, not a failure of the kernel
+            typer.echo(f"{u.program.name} {u.sizes_text}: skipped, the knobs cannot build it here: {problem}",
+                       err=True)
+            continue
+        plan.append((u, [knobs]))
+    if not plan:
+        fail("no kernel can be built with these knobs on this card")
     config = BenchConfig(setting=setting, source="hand", timeout_s=timeout, spread_limit=spread_limit,
                          time=bench_, skip_measured=not force)
     recorder = db_recorder(db, "hand-run") if bench_ else None
-    try:
-        report = bench(plan, the_card, backend, recorder, config)
-    except BenchError as exc:
-        fail(str(exc))
+    report = run_bench(plan, the_card, backend, recorder, config)
     for p in report.planned:
         if not any(o.unit.key == p.unit.key for o in report.outcomes) and report.skipped_known:
             typer.echo(f"{p.unit.program.name} {p.unit.sizes_text}: already measured ok (use --force to "

@@ -8,6 +8,7 @@ import both the bench and the store.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -110,6 +111,19 @@ def local_card_named(name: str) -> Card:
     return card
 
 
+def run_bench(plan: Any, card: Card, backend: str | None, recorder: Any, config: BenchConfig) -> BenchReport:
+    """The harness, with its refusals and the store's (a locked or refused write) as CLI errors."""
+    from emmy_core.bench.harness import bench
+    from emmy_core.store import StoreError
+
+    try:
+        return bench(plan, card, backend, recorder, config)
+    except BenchError as exc:
+        fail(str(exc))
+    except StoreError as exc:
+        fail(f"recording stopped (kernels recorded before this one are kept): {exc}")
+
+
 def print_report(report: BenchReport, wall_label: str = "wall") -> None:
     instances = sum(p.count for p in report.planned)
     typer.echo(f"kernels: {len(report.planned)} distinct ({instances} instances); variants run: "
@@ -169,7 +183,6 @@ def tune(
     backend: BackendOpt = None,
 ) -> None:
     """Tune every kernel of a model at a shape over its candidates; record ok and failed rows."""
-    from emmy_core.bench.harness import bench
     from emmy_core.bench.plan import model_units, tune_plan
     from emmy_core.bench.tunefile import TuneFileRecorder, tune_file_path
     from emmy_core.codegen.backend import SETTINGS
@@ -192,11 +205,8 @@ def tune(
     else:
         recorder = db_recorder(db, f"tune {model} {shape}")
     config = BenchConfig(setting=setting, source="tune", timeout_s=timeout, spread_limit=spread_limit, seed=seed,
-                         progress=progress)
-    try:
-        report = bench(plan, the_card, backend, recorder, config)
-    except BenchError as exc:
-        fail(str(exc))
+                         progress=progress and sys.stderr.isatty())
+    report = run_bench(plan, the_card, backend, recorder, config)
     print_report(report)
     if tune_file is not None and report.rows_recorded:
         typer.echo(f"tune file: {recorder.path}")

@@ -91,3 +91,13 @@ def test_tune_benches_each_kernel_of_a_model_once_and_records_through_the_writer
     assert again.exit_code == 0, again.output
     ok = sum(r.status == "ok" for r in rows)
     assert f"variants run: {9 - ok}, skipped (already measured ok): {ok}" in again.output
+
+
+def test_a_hand_run_with_knobs_the_card_cannot_build_is_refused_not_recorded(kernel_file: Path,
+                                                                              tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    result = runner.invoke(app, ["run", "--bench", "--kernel", str(kernel_file), "--shape", "B=4", "--db", str(db),
+                                 "--knob", "threads=512"])
+    assert result.exit_code == 2
+    assert "cannot build it here" in result.output and "usable cores" in result.output
+    assert not db.exists()

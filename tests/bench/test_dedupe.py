@@ -37,3 +37,20 @@ def test_a_model_containing_the_same_kernel_n_times_benches_it_once_and_measured
     assert again.skipped_known == 1  # the ok variant is skipped; the failed one is tried again
     assert [o.knobs for o in again.outcomes] == [{"unroll": planted.BUILD_ERROR}]
     assert len(store.measurements()) == 2  # the retried failure kept its one row
+
+
+def test_a_tune_plan_samples_a_budget_that_always_keeps_the_first_option(cpu_card) -> None:
+    from emmy_core.bench.plan import tune_plan
+    from emmy_core.ir.builders import rmsnorm
+    from emmy_core.knobs import candidates
+
+    norm = rmsnorm(hidden=256, dtype="f16", batch_hint=8)
+    units = [Unit(norm, {"B": 8}), Unit(norm, {"B": 8}), Unit(tiny_kernel(), {"B": 4})]
+    plan = tune_plan(units, cpu_card, budget=2, seed=5)
+    assert len(plan) == 3  # every instance kept, so the bench can count them
+    [norm_plan, tiny_plan] = dedupe(plan)
+    assert tiny_plan.count == 1 and tiny_plan.variants
+    assert norm_plan.count == 2 and len(norm_plan.variants) == min(2, len(candidates(norm, cpu_card)))
+    assert norm_plan.variants[0] == candidates(norm, cpu_card)[0]
+    full = tune_plan(units[:1], cpu_card)
+    assert full[0][1] == [dict(k) for k in candidates(norm, cpu_card)]
