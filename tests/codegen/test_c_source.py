@@ -161,6 +161,30 @@ def test_single_operations_round_once_like_torch(backend: CBackend, dtype: str) 
         assert torch.equal(out[k], w), k
 
 
+def test_f16_and_bf16_conversions_are_exact_over_every_bit_pattern(backend: CBackend) -> None:
+    """f16 -> f32 for all 65536 patterns; f32 -> f16 / bf16 for floats across every binade and at ties."""
+    widen = ew("widen_f16", "f32", {"y": Cast("f32", X)}, in_dtype="f16")
+    bits = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.float16)
+    got = launch(backend, widen, {"x": bits, "z": bits}, {"N": bits.numel()})["y"]
+    want = bits.float()
+    nan = want.isnan()
+    assert torch.equal(got.isnan(), nan) and torch.equal(got[~nan], want[~nan])
+    narrow = ew("narrow_f32", "f16", {"y": Cast("f16", X)}, in_dtype="f32")
+    narrow = Program(narrow.name, narrow.axes, (*narrow.buffers, Buffer("g", "out", "bf16", ("N",))),
+                     (Loop("i", "N", (Store("y", ("i",), Cast("f16", X)), Store("g", ("i",), Cast("bf16", Z)))),))
+    gen = torch.Generator().manual_seed(5)
+    mags = torch.exp2(torch.empty(200_000, dtype=torch.float64).uniform_(-30, 18, generator=gen))
+    ties = torch.arange(0, 2**16, dtype=torch.int32).to(torch.float32) * 2.0**-25  # every f16 subnormal tie
+    halves = (bits.float()[~nan].double() + torch.rand(bits.numel() - int(nan.sum()), generator=gen,
+                                                         dtype=torch.float64) * 2.0**-11)
+    x = torch.cat([mags, -mags, ties.double(), halves, torch.tensor([65504.0, 65519.99, 65520.0, 1e30])]).float()
+    x = torch.cat([x, torch.tensor([float("inf"), -float("inf"), float("nan")])])
+    out = launch(backend, narrow, {"x": x, "z": x}, {"N": x.numel()})
+    for got, want in ((out["y"], x.to(torch.float16)), (out["g"], x.to(torch.bfloat16))):
+        nan = want.isnan()
+        assert torch.equal(got.isnan(), nan) and torch.equal(got[~nan], want[~nan])
+
+
 HALFWAY = [1 + 2**-8 + 2**-30, 1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8 + 2**-40), 3.3961e38, 3.4e38, 1e-40,
            1e-45, 65519.99, 65520.0, 2**-24 * 0.5000001, 0.1, -0.0, 1e300, math.pi]
 
