@@ -288,25 +288,19 @@ def _row_reduce(w: Writer, scope: Scope, r: Reduce, block: int, axes: _RowAxes) 
 
 def _row_loop(w: Writer, scope: Scope, loop: Loop, block: int, axes: _RowAxes, row_vars: tuple[str, ...]) -> None:
     code = axes.single(loop.axis)
-    if code is not None:
-        inner = scope
-        scope.vars[loop.var] = code
+    if code is not None:  # one chunk: no Python loop, and the body reuses what the row computed (loads)
+        inner = scope.child()
+        inner.vars[loop.var] = code
     else:
         inner, lane = _chunk(w, scope, loop.axis, block, None, None)
         inner.vars[loop.var] = lane
-    declared: list[str] = []
-    for s in loop.body:
+    for s in loop.body:  # the body's own values (and their memo) end with `inner`
         if isinstance(s, Let):
             _let(w, inner, s)
-            declared.append(s.name)
         elif isinstance(s, Store):
             _store(w, inner, s, (*row_vars, loop.var))
         else:
             raise TemplateError(f"the inner loop of a row kernel holds lets and stores, not {type(s).__name__}")
-    if inner is scope:  # values of the loop body go out of scope with it
-        del scope.vars[loop.var]
-        for n in declared:
-            scope.values.pop(n, None)
 
 
 # ---- matmul --------------------------------------------------------------------------------------

@@ -326,3 +326,22 @@ def test_f64_matmul_equals_torch() -> None:
     ins = random_inputs(program, {"T": 33}, seed=9)
     out = launch(program, {"block_m": 16, "block_n": 16, "block_k": 16}, dict(ins), {"T": 33})
     torch.testing.assert_close(out["y"], F.gelu(ins["a"] @ ins["b"] + ins["bias"]), rtol=1e-12, atol=1e-12)
+
+
+def test_a_name_reused_after_the_inner_loop_gets_its_new_value() -> None:
+    x3 = Binary("mul", Ref("t"), Const("f32", 3.0))  # the same expression inside and after the loop
+    body = (Loop("i", "R", (
+        Reduce("s", "f32", "sum", "j", "C", Load("x", ("i", "j"))),
+        Loop("j", "C", (Let("t", "f32", Binary("add", Load("x", ("i", "j")), Ref("s"))), Store("y", ("i", "j"), x3))),
+        Let("t", "f32", Binary("mul", Ref("s"), Const("f32", 5.0))),
+        Store("z", ("i",), x3),
+    )),)
+    program = validate(Program("reuse", (Axis("R", None, 4), Axis("C", 20)),
+                               (Buffer("x", "in", "f32", ("R", "C")), Buffer("y", "out", "f32", ("R", "C")),
+                                Buffer("z", "out", "f32", ("R",))), body))
+    x = torch.randn(3, 20)
+    for block in (32, 16):  # the loop in one chunk (row scope), and in chunks
+        out = launch(program, {"block": block}, {"x": x}, {"R": 3})
+        s = d(x).sum(-1, keepdim=True)
+        close(out["y"], (d(x) + s) * 3, "f32")
+        close(out["z"], s[:, 0] * 15, "f32")
