@@ -97,6 +97,8 @@ class Worker:
         self.backend = load_backend(str(msg["backend"]))
         target = self.backend.target
         self.device = "cuda" if target == "cuda" and torch.cuda.is_available() else "cpu"
+        if target == "cuda" and self.device == "cpu":
+            os.environ[TRITON_INTERPRET] = "1"  # no GPU: Triton kernels run (for verification) in its interpreter
         interpreted = target == "cuda" and (self.device == "cpu" or os.environ.get(TRITON_INTERPRET) == "1")
         self.can_time = not interpreted  # interpreter timings are never recorded
         return {"target": target, "device": self.device, "can_time": self.can_time, "pid": os.getpid()}

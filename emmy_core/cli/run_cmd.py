@@ -23,6 +23,7 @@ from emmy_core.cli.tune_cmd import (
     SettingOpt,
     SpreadOpt,
     TimeoutOpt,
+    any_card_named,
     db_recorder,
     local_card_named,
     parse_shape,
@@ -83,7 +84,7 @@ def run(
 
     if setting not in SETTINGS:
         fail(f"--setting {setting!r}: known settings: {', '.join(SETTINGS)}")
-    the_card = local_card_named(card)
+    the_card = local_card_named(card) if bench_ else any_card_named(card)
     try:
         forced = forced_knobs(knob or [], the_card.target)
     except ValueError as exc:

@@ -97,6 +97,16 @@ def parse_shape(text: str) -> dict[str, int]:
         fail(f"--shape {text!r}: {exc}")
 
 
+def any_card_named(name: str) -> Card:
+    """A card Emmy knows (this machine's, or one of the GPU table): enough to build and verify for it."""
+    from emmy_core.targets import UnknownCard, resolve_card
+
+    try:
+        return resolve_card(name)
+    except UnknownCard as exc:
+        fail(str(exc))
+
+
 def local_card_named(name: str) -> Card:
     """The card to bench on: it must be this machine's own device (timings come from here)."""
     from emmy_core.targets import UnknownCard, local_card, resolve_card

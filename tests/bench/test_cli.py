@@ -101,3 +101,12 @@ def test_a_hand_run_with_knobs_the_card_cannot_build_is_refused_not_recorded(ker
     assert result.exit_code == 2
     assert "cannot build it here" in result.output and "usable cores" in result.output
     assert not db.exists()
+
+
+def test_run_without_bench_verifies_triton_kernels_for_a_gpu_card_here(kernel_file: Path) -> None:
+    result = runner.invoke(app, ["run", "--kernel", str(kernel_file), "--shape", "B=4", "--card", "NVIDIA H200",
+                                 "--knob", "num_warps=2"])
+    assert result.exit_code == 0, result.output
+    assert "num_warps=2" in result.output and "verified against the reference" in result.output
+    refused = runner.invoke(app, ["run", "--bench", "--kernel", str(kernel_file), "--card", "NVIDIA H200"])
+    assert refused.exit_code == 2 and "benches time the local device only" in refused.output
