@@ -187,6 +187,15 @@ def test_launch_arguments_are_checked() -> None:
         built({"x": x, "y": y}, {"B": 3, "Q": 1})
     built({"x": x, "y": y}, {"B": 3})
     torch.testing.assert_close(y, torch.softmax(x, -1))
+    # the checked launch is reused only for the very same arguments
+    with pytest.raises(LaunchError, match="must be f32"):
+        built({"x": x.double(), "y": y}, {"B": 3})
+    y2 = torch.full((3, 64), float("nan"))
+    built({"x": x * 2, "y": y2}, {"B": 3})
+    torch.testing.assert_close(y2, torch.softmax(x * 2, -1))
+    x.mul_(3)  # same tensor, new values: launched again on them
+    built({"x": x, "y": y}, {"B": 3})
+    torch.testing.assert_close(y, torch.softmax(x, -1))
 
 
 def test_extern_and_unfamiliar_kernels_are_build_errors() -> None:
