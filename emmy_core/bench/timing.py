@@ -19,12 +19,12 @@ MAX_BATCH = 4096
 
 def time_cpu(fn: Callable[[], None], warmup: int, repeats: int) -> list[float]:
     """`repeats` samples of `fn` in microseconds per call, after `warmup` calls (at least one)."""
-    t0 = time.perf_counter_ns()
-    fn()
-    first_us = (time.perf_counter_ns() - t0) / 1e3
-    for _ in range(max(0, warmup - 1)):
+    call_us = math.inf
+    for _ in range(max(1, warmup)):  # the fastest warm-up call sizes the batch (a first call pays page faults)
+        t0 = time.perf_counter_ns()
         fn()
-    batch = 1 if first_us >= MIN_SAMPLE_US else min(MAX_BATCH, math.ceil(MIN_SAMPLE_US / max(first_us, 0.05)))
+        call_us = min(call_us, (time.perf_counter_ns() - t0) / 1e3)
+    batch = 1 if call_us >= MIN_SAMPLE_US else min(MAX_BATCH, math.ceil(MIN_SAMPLE_US / max(call_us, 0.05)))
     samples: list[float] = []
     for _ in range(repeats):
         t0 = time.perf_counter_ns()
