@@ -10,7 +10,8 @@ this process and starts another. Requests:
   reference once for every variant of that kernel;
 - `variant` {knobs, setting, time, spread_limit} -> build, run on NaN-poisoned outputs,
   compare with the reference (inputs must come back untouched), time, and compare the
-  outputs of the last timed run with the first bit for bit.
+  outputs of the last timed run with the first bit for bit (or, for a variant its backend
+  declares `nondeterministic(program, knobs)`, with the reference again).
 """
 
 from __future__ import annotations
@@ -135,6 +136,16 @@ class Worker:
             outs[b.name] = torch.full(u.shapes[b.name], fill, dtype=dt, device=self.device)
         return outs
 
+    def _mismatches(self, outs: dict[str, Any]) -> list[str]:
+        u = self.unit
+        assert u is not None
+        problems = []
+        for b in u.program.outputs:
+            why = mismatch(_to_numpy(outs[b.name]), u.ref[b.name], u.rtol, b.dtype)
+            if why is not None:
+                problems.append(f"output {b.name}: {why}")
+        return problems
+
     def variant(self, msg: dict[str, Any]) -> dict[str, Any]:
         u = self.unit
         if u is None:
@@ -159,11 +170,7 @@ class Worker:
             return {"status": "failed", "failure": "launch_error", "message": _short(exc)}
         except Exception as exc:
             return {"status": "failed", "failure": "runtime", "message": _short(exc, with_type=True)}
-        problems = []
-        for b in u.program.outputs:
-            why = mismatch(_to_numpy(outs[b.name]), u.ref[b.name], u.rtol, b.dtype)
-            if why is not None:
-                problems.append(f"output {b.name}: {why}")
+        problems = self._mismatches(outs)
         for name, t in u.inputs.items():
             if _bits(t) != u.pristine[name]:
                 problems.append(f"input {name} was modified by the kernel")
@@ -183,6 +190,15 @@ class Worker:
             return {"status": "failed", "failure": "launch_error", "message": _short(exc)}
         except Exception as exc:
             return {"status": "failed", "failure": "runtime", "message": _short(exc, with_type=True)}
+        # A backend may declare a variant's order of accumulation free (atomics): then the last run is
+        # checked against the reference again instead of bit for bit against the first.
+        free = getattr(self.backend, "nondeterministic", None)
+        if callable(free) and free(u.program, knobs):
+            again = self._mismatches(outs)
+            if again:
+                return {"status": "flagged", "flags": ["wrong_result"], "samples_us": samples,
+                        "message": "after timing: " + "; ".join(again)}
+            return {"status": "ran", "samples_us": samples}
         changed = [n for n, t in outs.items() if _bits(t) != first[n]]
         if changed:
             return {"status": "flagged", "flags": ["nondeterministic"], "samples_us": samples,

@@ -19,7 +19,7 @@ from emmy_core.ir import Program
 from emmy_core.ir.interpret import run
 
 SPEC = "tests.bench.planted:PlantedBackend"
-CORRECT, HANG, ABORT, WRONG, UNWRITTEN, NONDETERMINISTIC, BUILD_ERROR, LAUNCH_ERROR, SEGFAULT = range(1, 10)
+CORRECT, HANG, ABORT, WRONG, UNWRITTEN, NONDETERMINISTIC, BUILD_ERROR, LAUNCH_ERROR, SEGFAULT, DECLARED_FREE = range(1, 11)
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
@@ -31,6 +31,10 @@ class PlantedBackend:
 
     def source(self, program: Program, knobs: dict[str, object], setting: str) -> str:
         return f"/* planted {knobs.get('unroll')} for {program.name} */"
+
+    def nondeterministic(self, program: Program, knobs: dict[str, object]) -> bool:
+        """DECLARED_FREE varies between runs like NONDETERMINISTIC, but says so (as atomics would)."""
+        return knobs.get("unroll") == DECLARED_FREE
 
     def build(self, program: Program, knobs: dict[str, object], setting: str):  # type: ignore[no-untyped-def]
         plant = knobs.get("unroll", CORRECT)
@@ -54,7 +58,7 @@ class PlantedBackend:
                 value = torch.from_numpy(np.ascontiguousarray(outs[b.name])).to(buffers[b.name].dtype)
                 if plant == WRONG:
                     value = value + 1
-                if plant == NONDETERMINISTIC and calls[0] > 1:
+                if plant in (NONDETERMINISTIC, DECLARED_FREE) and calls[0] > 1:
                     value = value * (1 + 1e-6 * calls[0])
                 if plant == UNWRITTEN:
                     keep = buffers[b.name].reshape(-1)[0].clone()
