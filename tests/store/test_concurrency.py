@@ -73,14 +73,20 @@ def test_a_second_writer_gets_the_lock_once_the_first_lets_go(tmp_path: Path) ->
 
 def test_two_processes_recording_at_once_lose_no_row(tmp_path: Path) -> None:
     path = _prepared(tmp_path / "s.db")
-    batches, size = 10, 40
+    batches, size = 6, 40
+    start_at = time.time() + 4.0
     procs = [subprocess.Popen([sys.executable, "-m", "tests.store.workers", str(path), str(w), str(batches),
-                               str(size)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               str(size), str(start_at)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for w in range(2)]
     outs = [p.communicate(timeout=240) for p in procs]
     for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err
         assert "Traceback" not in err
+    spans = [[tuple(map(float, line.split())) for line in out.splitlines()] for out, _ in outs]
+    # one process was waiting for the file ([asked, got]) while the other held it ([got, released])
+    contended = [asked for me, other in ((0, 1), (1, 0)) for asked, got, _ in spans[me]
+                 if any(max(asked, held) < min(got, released) for _, held, released in spans[other])]
+    assert contended, "the two processes never waited for each other: the test proved nothing"
     with open_store(path, "r") as s:
         assert s.counts()["measurements"] == 2 * batches * size + 1
         best = s.measurement(ADD_ID, "B=1", KNOBS_A, H100, "rank")
@@ -89,7 +95,7 @@ def test_two_processes_recording_at_once_lose_no_row(tmp_path: Path) -> None:
 
 def test_batching_writer_funnels_many_workers_without_losing_rows(tmp_path: Path) -> None:
     path = _prepared(tmp_path / "s.db")
-    workers, batches, size = 4, 10, 50
+    workers, batches, size = 3, 6, 50
     funnel = RowFunnel(path, flush_rows=300, flush_seconds=0.2)
     ctx = mp.get_context("spawn")
     procs = [ctx.Process(target=funnel_worker, args=(funnel.client, w, batches, size)) for w in range(workers)]
@@ -104,7 +110,7 @@ def test_batching_writer_funnels_many_workers_without_losing_rows(tmp_path: Path
     with open_store(path, "r") as s:
         assert s.counts()["measurements"] == workers * batches * size + 1
         best = s.measurement(ADD_ID, "B=1", KNOBS_A, H100, "rank")
-        assert best is not None and best.median_us == pytest.approx(100.0 - 3 - (batches - 1) / 100)
+        assert best is not None and best.median_us == pytest.approx(100.0 - (workers - 1) - (batches - 1) / 100)
 
 
 def test_funnel_client_refuses_a_bad_batch_in_the_worker() -> None:

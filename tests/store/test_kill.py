@@ -40,8 +40,8 @@ time.sleep(60)
 """
 
 
-@pytest.mark.parametrize("delay", [0.0, 0.08, 0.25, 0.6])
-def test_sigkill_mid_batch_leaves_all_of_it_or_none(tmp_path: Path, delay: float) -> None:
+@pytest.mark.parametrize("delay", [0.0, 0.15, None], ids=["right-after-begin", "mid-batch", "after-commit"])
+def test_sigkill_mid_batch_leaves_all_of_it_or_none(tmp_path: Path, delay: float | None) -> None:
     path = tmp_path / "k.db"
     with open_store(path, "w") as s:
         s.record([MeasurementRow.ok(ADD_ID, f"B={i + 1}", KNOBS_A, H200, "deploy", 5.0) for i in range(BEFORE)],
@@ -51,10 +51,13 @@ def test_sigkill_mid_batch_leaves_all_of_it_or_none(tmp_path: Path, delay: float
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
     assert line == "in-transaction", proc.stderr.read() if proc.stderr else ""
-    time.sleep(delay)
+    if delay is None:
+        assert proc.stdout.readline().strip() == "committed"
+    else:
+        time.sleep(delay)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    committed = "committed" in proc.stdout.read()
+    committed = delay is None or "committed" in proc.stdout.read()
     assert proc.returncode == -signal.SIGKILL
 
     report = check_db(path)

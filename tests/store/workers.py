@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from emmy_core.store import MeasurementRow, open_store
@@ -23,12 +24,19 @@ def funnel_worker(client: FunnelClient, worker: int, batches: int, size: int) ->
         client.record(rows_for(worker, b, size), origin=f"worker {worker} batch {b}")
 
 
-def direct_writer(path: str, worker: int, batches: int, size: int) -> None:
-    """Opens the file for each batch (waiting for the other process's lock) and records it."""
+def direct_writer(path: str, worker: int, batches: int, size: int, start_at: float = 0.0) -> None:
+    """Opens the file for each batch (waiting for the other process's lock) and records it; prints
+    when it asked for the file, got it and let it go, so the test can see the two processes contend.
+    Both start at the wall-clock time `start_at`, so their interpreters' start-up does not keep them apart."""
+    time.sleep(max(0.0, start_at - time.time()))
     for b in range(batches):
+        asked = time.time()
         with open_store(Path(path), "w", lock_timeout=120) as s:
+            got = time.time()
             s.record(rows_for(worker, b, size), origin=f"worker {worker} batch {b}")
+            time.sleep(0.05)  # hold it a moment, as a longer batch would
+        print(f"{asked} {got} {time.time()}", flush=True)
 
 
 if __name__ == "__main__":
-    direct_writer(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+    direct_writer(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]))
