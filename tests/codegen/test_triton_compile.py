@@ -4,7 +4,8 @@ Triton compiles ahead of time for a named CUDA architecture without a GPU (its L
 ptxas ship in the wheel), so every family, and the pieces of a split, are compiled here
 for sm_90 (H100/H200) from the very source the interpreter tests run. The `mma` knob is
 checked in the PTX: tensor-core instructions by default (wgmma on sm_90, mma.sync on
-sm_80), none at all under mma=none.
+sm_80), none at all under mma=none; and kernels over contiguous rows load with 16-byte
+vector instructions only (pointers specialised as aligned, as Triton's launcher does).
 """
 
 from __future__ import annotations
@@ -43,12 +44,17 @@ def test_matmul_uses_tensor_cores_by_default_and_none_under_mma_none() -> None:
      {"block_m": 32, "block_n": 32, "block_k": 16}),
 ], ids=["rmsnorm", "softmax", "layernorm_bf16", "elementwise", "attention_scores", "dynamic_row", "integers", "f64"])
 def test_every_family_compiles_for_sm90(program, knobs) -> None:
-    assert compile_for(program, knobs, arch=90)["bytes_cubin"] > 0
+    facts = compile_for(program, knobs, arch=90)
+    assert facts["bytes_cubin"] > 0
+    if program.name.startswith(("rmsnorm", "softmax", "ew_")):  # contiguous rows: 16-byte vector loads only
+        assert facts["vector_loads"] > 0 and facts["scalar_loads"] == 0, facts
 
 
 def test_split_pieces_compile_for_sm90() -> None:
     for piece, knobs in zip(split_k(MM, 4).pieces, (MM_KNOBS, {"block": 1024}), strict=True):
-        assert compile_for(piece, knobs, arch=90)["bytes_cubin"] > 0
+        facts = compile_for(piece, knobs, arch=90)
+        assert facts["bytes_cubin"] > 0
+    assert facts["vector_loads"] > 0 and facts["scalar_loads"] == 0, facts  # the combine reads the parts flat
     for piece in split_rows(softmax(4096, dtype="f32"), 2).pieces:
         assert compile_for(piece, {"block": 1024}, arch=90)["bytes_cubin"] > 0
 
