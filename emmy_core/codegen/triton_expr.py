@@ -272,8 +272,8 @@ class Writer:
             return f"-{x}"
         if op == "relu":
             return f"tl.where({x} < 0, 0.0, {x})"  # keeps NaN, as torch.relu does
-        if op == "recip":
-            return f"1.0 / {x}"
+        if op == "recip":  # Triton divides half-precision values in f32: round back to the IR's type
+            return f"(1.0 / {x}).to({TL_DTYPES[dtype]})" if dtype in ("f16", "bf16") else f"1.0 / {x}"
         if op == "abs":
             return f"tl.abs({x})"
         wide = dtype in ("f16", "bf16") and op in _WIDEN
@@ -300,6 +300,8 @@ class Writer:
         return f"tl.where({ax} < 0.0625, {small}, {signed})"
 
     def binary(self, scope: Scope, op: str, a: str, b: str, dtype: str) -> str:
+        if op == "div" and dtype in ("f16", "bf16"):  # Triton divides half precision in f32
+            return f"({a} / {b}).to({TL_DTYPES[dtype]})"
         if op in _INFIX:
             return f"{a} {_INFIX[op]} {b}"
         if op == "max":

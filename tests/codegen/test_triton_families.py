@@ -33,6 +33,7 @@ from emmy_core.ir import (
     Reduce,
     Ref,
     Store,
+    Unary,
     validate,
 )
 from emmy_core.ir.builders import Dim, elementwise, layernorm, matmul, rmsnorm, softmax
@@ -345,3 +346,17 @@ def test_a_name_reused_after_the_inner_loop_gets_its_new_value() -> None:
         s = d(x).sum(-1, keepdim=True)
         close(out["y"], (d(x) + s) * 3, "f32")
         close(out["z"], s[:, 0] * 15, "f32")
+
+
+def test_half_precision_arithmetic_rounds_each_operation_to_f16() -> None:
+    a, b, c = (Load(n, ("i", "j")) for n in ("a", "b", "c"))
+    value = Binary("add", Binary("div", a, b), Binary("mul", Unary("recip", b), c))
+    body = (Loop("i", "B", (Loop("j", "C", (Store("y", ("i", "j"), Binary("sub", value, c)),)),)),)
+    program = validate(Program("half", (Axis("B", None, 4), Axis("C", 250)),
+                               (*(Buffer(n, "in", "f16", ("B", "C")) for n in "abc"),
+                                Buffer("y", "out", "f16", ("B", "C"))), body))
+    gen = torch.Generator().manual_seed(4)
+    ins = {n: (torch.rand(4, 250, generator=gen) * 4 + 0.5).half() for n in "abc"}
+    out = launch(program, {"block": 256}, dict(ins), {"B": 4})
+    want = (ins["a"] / ins["b"] + (1 / ins["b"]) * ins["c"]) - ins["c"]  # torch rounds every f16 op
+    assert torch.equal(out["y"], want)
