@@ -154,7 +154,7 @@ def print_report(report: BenchReport, wall_label: str = "wall") -> None:
         o = best.get(p.unit.key)
         if o is not None and o.stats is not None:
             knobs = ",".join(f"{k}={v}" for k, v in sorted(o.knobs.items()))
-            typer.echo(f"  {p.unit.program.name:<40} {p.unit.sizes_text:<14} x{p.count:<3} "
+            typer.echo(f"  {p.unit.program.name:<44} {p.unit.sizes_text:<14} x{p.count:<3} "
                        f"best {o.stats.median_us:10.2f} us  {knobs}")
     per_min = len(report.outcomes) / report.wall_s * 60 if report.wall_s > 0 else 0.0
     typer.echo(f"rows recorded: {report.rows_recorded}; {wall_label} {report.wall_s:.1f} s "

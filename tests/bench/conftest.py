@@ -11,7 +11,8 @@ from emmy_core.targets import Card, resolve_card
 from tests.bench import planted
 
 PLANTS = (planted.CORRECT, planted.HANG, planted.ABORT, planted.SEGFAULT, planted.WRONG, planted.UNWRITTEN,
-          planted.NONDETERMINISTIC, planted.BUILD_ERROR, planted.LAUNCH_ERROR, planted.DECLARED_FREE)
+          planted.NONDETERMINISTIC, planted.BUILD_ERROR, planted.LAUNCH_ERROR, planted.DECLARED_FREE,
+          planted.NOISY)
 TIMEOUT_S = 3.0
 
 

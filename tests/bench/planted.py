@@ -19,7 +19,8 @@ from emmy_core.ir import Program
 from emmy_core.ir.interpret import run
 
 SPEC = "tests.bench.planted:PlantedBackend"
-CORRECT, HANG, ABORT, WRONG, UNWRITTEN, NONDETERMINISTIC, BUILD_ERROR, LAUNCH_ERROR, SEGFAULT, DECLARED_FREE = range(1, 11)
+(CORRECT, HANG, ABORT, WRONG, UNWRITTEN, NONDETERMINISTIC, BUILD_ERROR, LAUNCH_ERROR, SEGFAULT, DECLARED_FREE,
+ NOISY) = range(1, 12)
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
@@ -51,6 +52,9 @@ class PlantedBackend:
                 os.abort()
             if plant == SEGFAULT:
                 ctypes.string_at(0)
+            if plant == NOISY:  # a kernel (or its runtime) writing to standard output, as C code may
+                print("planted noise " * 100)
+                os.write(1, b"\x00\x00\x00\x05{}{}{}" * 50)
             if plant == LAUNCH_ERROR:
                 raise LaunchError("planted: cannot launch")
             outs = run(program, {b.name: _np(buffers[b.name]) for b in program.inputs}, sizes)

@@ -47,6 +47,12 @@ def test_the_tune_finishes_the_rest_after_a_hang_or_a_crash(planted_run) -> None
     assert ok.status == "ok" and 0 < ok.median_us < PLACEHOLDER_US and ok.samples >= 1
 
 
+def test_what_a_kernel_prints_cannot_corrupt_the_workers_answers(planted_run) -> None:
+    report, store = planted_run
+    assert _outcome(report, planted.NOISY).status == "ok"
+    assert [m.status for m in _stored(store, planted.NOISY)] == ["ok"]
+
+
 def test_build_and_launch_errors_are_failed_rows(planted_run) -> None:
     report, store = planted_run
     for plant, kind in ((planted.BUILD_ERROR, "build_error"), (planted.LAUNCH_ERROR, "launch_error")):
