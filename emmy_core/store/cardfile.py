@@ -54,6 +54,8 @@ KERNEL_KEYS = frozenset({"program", "c_name", "rows", "goldens"})
 ROW_KEYS = frozenset({"sizes", "setting", "knobs", "status", "median_us", "spread", "samples", "source",
                       "failure", "golden"})
 MAX_SAMPLES = 10**9
+_REQUIRED = frozenset({"sizes", "setting", "knobs", "status", "median_us", "samples", "source"})
+_OK_NUMBERS = frozenset({int, float})
 
 
 @dataclass
@@ -128,11 +130,11 @@ class RowReader:
         self.card = card
         self.sizes: dict[str, bool] = {}
         self.settings: dict[str, bool] = {}
-        self.knobs: dict[tuple, Schedule] = {}
+        self.knobs: dict[tuple, Schedule] = {}  # (items, value types) -> Schedule: True and 1 never meet
 
     def schedule(self, knobs: object, record: str, field_name: str = "knobs") -> Schedule:
         try:
-            key = tuple((k, v.__class__, v) for k, v in knobs.items())  # type: ignore[union-attr]
+            key = (tuple(knobs.items()), tuple(map(type, knobs.values())))  # type: ignore[union-attr]
             got = self.knobs.get(key)
         except (AttributeError, TypeError):
             key, got = None, None
@@ -170,6 +172,39 @@ class RowReader:
             raise SourceError(self.file, record, "setting", f"{str(setting)[:80]!r} is not a setting name")
         self.settings[setting] = True
         return setting
+
+    def rows(self, kid: str, raw: list, base: str, out: list[MeasurementRow]) -> list[MeasurementRow]:
+        """Appends the rows of one kernel to `out`; returns the golden ones. A fast pass over well-formed
+        rows (memoized sizes, settings and knobs); any row it is unsure of goes through `row`, which
+        accepts it or says exactly what is wrong."""
+        sizes_seen, settings_seen, knobs_seen = self.sizes, self.settings, self.knobs
+        card, required, allowed, ok_numbers = self.card, _REQUIRED, ROW_KEYS, _OK_NUMBERS
+        goldens = []
+        append = out.append
+        for j, r in enumerate(raw):
+            try:
+                keys = r.keys()
+                knobs = r["knobs"]
+                sched = knobs_seen.get((tuple(knobs.items()), tuple(map(type, knobs.values()))))
+                sizes, setting, status, median = r["sizes"], r["setting"], r["status"], r["median_us"]
+                samples, source, spread = r["samples"], r["source"], r.get("spread")
+                fast = (sched is not None and keys <= allowed and keys >= required and sizes_seen.get(sizes) is True
+                        and settings_seen.get(setting) is True and source in SOURCES and samples.__class__ is int
+                        and median.__class__ in ok_numbers and status == "ok" and "failure" not in r
+                        and 0.0 < median < PLACEHOLDER_US and 0 < samples <= MAX_SAMPLES
+                        and (spread is None or (spread.__class__ in ok_numbers and 0 <= spread < math.inf))
+                        and r.get("golden", False) is False)
+            except (AttributeError, TypeError, KeyError):
+                fast = False
+            if fast:
+                append(MeasurementRow(kid, sizes, sched, card, setting, "ok", float(median),
+                                      None if spread is None else float(spread), samples, source, None))
+                continue
+            row, golden = self.row(kid, r, f"{base}[{j}]")
+            append(row)
+            if golden:
+                goldens.append(row)
+        return goldens
 
     def row(self, kid: str, r: object, record: str) -> tuple[MeasurementRow, bool]:
         """One ROW of a card document -> (measurement, golden flag)."""
@@ -270,12 +305,8 @@ def parse_card_document(doc: object, file: str, formats: tuple[str, ...] = (FREE
         kid = kernel_id(kernel)
         batch.kernels.append((kernel, c_name_of(kf, kernel)))
         ids.append(kid)
-        base = json_path(kf.record, "rows")
-        for j, r in enumerate(kf.array("rows")):
-            row, golden = reader.row(kid, r, f"{base}[{j}]")
-            rows.append(row)
-            if golden:
-                goldens.append(GoldenRow(kid, row.sizes, card.name, row.setting, knobs=row.knobs))
+        for row in reader.rows(kid, kf.array("rows"), json_path(kf.record, "rows"), rows):
+            goldens.append(GoldenRow(kid, row.sizes, card.name, row.setting, knobs=row.knobs))
         for j, g in enumerate(kf.array("goldens", optional=True)):
             gf = Fields(file, json_path(kf.record, "goldens", j), g, "a golden")
             goldens.append(parse_golden(reader, gf, kid))

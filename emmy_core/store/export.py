@@ -37,12 +37,15 @@ Progress = Callable[[str], None]
 
 _POOLS_SQL = (
     "WITH meas AS (SELECT m.kernel_id, m.sizes, m.card, m.setting, m.schedule_id, s.knobs, m.status, m.median_us "
-    "FROM measurements m JOIN schedules s ON s.schedule_id = m.schedule_id) "
+    "FROM measurements m JOIN schedules s ON s.schedule_id = m.schedule_id), "
+    "c AS (SELECT g.kernel_id, g.sizes, g.card, g.setting, x.schedule_id, x.knobs, x.candidate_rank FROM "
+    "(SELECT DISTINCT kernel_id, sizes, card, setting FROM measurements) g JOIN ex_candidates x "
+    "ON x.kernel_id = g.kernel_id AND x.card = g.card) "
     "SELECT coalesce(meas.kernel_id, c.kernel_id) AS kernel_id, coalesce(meas.sizes, c.sizes) AS sizes, "
     "coalesce(meas.card, c.card) AS card, coalesce(meas.setting, c.setting) AS setting, "
     "coalesce(meas.schedule_id, c.schedule_id) AS schedule_id, coalesce(meas.knobs, c.knobs) AS knobs, "
     "c.candidate_rank, meas.status IS NOT NULL AS measured, meas.status, meas.median_us "
-    "FROM meas FULL OUTER JOIN ex_candidates c ON meas.kernel_id = c.kernel_id AND meas.sizes = c.sizes "
+    "FROM meas FULL OUTER JOIN c ON meas.kernel_id = c.kernel_id AND meas.sizes = c.sizes "
     "AND meas.card = c.card AND meas.setting = c.setting AND meas.schedule_id = c.schedule_id "
     "ORDER BY kernel_id, sizes, card, setting, schedule_id"
 )
@@ -66,7 +69,10 @@ def _sha256(path: Path) -> str:
 
 
 def _candidate_table(store: Any) -> tuple[Any, dict[str, int]]:
-    """Candidate options of every measured (Emmy kernel, sizes, card, setting) as an Arrow table."""
+    """Candidate options per measured (Emmy kernel, card) as an Arrow table, and counts of pools by kind.
+
+    The pool does not depend on sizes or setting, so it is enumerated once per (kernel, card) and
+    joined to every measured (kernel, sizes, card, setting) in SQL."""
     import pyarrow as pa
 
     from emmy_core.ir import Extern, parse
@@ -74,18 +80,18 @@ def _candidate_table(store: Any) -> tuple[Any, dict[str, int]]:
     from emmy_core.knobs.vocab import canonical_knobs, schedule_id
     from emmy_core.targets import UnknownCard, resolve_card
 
-    groups = store.arrow("SELECT DISTINCT m.kernel_id, m.sizes, m.card, m.setting, k.loop_program FROM measurements "
-                         "m JOIN kernels k ON k.kernel_id = m.kernel_id ORDER BY 1, 2, 3, 4").to_pydict()
-    cols: dict[str, list] = {n: [] for n in ("kernel_id", "sizes", "card", "setting", "schedule_id", "knobs",
-                                             "candidate_rank")}
+    pairs = store.arrow("SELECT g.kernel_id, g.card, count(*) AS pools, any_value(k.loop_program) AS text FROM "
+                        "(SELECT DISTINCT kernel_id, sizes, card, setting FROM measurements) g JOIN kernels k "
+                        "ON k.kernel_id = g.kernel_id GROUP BY g.kernel_id, g.card ORDER BY 1, 2").to_pydict()
+    cols: dict[str, list] = {n: [] for n in ("kernel_id", "card", "schedule_id", "knobs", "candidate_rank")}
     cards: dict[str, Any] = {}
-    pools: dict[tuple[str, str], list[tuple[str, str]]] = {}
     stats = {"pools": 0, "enumerated": 0, "extern": 0, "unknown_card": 0}
-    for kid, sizes, card, setting, text in zip(*groups.values(), strict=True):
-        stats["pools"] += 1
+    for kid, card, pools, text in zip(pairs["kernel_id"], pairs["card"], pairs["pools"], pairs["text"],
+                                      strict=True):
+        stats["pools"] += pools
         kernel = parse(text)
         if isinstance(kernel, Extern):
-            stats["extern"] += 1
+            stats["extern"] += pools
             continue
         if card not in cards:
             try:
@@ -93,16 +99,12 @@ def _candidate_table(store: Any) -> tuple[Any, dict[str, int]]:
             except UnknownCard:
                 cards[card] = None
         if cards[card] is None:
-            stats["unknown_card"] += 1
+            stats["unknown_card"] += pools
             continue
-        pool = pools.get((kid, card))
-        if pool is None:
-            opts = candidates(kernel, cards[card])
-            pool = pools[(kid, card)] = [(schedule_id(o), canonical_knobs(o)) for o in opts]
-        stats["enumerated"] += 1
-        for rank, (sid, ktext) in enumerate(pool):
-            for name, value in (("kernel_id", kid), ("sizes", sizes), ("card", card), ("setting", setting),
-                                ("schedule_id", sid), ("knobs", ktext), ("candidate_rank", rank)):
+        stats["enumerated"] += pools
+        for rank, option in enumerate(candidates(kernel, cards[card])):
+            for name, value in (("kernel_id", kid), ("card", card), ("schedule_id", schedule_id(option)),
+                                ("knobs", canonical_knobs(option)), ("candidate_rank", rank)):
                 cols[name].append(value)
     types = {n: pa.int32() if n == "candidate_rank" else pa.string() for n in cols}
     return pa.table({n: pa.array(v, types[n]) for n, v in cols.items()}), stats

@@ -53,7 +53,7 @@ def test_the_manifest_names_versions_counts_and_a_digest(db: Path, exported: Pat
     assert again["digest"] == manifest["digest"], "the same store exports to the same content"
 
 
-def test_a_reader_refuses_an_export_of_other_versions_naming_both(exported: Path,
+def test_nothing_migrates_a_reader_refuses_an_export_of_other_versions_naming_both(exported: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     path = exported / "manifest.json"
     manifest = json.loads(path.read_text())

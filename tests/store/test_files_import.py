@@ -17,7 +17,7 @@ from emmy_core.store import StoreVersionWarning, open_store
 from emmy_core.store.freeze import freeze_db
 from emmy_core.store.importer import import_db
 from emmy_core.store.sourcefile import SourceError, read_bounded
-from tests.store.test_files_freeze import KERNELS, NORM, populate, stats_of
+from tests.store.test_files_freeze import NORM, populate, stats_of
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def test_a_wrong_type_is_refused_naming_record_and_field(db: Path, tmp_path: Pat
     refused(db, write(tmp_path, "types.json", freeze_doc), "$.kernels[1].rows[0].median_us", "must be a number")
 
 
-def test_an_unknown_format_version_is_refused_naming_both(db: Path, tmp_path: Path, freeze_doc: dict) -> None:
+def test_nothing_migrates_an_unknown_format_version_is_refused_naming_both(db: Path, tmp_path: Path, freeze_doc: dict) -> None:
     freeze_doc["version"] = 2
     refused(db, write(tmp_path, "v2.json", freeze_doc), "$.version", "version 2", "reads emmy-freeze version 1")
 
@@ -174,20 +174,40 @@ def test_the_command_says_which_sources_went_in_and_exits_non_zero(db: Path, tmp
         assert len(s.measurements()) == 3
 
 
-def test_another_tuning_database_imports_rekeyed(db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_another_tuning_database_imports(db: Path, tmp_path: Path) -> None:
     (outcome,) = import_db(tmp_path / "copy.db", [db])
     assert outcome.ok and outcome.kind == "database", outcome.message
     assert stats_of(tmp_path / "copy.db") == stats_of(db)
     files = freeze_db(db, tmp_path / "a")
     assert [p.read_bytes() for p in files] == [p.read_bytes() for p in freeze_db(tmp_path / "copy.db", tmp_path / "b")]
-    # a database written under another identity version is refused by the reader, naming both versions
+
+
+def test_nothing_migrates_a_database_of_another_identity_version_is_refused_naming_both(
+        db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(identity, "IDENTITY_VERSION", identity.IDENTITY_VERSION + 1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", StoreVersionWarning)
         (outcome,) = import_db(tmp_path / "other.db", [db])
     assert not outcome.ok and "identity version 1" in outcome.message and "identity version 2" in outcome.message
-    assert kernel_id(NORM) not in {kernel_id(k) for k in KERNELS[1:]}
 
 
 def test_a_database_cannot_import_itself(db: Path) -> None:
     refused(db, db, "being imported into")
+
+
+def test_an_identity_in_a_database_is_never_trusted(db: Path, tmp_path: Path) -> None:
+    import duckdb
+
+    fake = "f" * 64
+    real = kernel_id(NORM)
+    con = duckdb.connect(str(db))
+    for statement in ("UPDATE kernels SET kernel_id = ? WHERE kernel_id = ?",
+                      "UPDATE measurements SET kernel_id = ? WHERE kernel_id = ?",
+                      "UPDATE goldens SET kernel_id = ? WHERE kernel_id = ?"):
+        con.execute(statement, [fake, real])
+    con.close()
+    (outcome,) = import_db(tmp_path / "copy.db", [db])
+    assert outcome.ok, outcome.message
+    with open_store(tmp_path / "copy.db", "r") as s:
+        assert fake not in s.kernels() and real in s.kernels()
+        assert len(s.measurements(kernel_id=real)) == 5 and not s.measurements(kernel_id=fake)
