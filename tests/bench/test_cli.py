@@ -110,3 +110,17 @@ def test_run_without_bench_verifies_triton_kernels_for_a_gpu_card_here(kernel_fi
     assert "num_warps=2" in result.output and "verified against the reference" in result.output
     refused = runner.invoke(app, ["run", "--bench", "--kernel", str(kernel_file), "--card", "NVIDIA H200"])
     assert refused.exit_code == 2 and "benches time the local device only" in refused.output
+
+
+def test_run_bench_on_a_models_kernels_forces_the_knobs_over_the_first_option(tmp_path: Path) -> None:
+    """The real C backend: the model's layernorm, built with vec forced, recorded as a hand-run."""
+    db = tmp_path / "t.db"
+    result = runner.invoke(app, ["run", "--bench", "--model", "mlp", "--shape", "B=1,S=8", "--select", "layernorm",
+                                 "--knob", "vec=8", "--knob", "threads=1", "--db", str(db), *LENIENT])
+    assert result.exit_code == 0, result.output
+    assert "layernorm" in result.output and "recorded (source hand)" in result.output
+    with open_store(db, "r") as store:
+        [row] = store.measurements()
+        knobs = store.knobs(row.schedule_id)
+        assert knobs is not None and knobs["vec"] == 8 and knobs["threads"] == 1 and "unroll" in knobs
+        assert row.source == "hand" and row.sizes == "B=8"
