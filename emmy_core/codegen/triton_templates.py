@@ -254,6 +254,7 @@ def _row_reduce(w: Writer, scope: Scope, r: Reduce, block: int, axes: _RowAxes) 
     w.bf16_math |= r.dtype == "bf16"
     init = init_literal(r.op, r.dtype)
     fold = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}[r.op]
+    back = f".to({TL_DTYPES[r.dtype]})" if r.dtype in ("f16", "bf16") else ""  # tl.max widens half precision
     name = val_name(r.name)
     code = axes.single(r.axis) if r.window is None else None
     if code is not None:  # the whole axis in one chunk, in the row's own scope
@@ -264,7 +265,7 @@ def _row_reduce(w: Writer, scope: Scope, r: Reduce, block: int, axes: _RowAxes) 
         elif not uses_var(r.body, r.var):
             body = f"tl.full([{block}], {init}, {TL_DTYPES[r.dtype]}) + {body}" if r.op == "sum" else \
                 f"tl.broadcast_to({body}, [{block}])"
-        w.line(scope, f"{name} = {fold}({body}, axis=0)")
+        w.line(scope, f"{name} = {fold}({body}, axis=0){back}")
         del scope.vars[r.var]
     else:
         acc = w.fresh("acc")
@@ -281,7 +282,7 @@ def _row_reduce(w: Writer, scope: Scope, r: Reduce, block: int, axes: _RowAxes) 
         elif not uses_var(r.body, r.var):
             body = f"tl.broadcast_to({body}, [{block}])"
         w.line(inner, f"{acc} = {_combine(r.op, acc, body)}")
-        w.line(scope, f"{name} = {fold}({acc}, axis=0)")
+        w.line(scope, f"{name} = {fold}({acc}, axis=0){back}")
     scope.values[r.name] = name
     w.value_types[r.name] = r.dtype
 

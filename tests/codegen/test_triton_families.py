@@ -360,3 +360,20 @@ def test_half_precision_arithmetic_rounds_each_operation_to_f16() -> None:
     out = launch(program, {"block": 256}, dict(ins), {"B": 4})
     want = (ins["a"] / ins["b"] + (1 / ins["b"]) * ins["c"]) - ins["c"]  # torch rounds every f16 op
     assert torch.equal(out["y"], want)
+
+
+@pytest.mark.parametrize("block", [256, 64])
+def test_half_precision_reductions_keep_their_type(block: int) -> None:
+    x = Load("x", ("i", "j"))
+    dev = Binary("sub", x, Ref("mx"))
+    body = (Loop("i", "B", (
+        Reduce("mx", "f16", "max", "j", "C", x),
+        Reduce("mn", "f16", "min", "j", "C", x),
+        Loop("j", "C", (Store("y", ("i", "j"), Binary("mul", Binary("mul", dev, dev), Binary("sub", x, Ref("mn")))),)),
+    )),)
+    program = validate(Program("halfred", (Axis("B", None, 4), Axis("C", 200)),
+                               (Buffer("x", "in", "f16", ("B", "C")), Buffer("y", "out", "f16", ("B", "C"))), body))
+    xs = (torch.randn(5, 200, generator=torch.Generator().manual_seed(5)) * 3).half()
+    out = launch(program, {"block": block}, {"x": xs}, {"B": 5})
+    dv = xs - xs.amax(-1, keepdim=True)
+    assert torch.equal(out["y"], (dv * dv) * (xs - xs.amin(-1, keepdim=True)))  # f16 rounding at every op
