@@ -5,7 +5,8 @@ case per family also at `deploy`) into a module-scoped cache folder, and run on 
 tensors. Shapes are drawn from seeded generators so that sizes are not multiples of the
 tiles (partial tiles on both edges). Knob settings per kernel: a seeded sample of the
 candidate pool for this machine (its first, safe option included) plus a hand setting
-with tiny tiles, simd, unroll and two threads. References are torch in float64 on the
+with tiny tiles, simd, unroll and two threads (for matmul also one with two vectors per
+register-block row and a row group that does not divide the tile). References are torch in float64 on the
 same (rounded) inputs; outputs start poisoned with NaN so an element never written
 fails. Tolerances (rtol = atol): f16 1e-2, bf16 2e-2, f32 1e-4, f64 1e-10.
 """
@@ -30,6 +31,7 @@ TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "f6
          "i32": torch.int32, "i64": torch.int64}
 TOL = {"f16": 1e-2, "bf16": 2e-2, "f32": 1e-4, "f64": 1e-10}
 HAND_MATMUL = {"tile_m": 4, "tile_n": 8, "tile_k": 16, "vec": 8, "unroll": 4, "threads": 2}
+HAND_WIDE = {"tile_m": 8, "tile_n": 64, "tile_k": 32, "vec": 32, "unroll": 3, "threads": 2}  # 2 vectors a row
 HAND_ROW = {"vec": 8, "unroll": 2, "threads": 2}
 HAND_EW = {"vec": 4, "threads": 2}
 
@@ -120,7 +122,7 @@ def test_matmul_with_epilogue_equals_torch(backend: CBackend, case: int) -> None
     env = inputs(prog, sizes, seed=case)
     b = d(env["b"])
     want = epilogue_ref(d(env["a"]) @ (b.transpose(-1, -2) if bt else b), steps, env)
-    for knobs in [*pool(prog, case), HAND_MATMUL]:
+    for knobs in [*pool(prog, case), HAND_MATMUL, HAND_WIDE]:
         close(launch(backend, prog, knobs, env, sizes)["y"], want, dtype)
 
 

@@ -307,10 +307,12 @@ MM = matmul(Dim("T", 8), 48, 96, dtype="f32", epilogue=("relu",))
 def test_knobs_shape_the_source() -> None:
     be = CBackend()
     src = be.source(MM, {"tile_m": 16, "tile_n": 32, "tile_k": 64, "vec": 8, "unroll": 4, "threads": 3}, "deploy")
-    for fragment in ("em_tm += 16", "em_tn += 32", "em_tk += 64", "vector_size(32)", "em_i0 += 4", "em_c3 =",
+    for fragment in ("em_tm += 16", "em_tn += 32", "em_tk += 64", "vector_size(32)", "em_i0 += 4", "em_c3_0 =",
                      "num_threads(3)"):  # a register block of 4 rows x 8 f32 columns
         assert fragment in src, fragment
     assert "#pragma GCC unroll 4" in be.source(MM, {"vec": 1, "unroll": 4}, "deploy")
+    wide = be.source(MM, {"vec": 32, "unroll": 2}, "deploy")  # 32 f32 lanes: two 64-byte vectors per row
+    assert "vector_size(64)" in wide and "em_c1_1 =" in wide and "em_c2_0" not in wide
     assert "omp parallel" not in be.source(MM, {"threads": 1}, "deploy")
     assert "simdlen" not in be.source(softmax(64), {"vec": 1}, "deploy")
     assert "reduction(+:v_se)" in be.source(softmax(64), {"vec": 16}, "deploy")
