@@ -144,8 +144,9 @@ class Scope:
 class Writer:
     """Accumulates generated lines and translates IR expressions into them."""
 
-    def __init__(self, program: Program) -> None:
+    def __init__(self, program: Program, check_types: bool = False) -> None:
         self.program = program
+        self.check_types = check_types  # emit a static assert of the IR type after every value (tests)
         self.lines: list[str] = []
         self.counter = 0
         self.value_types: dict[str, str] = {}
@@ -242,6 +243,17 @@ class Writer:
         have = scope.lookup(e)
         if have is not None:
             return have
+        name = self._expr(scope, e)
+        if self.check_types and not isinstance(e, Ref):
+            self.check(scope, name, self.dtype_of(e))
+        return name
+
+    def check(self, scope: Scope, name: str, dtype: str) -> None:
+        """With `check_types`: a static assert that `name` holds the IR data type `dtype`."""
+        if self.check_types:
+            self.line(scope, f"tl.static_assert({name}.dtype == {TL_DTYPES[dtype]})")
+
+    def _expr(self, scope: Scope, e: Expr) -> str:
         if isinstance(e, Ref):
             return scope.value(e.name)
         if isinstance(e, Load):

@@ -118,8 +118,12 @@ def _row_knobs(knobs: dict[str, object], family: str) -> tuple[int, int, int]:
     return int(_knob(knobs, "block")), int(_knob(knobs, "num_warps")), int(_knob(knobs, "num_stages"))  # type: ignore[call-overload]
 
 
-def generate(program: Program, knobs: dict[str, object]) -> Generated:
-    """Source and launch plan of `program` under `knobs`; IRError for an invalid program, BuildError else."""
+def generate(program: Program, knobs: dict[str, object], check_types: bool = False) -> Generated:
+    """Source and launch plan of `program` under `knobs`; IRError for an invalid program, BuildError else.
+
+    `check_types` adds a static assert of the IR data type after every value (a test aid: Triton
+    promotes some half-precision results to f32, and the IR's types must hold throughout).
+    """
     validate(program)
     if not isinstance(program, Program):
         raise BuildError(f"{getattr(program, 'name', '?')} is an extern kernel: built by its own tuner, not here")
@@ -127,7 +131,7 @@ def generate(program: Program, knobs: dict[str, object]) -> Generated:
         shape = classify(program)
     except ValueError as exc:
         raise BuildError(f"no Triton template: {exc}") from None
-    w = Writer(program)
+    w = Writer(program, check_types)
     try:
         if isinstance(shape, MatmulShape):
             plan = matmul(program, shape, _matmul_knobs(program, shape, knobs), w)
@@ -322,17 +326,23 @@ class TritonBuilt:
 
 
 class TritonBackend:
-    """Backend for target `cuda`: Triton kernels (run by the interpreter on CPU tensors)."""
+    """Backend for target `cuda`: Triton kernels (run by the interpreter on CPU tensors).
+
+    `check_types=True` builds kernels that assert the IR's data type of every value (tests).
+    """
 
     target = "cuda"
 
+    def __init__(self, check_types: bool = False) -> None:
+        self.check_types = check_types
+
     def source(self, program: Program, knobs: dict[str, object], setting: str) -> str:
         get_setting(setting)  # the setting changes timing, not the kernel: one source for both
-        return generate(program, knobs).source
+        return generate(program, knobs, self.check_types).source
 
     def build(self, program: Program, knobs: dict[str, object], setting: str) -> TritonBuilt:
         get_setting(setting)
-        generated = generate(program, knobs)
+        generated = generate(program, knobs, self.check_types)
         path = write_source(generated.source)
         return TritonBuilt(program, generated, path, load_module(path))
 

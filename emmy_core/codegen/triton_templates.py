@@ -85,6 +85,7 @@ def _let(w: Writer, scope: Scope, s: Let) -> None:
     name = val_name(s.name)
     w.line(scope, f"{name} = {code}")
     scope.values[s.name] = name
+    w.check(scope, name, s.dtype)
     w.value_types[s.name] = s.dtype
 
 
@@ -174,6 +175,7 @@ def _lane_reduce(w: Writer, scope: Scope, r: Reduce, block: int) -> None:
     name = val_name(r.name)
     w.line(scope, f"{name} = {acc}")
     scope.values[r.name] = name
+    w.check(scope, name, r.dtype)
     w.value_types[r.name] = r.dtype
 
 
@@ -284,6 +286,7 @@ def _row_reduce(w: Writer, scope: Scope, r: Reduce, block: int, axes: _RowAxes) 
         w.line(inner, f"{acc} = {_combine(r.op, acc, body)}")
         w.line(scope, f"{name} = {fold}({acc}, axis=0){back}")
     scope.values[r.name] = name
+    w.check(scope, name, r.dtype)
     w.value_types[r.name] = r.dtype
 
 
@@ -401,6 +404,7 @@ def matmul(program: Program, shape: MatmulShape, k: MatmulKnobs, w: Writer) -> L
     conv = "" if k.acc == shape.acc_dtype else f".to({TL_DTYPES[shape.acc_dtype]})"
     w.line(scope, f"{name} = acc{conv}")
     scope.values[shape.reduce] = name
+    w.check(scope, name, shape.acc_dtype)
     w.value_types[shape.reduce] = shape.acc_dtype
     w.line(scope, f"mm = rm[:, None] < {M}")
     w.line(scope, f"mn = rn[None, :] < {N}")

@@ -59,7 +59,7 @@ def launch(program: Program, knobs: dict[str, object], env: dict[str, torch.Tens
     bufs = {b.name: env[b.name] for b in program.inputs}
     for b in program.outputs:
         bufs[b.name] = torch.full([ext[a] for a in b.shape], float("nan"), dtype=TORCH[b.dtype])
-    TritonBackend().build(program, knobs, "deploy")(bufs, sz)
+    TritonBackend(check_types=True).build(program, knobs, "deploy")(bufs, sz)
     out = {b.name: bufs[b.name] for b in program.outputs}
     env.update(out)
     return out
