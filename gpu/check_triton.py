@@ -211,10 +211,8 @@ def run_variant(case: Case, knobs: list[dict[str, object]], env: dict[str, torch
     bufs_all = dict(env)
     device = next(iter(env.values())).device
     cuda = device.type == "cuda"
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
-    try:
+    try:  # build and first run; failures are rows, never a stopped run
         for p, kn in zip(case.programs, knobs, strict=True):
             dyn = {a.name for a in p.dynamic_axes}
             sz = {k: v for k, v in case.sizes.items() if k in dyn}
@@ -232,6 +230,8 @@ def run_variant(case: Case, knobs: list[dict[str, object]], env: dict[str, torch
         return {**row, "status": "build_error", "error": str(exc)[:1000]}
     except LaunchError as exc:
         return {**row, "status": "launch_error", "error": str(exc)[:1000]}
+    except Exception as exc:  # anything else is this variant's failure too, recorded, and the run goes on
+        return {**row, "status": "crash", "error": f"{type(exc).__name__}: {exc}"[:1000]}
     row["build_and_first_run_s"] = round(time.perf_counter() - t0, 3)
     want = case.reference(env)
     worst = 0.0
@@ -245,6 +245,7 @@ def run_variant(case: Case, knobs: list[dict[str, object]], env: dict[str, torch
         if err > REL_TOL[dtype]:
             return {**row, "status": "wrong", "max_rel_err": err, "error": f"{name}: max rel err {err:.3g}"}
     row["max_rel_err"] = worst
+    del want, got, ref  # peak memory below counts the kernels' own buffers, not the reference
     if not timed:
         case.baseline(env)  # the eager baseline runs too (a smoke run checks the script, not speed)
         return {**row, "status": "ok"}
@@ -254,10 +255,12 @@ def run_variant(case: Case, knobs: list[dict[str, object]], env: dict[str, torch
         for launch in launches:
             launch()
 
-    row["ms"] = do_bench(ours, warmup=25, rep=100)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    row["ms"] = do_bench(ours, warmup=25, rep=100, return_mode="median")
     row["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    row["torch_ms"] = do_bench(lambda: case.baseline(env), warmup=25, rep=100)
+    row["torch_ms"] = do_bench(lambda: case.baseline(env), warmup=25, rep=100, return_mode="median")
     row["torch_peak_mem_bytes"] = torch.cuda.max_memory_allocated()
     row["speedup_vs_torch"] = row["torch_ms"] / row["ms"]  # type: ignore[operator]
     if case.flops:
