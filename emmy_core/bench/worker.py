@@ -31,7 +31,7 @@ from emmy_core.bench.protocol import read_frame, write_frame
 from emmy_core.bench.reference import make_inputs, mismatch, reference, tolerance
 from emmy_core.bench.timing import time_cpu, time_cuda
 from emmy_core.codegen.backend import BuildError, LaunchError, get_setting
-from emmy_core.ir import Program, parse, parse_sizes, resolve_sizes
+from emmy_core.ir import Program, extents, parse, parse_sizes, resolve_sizes
 
 TRITON_INTERPRET = "TRITON_INTERPRET"
 
@@ -113,8 +113,6 @@ class Worker:
         sizes = resolve_sizes(program, parse_sizes(str(msg["sizes"])))
         arrays = make_inputs(program, sizes, int(msg.get("seed", 0)))
         ref = reference(program, arrays, sizes)
-        from emmy_core.ir import extents
-
         ext = extents(program, sizes)
         inputs = {}
         for b in program.inputs:
