@@ -132,30 +132,26 @@ def _prepare_kernels(p: Prepared, kernels: list[Kernel | str | tuple[Kernel | st
 def _schedule_of(knobs: object, memo: dict) -> Schedule:  # type: ignore[type-arg]
     """The validated schedule of a row's knobs, memoised so a million rows pay for a few thousand digests.
 
-    By object identity first (rows sharing one dict keep it alive for the whole call, so an id is not
-    reused), then by content: the items in the dict's order, checked against the value types seen
+    The memo is keyed by the items in the dict's order and checked against the value types seen
     first, because `True == 1 == 1.0` hash alike but are different knob values.
     """
-    if isinstance(knobs, Schedule):
-        return knobs
-    got = memo.get(id(knobs))
-    if got is not None:
-        return got
-    if not isinstance(knobs, Mapping):
-        raise KnobError(f"knobs must be a mapping or a Schedule, not {type(knobs).__name__}")
+    if type(knobs) is not dict:
+        if isinstance(knobs, Schedule):
+            return knobs
+        if not isinstance(knobs, Mapping):
+            raise KnobError(f"knobs must be a mapping or a Schedule, not {type(knobs).__name__}")
+        knobs = dict(knobs)
     try:
         content = tuple(knobs.items())
         hit = memo.get(content)
     except TypeError:  # an unhashable value: Schedule() says what is wrong with it
-        content, hit = None, None
+        return Schedule(knobs)
     types = tuple(map(type, knobs.values()))
     if hit is not None and hit[0] == types:
-        got = hit[1]
-    else:
-        got = Schedule(knobs)
-        if content is not None and hit is None:
-            memo[content] = (types, got)
-    memo[id(knobs)] = got
+        return hit[1]
+    got = Schedule(knobs)
+    if hit is None:
+        memo[content] = (types, got)
     return got
 
 
@@ -251,12 +247,12 @@ def _prepare_measurements(p: Prepared, rows: list[MeasurementRow]) -> None:
             append(_schedule_of(r.knobs, memo_k).schedule_id)
         except KnobError as exc:
             raise p.fail(f"{_describe(p, 'measurement', i)}: field knobs: {exc}") from None
-    for value in memo_k.values():
-        sched = value[1] if isinstance(value, tuple) else value
+    for _, sched in memo_k.values():
         p.schedules[sched.schedule_id] = sched.text
-    for r in rows:  # Schedule objects given directly are not in the memo
-        if isinstance(r.knobs, Schedule):
-            p.schedules[r.knobs.schedule_id] = r.knobs.text
+    if len(p.schedules) < len(set(sids)):  # Schedule objects given directly, or knobs the memo could not key
+        for r in rows:
+            sched = _schedule_of(r.knobs, memo_k)
+            p.schedules[sched.schedule_id] = sched.text
     c["schedule_id"] = sids
     _check_distinct(p, "kernel_id", lambda v: isinstance(v, str) and HEX64.match(v) is not None,
                     "is not a 64-digit lower-case hex kernel identity")

@@ -33,15 +33,19 @@ _KEY_MATCH = ("m.kernel_id = s.kernel_id AND m.sizes = s.sizes AND m.schedule_id
               "AND m.card = s.card AND m.setting = s.setting")
 _COLS = ", ".join(MEASUREMENT_COLUMNS)
 _MERGE = (
-    "MERGE INTO measurements AS m USING (SELECT * FROM st_measurements QUALIFY row_number() OVER "
-    "(PARTITION BY kernel_id, sizes, schedule_id, card, setting ORDER BY (status = 'ok') DESC, median_us, i) = 1) "
-    f"AS s ON {_KEY_MATCH} "
+    "MERGE INTO measurements AS m USING ({source}) AS s ON " + _KEY_MATCH + " "
     "WHEN MATCHED AND ((m.status = 'failed' AND s.status = 'ok') "
     "OR (m.status = 'ok' AND s.status = 'ok' AND s.median_us < m.median_us)) THEN UPDATE SET "
     "status = s.status, failure = s.failure, median_us = s.median_us, spread = s.spread, samples = s.samples, "
     "source = s.source, measured_at = s.measured_at "
     f"WHEN NOT MATCHED THEN INSERT ({_COLS}) VALUES ({', '.join('s.' + c for c in MEASUREMENT_COLUMNS)})"
 )
+# A batch with one row per key merges as it is; one with repeated keys first keeps the best row of each key
+# (ok before failed, then the lower median, then the first given), as the in-memory store does.
+_MERGE_DISTINCT = _MERGE.format(source="SELECT * FROM st_measurements")
+_MERGE_BEST = _MERGE.format(
+    source="SELECT * FROM st_measurements QUALIFY row_number() OVER (PARTITION BY kernel_id, sizes, schedule_id, "
+           "card, setting ORDER BY (status = 'ok') DESC, median_us, i) = 1")
 _CARD_COLS = ("name", "target", "arch", "tensor_cores", *CARD_NUMBERS)
 _CARD_UPSERT = (f"INSERT INTO cards ({', '.join(_CARD_COLS)}) SELECT {', '.join(_CARD_COLS)} FROM st_cards "
                 "ON CONFLICT (name) DO UPDATE SET "
@@ -66,6 +70,12 @@ def _arrow(columns: dict[str, list], types: dict[str, Any]) -> Any:
 
     return pa.Table.from_arrays([pa.array(columns[c], types[c]) for c in columns],
                                 schema=pa.schema([(c, types[c]) for c in columns]))
+
+
+def _repeats_a_key(p: Prepared) -> bool:
+    c = p.columns
+    keys = zip(c["kernel_id"], c["sizes"], c["schedule_id"], c["card"], c["setting"], strict=True)
+    return len(set(keys)) < p.rows
 
 
 class DuckStore(Store):
@@ -172,7 +182,9 @@ class DuckStore(Store):
             con.execute("INSERT INTO schedules SELECT * FROM st_schedules ON CONFLICT DO NOTHING")
             if p.cards:
                 con.execute(_CARD_UPSERT)
-            merged = con.execute(_MERGE).fetchall()[0][0] if p.rows else 0
+            merged = 0
+            if p.rows:
+                merged = con.execute(_MERGE_BEST if _repeats_a_key(p) else _MERGE_DISTINCT).fetchall()[0][0]
             if p.routing:
                 con.execute("INSERT INTO routing SELECT * FROM st_routing ON CONFLICT (parent_id, decision, "
                             "piece_index) DO UPDATE SET piece_id = excluded.piece_id")
