@@ -239,6 +239,7 @@ class TritonBuilt:
         self._last: tuple[object, Callable[[], None]] | None = None  # (arguments key, prepared launch)
 
     def grid(self, ext: dict[str, int]) -> tuple[int, ...]:
+        """Programs per grid dimension at these extents; LaunchError where int32 indices would overflow."""
         out = []
         for factors in self.generated.plan.grid:
             n = 1
@@ -246,7 +247,10 @@ class TritonBuilt:
                 total = 1
                 for a in axes:
                     total *= ext[a]
-                n *= -(-total // div)
+                blocks = -(-total // div)
+                if blocks * div > MAX_ELEMENTS:  # the last block's indices must fit in int32 too
+                    raise LaunchError(f"{self.program.name}: {'*'.join(axes)} = {total} overflows int32 indices")
+                n *= blocks
             out.append(n)
         return tuple(out)
 

@@ -32,7 +32,7 @@ from emmy_core.ir import (
     Unary,
     validate,
 )
-from emmy_core.ir.builders import Dim, matmul, rmsnorm, softmax
+from emmy_core.ir.builders import Dim, elementwise, matmul, rmsnorm, softmax
 
 PREFIXES = ("p_", "ext_", "v_", "val_", "k_")
 
@@ -207,3 +207,10 @@ def test_extern_and_unfamiliar_kernels_are_build_errors() -> None:
         TritonBackend().source(program, {}, "deploy")
     with pytest.raises(BuildError, match="extern"):
         TritonBackend().source(Extern("gemm_kt", (64, 64), "ab" * 32), {}, "deploy")  # type: ignore[arg-type]
+
+
+def test_sizes_whose_indices_overflow_int32_are_launch_errors() -> None:
+    built = TritonBackend().build(elementwise("a*2", dtype="f32", cols=1 << 16), {"block": 1024}, "deploy")
+    with pytest.raises(LaunchError, match="overflows int32"):
+        built.grid({"B": 1 << 15, "C": 1 << 16})  # 2^31 elements: tensors that large are never made here
+    assert built.grid({"B": (1 << 15) - 1, "C": 1 << 16}) == (((1 << 15) - 1) * 64,)
