@@ -14,6 +14,13 @@ mma ("none" computes the product without tensor cores, as an IEEE FMA dot in f32
 instruction name asks for tensor cores and Triton picks the card's instruction; a wgmma
 name needs num_warps a multiple of 4 and block_m >= 64), num_warps, num_stages;
 row and elementwise: block, num_warps, num_stages.
+
+Launch limits (LaunchError, never a wrong answer): kernels index in int32, so no buffer and
+no grid's last block may reach 2^31 elements; batch (and split-K parts) run on grid axis 1,
+at most 65535; under the interpreter a kernel that computes on bf16 values is refused (the
+interpreter does bf16 arithmetic on the raw bits). A built kernel keeps the checked launch of
+its last arguments: calling it again with the very same tensors skips the checks (timing loops).
+`compile_for` compiles ahead of time for a named CUDA architecture, no GPU needed.
 """
 
 from __future__ import annotations
