@@ -14,6 +14,7 @@ admits, and every entry's key must spell its own knob values.
 
 from __future__ import annotations
 
+import datetime as _dt
 import hashlib
 import json
 import math
@@ -107,6 +108,20 @@ def card_of(top: Fields, card: str | None) -> str:
     return name
 
 
+def _timestamp(value: object, file: str, ckey: str) -> _dt.datetime | None:
+    """When an entry was measured (Kernel Tuner writes ISO 8601 with an offset); None when not recorded."""
+    if value is None:
+        return None
+    try:
+        at = _dt.datetime.fromisoformat(value) if isinstance(value, str) and len(value) <= 40 else None
+    except ValueError:
+        at = None
+    if at is None or at.tzinfo is None:
+        raise SourceError(file, json_path("$.cache", ckey), "timestamp", f"{str(value)[:40]!r} is not an ISO 8601 "
+                                                                         "time with its UTC offset")
+    return at
+
+
 def median_us(times: list[float]) -> float:
     """The median of repeated samples in milliseconds, in microseconds."""
     s = sorted(times)
@@ -154,13 +169,14 @@ def parse_cache(doc: object, file: str, *, card: str | None = None, setting: str
         if ",".join(map(str, values)) != ckey:
             raise SourceError(file, json_path("$.cache", ckey), "", "the key does not spell the entry's knob values")
         sched = Schedule(dict(zip(knob_names, values, strict=True)))
+        at = _timestamp(entry.get("timestamp"), file, ckey)
         time = entry.get("time")
         if time.__class__ is str:
             kind = KT_FAILURES.get(time)
             if kind is None:
                 raise SourceError(file, json_path("$.cache", ckey), "time",
                                   f"{time[:40]!r} is neither a number nor one of {', '.join(KT_FAILURES)}")
-            rows.append(MeasurementRow.failed(kid, "", sched, name, setting, kind, source="import"))
+            rows.append(MeasurementRow.failed(kid, "", sched, name, setting, kind, source="import", measured_at=at))
             failed += 1
             continue
         if time.__class__ not in _NUMBERS:
@@ -176,7 +192,7 @@ def parse_cache(doc: object, file: str, *, card: str | None = None, setting: str
             raise SourceError(file, json_path("$.cache", ckey), "times",
                               f"samples must be positive, finite and their median below {PLACEHOLDER_US:g} us")
         rows.append(MeasurementRow.ok(kid, "", sched, name, setting, med, spread=(s[-1] - s[0]) * 1000.0 / med,
-                                      samples=n, source="import"))
+                                      samples=n, source="import", measured_at=at))
         ok += 1
     batch.measurements = rows
     return KernelTunerCache(name, kernel, batch, ok, failed)

@@ -116,6 +116,16 @@ def test_an_empty_device_name_is_refused_unless_a_card_is_given(db: Path, tmp_pa
         assert len(s.measurements(card="NVIDIA GeForce RTX 3090")) == 3
 
 
+def test_a_kernel_tuner_timestamp_becomes_the_measurement_time(db: Path, tmp_path: Path) -> None:
+    doc = kt_cache()
+    doc["cache"]["32"]["timestamp"] = "2023-01-24 01:03:17.677311+00:00"
+    (ok,) = import_db(db, [write(tmp_path, "when.json", doc)])
+    assert ok.ok, ok.message
+    with open_store(db, "r") as s:
+        times = {m.median_us: m.measured_at for m in s.measurements(card="NVIDIA GeForce RTX 3090")}
+    assert times[1500.0].isoformat() == "2023-01-24T01:03:17.677311"
+
+
 def test_kernel_tuner_entries_are_checked(db: Path, tmp_path: Path) -> None:
     doc = kt_cache()
     doc["cache"]["32"]["time"] = "TimeoutConfig"
@@ -126,6 +136,9 @@ def test_kernel_tuner_entries_are_checked(db: Path, tmp_path: Path) -> None:
     doc = kt_cache()
     doc["cache"]["33"] = doc["cache"].pop("32")
     refused(db, write(tmp_path, "key.json", doc), '$.cache["33"]', "does not spell")
+    doc = kt_cache()
+    doc["cache"]["32"]["timestamp"] = "yesterday"
+    refused(db, write(tmp_path, "when.json", doc), '$.cache["32"].timestamp', "ISO 8601")
     doc = kt_cache()
     doc["tune_params_keys"] = ["split_k"]
     doc["tune_params"] = {"split_k": [1, 2]}
