@@ -2,8 +2,8 @@
 
 Thin: lower the model, plan the candidates, run the one harness, print what happened.
 Rows go through the store's one writer (`--db`, default the local tuning database) or
-into a tune file (`--tune-file`). `StoreRecorder` lives here, in the layer allowed to
-import both the bench and the store.
+into a tune file (`--tune-file`, the store's format). `StoreRecorder` and
+`TuneFileRecorder` live here, in the layer allowed to import both the bench and the store.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import typer
 
 from emmy_core.bench.harness import BenchConfig, BenchError, BenchReport, Outcome
 from emmy_core.cli.common import fail
-from emmy_core.ir import Program
+from emmy_core.ir import Program, kernel_id
 from emmy_core.targets import Card
 
 
@@ -80,6 +80,32 @@ class StoreRecorder:
         summary = self._use(lambda s: s.record(rows, kernels=[program], cards=[card_row(card)],
                                                origin=f"{self.origin} {program.name}"))
         self.summaries.append(summary)
+
+
+class TuneFileRecorder:
+    """Writes a tune run's rows to a tune file (the store's format, `write_tune_file`), rewritten atomically
+    after every kernel so an interrupted tune leaves whole kernels. No dedupe: a tune file starts empty.
+
+    `path` is the file, or a folder to write `<card-slug>.tune-<stamp>.json` into.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.target = Path(path)
+        self.path: Path | None = None
+        self.kernels: dict[str, Program] = {}
+        self.rows: list[Any] = []
+
+    def measured_ok(self, kernel_id: str, sizes: str, card: str, setting: str) -> set[str]:
+        return set()
+
+    def record(self, program: Program, card: Card, outcomes: Sequence[Outcome]) -> None:
+        from emmy_core.store.tunefile import tune_file_name, write_tune_file
+
+        if self.path is None:
+            self.path = self.target / tune_file_name(card.name) if self.target.is_dir() else self.target
+        self.kernels.setdefault(kernel_id(program), program)
+        self.rows.extend(measurement_row(o) for o in outcomes if o.recordable)
+        write_tune_file(self.path, card=card_row(card), kernels=list(self.kernels.values()), measurements=self.rows)
 
 
 def db_recorder(db: Path | None, origin: str) -> StoreRecorder:
@@ -194,7 +220,6 @@ def tune(
 ) -> None:
     """Tune every kernel of a model at a shape over its candidates; record ok and failed rows."""
     from emmy_core.bench.plan import model_units, tune_plan
-    from emmy_core.bench.tunefile import TuneFileRecorder, tune_file_path
     from emmy_core.codegen.backend import SETTINGS
     from emmy_core.graph.errors import GraphError
 
@@ -211,7 +236,7 @@ def tune(
     plan = tune_plan(units, the_card, budget, seed)
     recorder: Any
     if tune_file is not None:
-        recorder = TuneFileRecorder(tune_file_path(tune_file, the_card))
+        recorder = TuneFileRecorder(tune_file)
     else:
         recorder = db_recorder(db, f"tune {model} {shape}")
     config = BenchConfig(setting=setting, source="tune", timeout_s=timeout, spread_limit=spread_limit, seed=seed,

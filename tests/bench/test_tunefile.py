@@ -1,29 +1,29 @@
-"""A tune file holds what a tune recorded (ok and failed rows, never flagged ones) as canonical JSON."""
+"""`emmy tune --tune-file` writes the store's tune-file format: ok and failed rows, never flagged ones,
+and the store's importer reads it back row for row."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from emmy_core.bench import PLACEHOLDER_US
-from emmy_core.bench.tunefile import TUNE_FORMAT, TuneFileRecorder, canonical_json, tune_file_path
-from emmy_core.ir import kernel_id, parse
+from emmy_core.cli.tune_cmd import TuneFileRecorder
+from emmy_core.store import MemoryStore
+from emmy_core.store.importer import import_into
 
 
-def test_a_tune_file_holds_recorded_rows_only_as_canonical_json(planted_run, cpu_card, tmp_path: Path) -> None:
+def test_a_tune_file_holds_the_recorded_rows_and_imports_back(planted_run, cpu_card, tmp_path: Path) -> None:
     report, _ = planted_run
-    path = tune_file_path(tmp_path, cpu_card)
-    assert path.parent == tmp_path and path.name.endswith(".json") and ".tune-" in path.name
-    rec = TuneFileRecorder(path)
+    rec = TuneFileRecorder(tmp_path)
     unit = report.planned[0].unit
     rec.record(unit.program, cpu_card, report.outcomes)
-    text = path.read_text()
-    assert text.endswith("\n") and text == canonical_json(json.loads(text))
-    doc = json.loads(text)
-    assert doc["format"] == TUNE_FORMAT and doc["card"]["name"] == cpu_card.name
-    [kernel] = doc["kernels"]
-    assert kernel_id(parse(kernel["loop_program"])) == unit.kernel_id  # identity recomputed, never stored
-    statuses = sorted(r["status"] for r in kernel["rows"])
-    assert statuses == sorted(o.status for o in report.outcomes if o.status in ("ok", "failed"))
-    assert all(r["median_us"] == PLACEHOLDER_US for r in kernel["rows"] if r["status"] == "failed")
-    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # written atomically, nothing left beside it
+    assert rec.path is not None and rec.path.parent == tmp_path and ".tune-" in rec.path.name
+    assert [p.name for p in tmp_path.iterdir()] == [rec.path.name]  # written atomically, nothing beside it
+    store = MemoryStore()
+    [outcome] = import_into(store, [rec.path])
+    assert outcome.ok and outcome.kind == "tune", outcome.message
+    rows = store.measurements()
+    recordable = [o for o in report.outcomes if o.status in ("ok", "failed")]
+    assert len(rows) == len(recordable) < len(report.outcomes)  # the flagged ones are not in the file
+    assert sorted((r.status, r.failure) for r in rows) == sorted((o.status, o.failure) for o in recordable)
+    assert all(r.median_us == PLACEHOLDER_US for r in rows if r.status == "failed")
+    assert {r.kernel_id for r in rows} == {unit.kernel_id}  # identity recomputed from the text on import
