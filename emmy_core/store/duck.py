@@ -72,6 +72,36 @@ def _arrow(columns: dict[str, list], types: dict[str, Any]) -> Any:
                                 schema=pa.schema([(c, types[c]) for c in columns]))
 
 
+_ROUTING = ("parent_id", "decision", "piece_index", "piece_id")
+_GOLDEN = ("kernel_id", "sizes", "card", "setting", "schedule_id", "decision")
+_ROUTING_COLS, _GOLDEN_COLS = ", ".join(_ROUTING), ", ".join(_GOLDEN)
+
+
+def _stage(p: Prepared) -> dict[str, Any]:
+    """The batch as Arrow tables, one per table written, under the names the statements read."""
+    import pyarrow as pa
+
+    cards = list(p.cards.values())
+    card_types = {"name": pa.string(), "target": pa.string(), "arch": pa.string(), "tensor_cores": pa.string(),
+                  **{k: pa.int64() if t is int else pa.float64() for k, t in CARD_NUMBERS.items()}}
+    return {
+        "st_kernels": _arrow({"kernel_id": [*p.kernels], "loop_program": [v[0] for v in p.kernels.values()],
+                              "c_name": [v[1] for v in p.kernels.values()]}, dict.fromkeys(
+                                 ("kernel_id", "loop_program", "c_name"), pa.string())),
+        "st_schedules": _arrow({"schedule_id": [*p.schedules], "knobs": [*p.schedules.values()]},
+                               dict.fromkeys(("schedule_id", "knobs"), pa.string())),
+        "st_cards": _arrow({"name": [c.name for c in cards], "target": [c.target for c in cards],
+                            "arch": [c.arch or None for c in cards],
+                            "tensor_cores": [",".join(c.tensor_cores) or None for c in cards],
+                            **{k: [c.value(k) for c in cards] for k in CARD_NUMBERS}}, card_types),
+        "st_measurements": _arrow_measurements(p),
+        "st_routing": _arrow({n: [r[i] for r in p.routing] for i, n in enumerate(_ROUTING)},
+                             {**dict.fromkeys(_ROUTING, pa.string()), "piece_index": pa.int32()}),
+        "st_goldens": _arrow({n: [g[i] for g in p.goldens] for i, n in enumerate(_GOLDEN)},
+                             dict.fromkeys(_GOLDEN, pa.string())),
+    }
+
+
 def _repeats_a_key(p: Prepared) -> bool:
     c = p.columns
     keys = zip(c["kernel_id"], c["sizes"], c["schedule_id"], c["card"], c["setting"], strict=True)
@@ -146,31 +176,9 @@ class DuckStore(Store):
 
     def _commit(self, p: Prepared) -> WriteSummary:
         import duckdb
-        import pyarrow as pa
 
         con = self.con
-        staged = {
-            "st_kernels": _arrow({"kernel_id": [*p.kernels], "loop_program": [v[0] for v in p.kernels.values()],
-                                  "c_name": [v[1] for v in p.kernels.values()]},
-                                 {"kernel_id": pa.string(), "loop_program": pa.string(), "c_name": pa.string()}),
-            "st_schedules": _arrow({"schedule_id": [*p.schedules], "knobs": [*p.schedules.values()]},
-                                   {"schedule_id": pa.string(), "knobs": pa.string()}),
-            "st_cards": _arrow({"name": [*p.cards], "target": [c.target for c in p.cards.values()],
-                                "arch": [c.arch or None for c in p.cards.values()],
-                                "tensor_cores": [",".join(c.tensor_cores) or None for c in p.cards.values()],
-                                **{k: [c.value(k) for c in p.cards.values()] for k in CARD_NUMBERS}},
-                               {"name": pa.string(), "target": pa.string(), "arch": pa.string(),
-                                "tensor_cores": pa.string(),
-                                **{k: pa.int64() if t is int else pa.float64() for k, t in CARD_NUMBERS.items()}}),
-            "st_measurements": _arrow_measurements(p),
-            "st_routing": _arrow({n: [r[i] for r in p.routing] for i, n in enumerate(
-                ("parent_id", "decision", "piece_index", "piece_id"))},
-                {"parent_id": pa.string(), "decision": pa.string(), "piece_index": pa.int32(),
-                 "piece_id": pa.string()}),
-            "st_goldens": _arrow({n: [g[i] for g in p.goldens] for i, n in enumerate(
-                ("kernel_id", "sizes", "card", "setting", "schedule_id", "decision"))},
-                {n: pa.string() for n in ("kernel_id", "sizes", "card", "setting", "schedule_id", "decision")}),
-        }
+        staged = _stage(p)
         try:
             con.execute("BEGIN TRANSACTION")
             self._resolve(p)
@@ -178,19 +186,22 @@ class DuckStore(Store):
                 con.register(name, table)
             kernels_before, schedules_before = self._count("kernels"), self._count("schedules")
             rows_before = self._count("measurements")
-            con.execute("INSERT INTO kernels SELECT * FROM st_kernels ON CONFLICT DO NOTHING")
-            con.execute("INSERT INTO schedules SELECT * FROM st_schedules ON CONFLICT DO NOTHING")
+            con.execute("INSERT INTO kernels (kernel_id, loop_program, c_name) SELECT kernel_id, loop_program, "
+                        "c_name FROM st_kernels ON CONFLICT DO NOTHING")
+            con.execute("INSERT INTO schedules (schedule_id, knobs) SELECT schedule_id, knobs FROM st_schedules "
+                        "ON CONFLICT DO NOTHING")
             if p.cards:
                 con.execute(_CARD_UPSERT)
             merged = 0
             if p.rows:
                 merged = con.execute(_MERGE_BEST if _repeats_a_key(p) else _MERGE_DISTINCT).fetchall()[0][0]
             if p.routing:
-                con.execute("INSERT INTO routing SELECT * FROM st_routing ON CONFLICT (parent_id, decision, "
-                            "piece_index) DO UPDATE SET piece_id = excluded.piece_id")
+                con.execute(f"INSERT INTO routing ({_ROUTING_COLS}) SELECT {_ROUTING_COLS} FROM st_routing "
+                            "ON CONFLICT (parent_id, decision, piece_index) DO UPDATE SET piece_id = excluded.piece_id")
             if p.goldens:
-                con.execute("INSERT INTO goldens SELECT * FROM st_goldens ON CONFLICT (kernel_id, sizes, card, "
-                            "setting) DO UPDATE SET schedule_id = excluded.schedule_id, decision = excluded.decision")
+                con.execute(f"INSERT INTO goldens ({_GOLDEN_COLS}) SELECT {_GOLDEN_COLS} FROM st_goldens ON CONFLICT "
+                            "(kernel_id, sizes, card, setting) DO UPDATE SET schedule_id = excluded.schedule_id, "
+                            "decision = excluded.decision")
             inserted = self._count("measurements") - rows_before
             summary = WriteSummary(p.rows, inserted, merged - inserted, self._count("kernels") - kernels_before,
                                    self._count("schedules") - schedules_before)

@@ -291,3 +291,25 @@ def test_memory_store_is_a_store() -> None:
     s = MemoryStore()
     s.write(Batch("x", [ADD], [CardRow(H200, "cuda")], [ok(1.0)]))
     assert s.counts()["measurements"] == 1
+
+
+def test_an_extern_kernel_is_stored_by_its_identity_with_extern_knobs(store: Store) -> None:
+    from emmy_core.ir import Extern, kernel_id
+
+    ext = Extern("matmul_kernel", (4096, 4096), "a" * 64)
+    kid = kernel_id(ext)
+    store.record([MeasurementRow.ok(kid, "", {"extern.block_size_x": 32, "extern.tile": "4x4"}, H200, "deploy",
+                                    80.0, source="import")], kernels=[ext])
+    text, c_name = store.kernels()[kid]
+    assert c_name == "matmul_kernel" and text.startswith("extern matmul_kernel {")
+    assert only(store).source == "import"
+
+
+def test_importing_the_store_loads_no_database_library() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, emmy_core.store, emmy_core.store.funnel, emmy_core.store.check; "
+            "print(sorted(m for m in ('duckdb', 'pyarrow', 'polars') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
