@@ -4,7 +4,7 @@ A `Recorder` answers the dedupe question (which schedules of a kernel at sizes o
 and setting are already measured ok) and takes one kernel's recordable outcomes (ok and
 failed; flagged ones never get here) at a time, so a bench that stops half-way has
 written whole kernels only. Implementations: `emmy_core.cli.tune_cmd.StoreRecorder` (the
-store's one writer) and `emmy_core.bench.tunefile.TuneFileRecorder` (a tune file).
+store's one writer) and `TuneFileRecorder` (a tune file, the store's format), beside it.
 """
 
 from __future__ import annotations
