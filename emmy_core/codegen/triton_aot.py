@@ -28,7 +28,8 @@ def main(argv: list[str]) -> int:
     module = load_module(Path(job["path"]))
     # pointers specialised as 16-byte aligned, as Triton's launcher does for torch's allocations
     aligned = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(job["signature"].values()) if t.startswith("*")}
-    src = ASTSource(fn=getattr(module, job["function"]), signature=job["signature"], constexprs={}, attrs=aligned)
+    src = ASTSource(fn=getattr(module, job["function"]), signature=job["signature"],
+                    constexprs=dict(job.get("constants", {})), attrs=aligned)
     compiled = triton.compile(src, target=GPUTarget("cuda", int(job["arch"]), int(job["warp_size"])),
                               options={"num_warps": int(job["num_warps"]), "num_stages": int(job["num_stages"])})
     ptx = compiled.asm.get("ptx", "")

@@ -359,7 +359,8 @@ class TritonBackend:
 
 
 def compile_for(program: Program, knobs: dict[str, object], arch: int = 90, warp_size: int = 32,
-                max_shared_bytes: int | None = None, timeout_s: float = 300.0) -> dict[str, int]:
+                max_shared_bytes: int | None = None, unit_sizes: bool = False,
+                timeout_s: float = 300.0) -> dict[str, int]:
     """Compiles the kernel ahead of time for a CUDA architecture, no GPU needed; returns facts of the result.
 
     Facts: `bytes_<stage>` (size of each stage's output: ttir, ttgir, llir, ptx, cubin), `wgmma`
@@ -368,8 +369,9 @@ def compile_for(program: Program, knobs: dict[str, object], arch: int = 90, warp
 
     Runs in a fresh interpreter without TRITON_INTERPRET (Triton's own library kernels are
     defined for one mode per process). Dynamic extents compile as 32-bit integers, buffers as
-    pointers to their data type. BuildError carries Triton's message when the source does not
-    compile for that card.
+    pointers to their data type; with `unit_sizes`, every dynamic extent is 1 and compiled as a
+    constant, as Triton's launcher specialises an argument equal to 1 (decode: one token).
+    BuildError carries Triton's message when the source does not compile for that card.
     """
     import json
     import subprocess
@@ -377,8 +379,10 @@ def compile_for(program: Program, knobs: dict[str, object], arch: int = 90, warp
     generated = generate(program, knobs)
     path = write_source(generated.source)
     signature = {f"p_{b.name}": "*" + AOT_TYPES[b.dtype] for b in program.buffers}
-    signature.update({ext_name(a.name): "i32" for a in program.dynamic_axes})
-    job = {"path": str(path), "function": generated.function, "signature": signature, "arch": arch,
+    signature.update({ext_name(a.name): "constexpr" if unit_sizes else "i32" for a in program.dynamic_axes})
+    constants = {ext_name(a.name): 1 for a in program.dynamic_axes} if unit_sizes else {}
+    job = {"path": str(path), "function": generated.function, "signature": signature, "constants": constants,
+           "arch": arch,
            "warp_size": warp_size, "num_warps": generated.plan.num_warps, "num_stages": generated.plan.num_stages}
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")

@@ -50,6 +50,11 @@ def test_every_family_compiles_for_sm90(program, knobs) -> None:
         assert facts["vector_loads"] > 0 and facts["scalar_loads"] == 0, facts
 
 
+def test_a_dynamic_size_of_one_compiles_as_triton_specialises_it() -> None:
+    for program, knobs in ((MM, MM_KNOBS), (rmsnorm(4096, dtype="f16"), {"block": 4096})):
+        assert compile_for(program, knobs, arch=90, unit_sizes=True)["bytes_cubin"] > 0
+
+
 def test_split_pieces_compile_for_sm90() -> None:
     for piece, knobs in zip(split_k(MM, 4).pieces, (MM_KNOBS, {"block": 1024}), strict=True):
         facts = compile_for(piece, knobs, arch=90)
