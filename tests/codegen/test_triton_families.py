@@ -377,3 +377,14 @@ def test_half_precision_reductions_keep_their_type(block: int) -> None:
     out = launch(program, {"block": block}, {"x": xs}, {"B": 5})
     dv = xs - xs.amax(-1, keepdim=True)
     assert torch.equal(out["y"], (dv * dv) * (xs - xs.amin(-1, keepdim=True)))  # f16 rounding at every op
+
+
+def test_one_token_and_one_row_equal_torch() -> None:
+    mm = matmul(Dim("T", 8), 17, 40, dtype="f32", epilogue=("bias", "relu"))
+    ins = random_inputs(mm, {"T": 1}, seed=12)
+    out = launch(mm, {"block_m": 16, "block_n": 16, "block_k": 16, "group_m": 4}, dict(ins), {"T": 1})
+    close(out["y"], F.relu(d(ins["a"]) @ d(ins["b"]) + d(ins["bias"])), "f32")
+    rn = rmsnorm(100, dtype="f32")
+    ins = random_inputs(rn, {"B": 1}, seed=13)
+    out = launch(rn, {"block": 32}, dict(ins), {"B": 1})
+    close(out["y"], _rms_ref(ins["x"], ins["w"], 1e-6), "f32")
