@@ -227,7 +227,7 @@ class RowReader:
             raise SourceError(self.file, record, "samples", f"must be an integer in 0..{MAX_SAMPLES}")
         if source not in SOURCES:
             raise SourceError(self.file, record, "source", f"{str(source)[:20]!r} is not one of {', '.join(SOURCES)}")
-        if "spread" in r and (type(spread) not in (int, float) or not 0 <= spread < math.inf):
+        if spread is not None and (type(spread) not in (int, float) or not 0 <= spread < math.inf):
             raise SourceError(self.file, record, "spread", "must be a finite non-negative number (omit when unknown)")
         if golden is not True and golden is not False:
             raise SourceError(self.file, record, "golden", "must be true or false")

@@ -8,10 +8,13 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from emmy_core.ir import identity, kernel_id, render
 from emmy_core.ir.builders import matmul, rmsnorm, softmax
 from emmy_core.store import CardRow, GoldenRow, MeasurementRow, MemoryStore, RoutingRow, Store, open_store
+from emmy_core.store.cardfile import parse_card_document
 from emmy_core.store.freeze import freeze_db, freeze_store, render_snapshot, snapshot
 from emmy_core.store.importer import import_db, import_into
 from emmy_core.store.stats import db_stats
@@ -166,3 +169,33 @@ def test_freeze_of_one_card_only(db: Path, tmp_path: Path) -> None:
     doc = json.loads(paths[0].read_text())
     assert doc["card"]["name"] == CPU.name and doc["card"]["target"] == "cpu"
     assert [r["knobs"] for k in doc["kernels"] for r in k["rows"]] == [{"threads": 2, "tile_m": 8}]
+
+
+_KNOBS = st.fixed_dictionaries({"block": st.sampled_from([16, 64, 1024])},
+                               optional={"num_warps": st.sampled_from([1, 4, 32]), "num_stages": st.integers(1, 8),
+                                         "acc": st.sampled_from(["f32", "f16"])})
+_ROW = st.tuples(st.integers(0, len(KERNELS) - 1), st.sampled_from(["B=1", "B=8", "B=4096"]),
+                 st.sampled_from(["deploy", "rank"]), _KNOBS,
+                 st.one_of(st.floats(1e-3, 1e8, allow_nan=False), st.none()),  # None: a failure
+                 st.one_of(st.none(), st.floats(0, 10, allow_nan=False)), st.integers(1, 1000),
+                 st.sampled_from(["tune", "hand", "import"]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(_ROW, max_size=30), st.lists(st.tuples(st.integers(0, len(KERNELS) - 1), _KNOBS), max_size=3))
+def test_any_store_freezes_imports_and_freezes_again_to_the_same_bytes(rows: list, goldens: list) -> None:
+    mem = MemoryStore()
+    kid = ids()
+    mem.record([MeasurementRow.failed(kid[k], s, kn, H200.name, st_, "timeout") if med is None else
+                MeasurementRow.ok(kid[k], s, kn, H200.name, st_, med, spread=sp, samples=n, source=src)
+                for k, s, st_, kn, med, sp, n, src in rows], kernels=KERNELS, cards=[H200],
+               goldens=[GoldenRow(kid[k], "B=8", H200.name, "deploy", knobs=kn) for k, kn in goldens])
+    text = render_snapshot(snapshot(mem, H200.name))
+    back = MemoryStore()
+    back.write(parse_card_document(json.loads(text), "prop.json").batch)
+    assert render_snapshot(snapshot(back, H200.name)) == text
+    strip = [(m.kernel_id, m.sizes, m.schedule_id, m.status, m.failure, m.median_us, m.spread, m.samples, m.source)
+             for m in mem.measurements()]
+    assert strip == [(m.kernel_id, m.sizes, m.schedule_id, m.status, m.failure, m.median_us, m.spread, m.samples,
+                      m.source) for m in back.measurements()]
+    assert back.goldens() == mem.goldens()
