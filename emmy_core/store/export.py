@@ -238,3 +238,12 @@ def read_pools(export_dir: Path | str) -> Any:
     d = Path(export_dir)
     verify_export(d)
     return pq.read_table(d / f"{POOLS}.parquet")
+
+
+def read_export(export_dir: Path | str) -> dict[str, Any]:
+    """Every table of a verified export (the store's tables and `pools`) as pyarrow Tables: what fit and eval read."""
+    import pyarrow.parquet as pq
+
+    d = Path(export_dir)
+    manifest = verify_export(d)
+    return {name: pq.read_table(d / t["file"]) for name, t in manifest["tables"].items()}

@@ -13,7 +13,7 @@ from emmy_core.ir import identity, kernel_id
 from emmy_core.knobs import candidates
 from emmy_core.knobs.vocab import schedule_id
 from emmy_core.store import StoreError, open_store
-from emmy_core.store.export import export_db, read_pools, verify_export
+from emmy_core.store.export import export_db, read_export, read_pools, verify_export
 from emmy_core.store.importer import import_db
 from emmy_core.store.sourcefile import SourceError
 from emmy_core.targets import load_table
@@ -49,6 +49,8 @@ def test_the_manifest_names_versions_counts_and_a_digest(db: Path, exported: Pat
     for table in ("cards", "kernels", "routing", "schedules", "measurements", "goldens"):
         assert manifest["tables"][table]["rows"] == counts[table]
         assert pq.read_table(exported / f"{table}.parquet").num_rows == counts[table]
+    tables = read_export(exported)
+    assert {n: t.num_rows for n, t in tables.items() if n != "pools"} == {n: counts[n] for n in tables if n != "pools"}
     again = export_db(db, tmp_path / "again")
     assert again["digest"] == manifest["digest"], "the same store exports to the same content"
 
