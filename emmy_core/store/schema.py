@@ -7,8 +7,9 @@ generated from constant specs below, never from values.
 
 `measurements` has no PRIMARY KEY index on purpose: the key (kernel_id, sizes,
 schedule_id, card, setting) is enforced by the one writer, which merges each batch on it,
-and `emmy db check` counts duplicate keys. Keeping an ART index over five text columns
-made bulk writes about four times slower (bench/store_write.py prints both paths).
+and `emmy db check` counts duplicate keys. An ART index over the five text columns made
+bulk writes about four times slower when measured on the 2-core development machine
+(a million rows in batches of 100,000: about 10 s upserting through the index, 2.5 s merging).
 """
 
 from __future__ import annotations
