@@ -28,6 +28,7 @@ from emmy_core.store.cardfile import (
 from emmy_core.store.errors import StoreError
 from emmy_core.store.interface import Store
 from emmy_core.store.rows import CardRow, RoutingRow, StoredGolden
+from emmy_core.store.sourcefile import gc_paused
 
 ROW_COLUMNS = ("kernel_id", "sizes", "schedule_id", "setting", "status", "failure", "median_us", "spread",
                "samples", "source")
@@ -185,7 +186,9 @@ def freeze_store(store: Store, out_dir: Path | str, cards: Iterable[str] | None 
     paths = []
     for slug, name in slugs.items():
         path = out / f"{slug}.json"
-        atomic_write_text(path, render_snapshot(snapshot(store, name)))
+        with gc_paused():
+            text = render_snapshot(snapshot(store, name))
+        atomic_write_text(path, text)
         paths.append(path)
     return paths
 

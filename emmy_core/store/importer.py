@@ -18,7 +18,7 @@ from emmy_core.store.batch import Batch
 from emmy_core.store.errors import StoreError
 from emmy_core.store.interface import Store
 from emmy_core.store.rows import WriteSummary
-from emmy_core.store.sourcefile import MAX_SOURCE_BYTES, SourceError, load_json_file
+from emmy_core.store.sourcefile import MAX_SOURCE_BYTES, SourceError, gc_paused, load_json_file
 
 DUCKDB_MAGIC = b"DUCK"
 Progress = Callable[[str], None]
@@ -88,8 +88,10 @@ def import_into(store: Store, sources: Iterable[Path | str], *, card: str | None
             progress(name)
         kind = "?"
         try:
-            kind, batch = load_source(src, store, card=card, max_bytes=max_bytes)
-            summary = store.write(batch)
+            with gc_paused():
+                kind, batch = load_source(src, store, card=card, max_bytes=max_bytes)
+                summary = store.write(batch)
+                del batch
         except (SourceError, StoreError) as exc:
             out.append(SourceOutcome(name, kind, False, str(exc)))
             continue

@@ -18,7 +18,7 @@ from pathlib import Path
 from emmy_core.store.errors import StoreError
 from emmy_core.store.freeze import card_file_slug, freeze_store
 from emmy_core.store.importer import Progress, load_source
-from emmy_core.store.sourcefile import SourceError
+from emmy_core.store.sourcefile import SourceError, gc_paused
 
 FREEZE_NAME = re.compile(r"([a-z0-9]+(?:-[a-z0-9]+)*)\.json\Z")
 TUNE_NAME = re.compile(r"([a-z0-9]+(?:-[a-z0-9]+)*)\.tune-([0-9A-Za-z-]{1,64})\.json\Z")
@@ -57,7 +57,8 @@ def refresh_freeze(freeze_dir: Path | str, progress: Progress | None = None) -> 
         for path in (*freezes, *tunes):
             if progress is not None:
                 progress(path.name)
-            kind, batch = load_source(path, store)
+            with gc_paused():
+                kind, batch = load_source(path, store)
             m = (TUNE_NAME if path in tunes else FREEZE_NAME).match(path.name)
             expected = "tune" if path in tunes else "freeze"
             if kind != expected:
@@ -66,7 +67,8 @@ def refresh_freeze(freeze_dir: Path | str, progress: Progress | None = None) -> 
             if m is None or card_file_slug(card) != m.group(1):
                 raise SourceError(str(path), "$.card", "name", f"card {card!r} belongs in "
                                                               f"{card_file_slug(card)}.* files, not {path.name}")
-            report.rows += store.write(batch).offered
+            with gc_paused():
+                report.rows += store.write(batch).offered
         report.freezes = freeze_store(store, d)
     for path in tunes:
         path.unlink()

@@ -9,10 +9,12 @@ such as `$.kernels[3].rows[17]`) and the field at fault (`knobs.block_m`).
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -26,6 +28,24 @@ MAX_TEXT_FIELD = 64
 
 _CHUNK = 1 << 20
 GZIP_MAGIC = b"\x1f\x8b"
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pauses Python's cyclic garbage collector around bulk work, restoring its state afterwards.
+
+    Reading a large source creates millions of small, acyclic containers (JSON objects, rows);
+    every few hundred allocations the collector would walk all of them again, which more than
+    doubles the time of a million-row import. Nothing built here forms cycles, so reference
+    counting frees it all the same.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 class SourceError(BatchError):
