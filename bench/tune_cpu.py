@@ -79,6 +79,7 @@ def main() -> int:
     print(f"\n{'kernel':<44} {'sizes':<12} {'ok':>5} {'fastest us':>11} {'first us':>11} {'slowest us':>11} "
           f"{'first/fast':>10} {'slow/fast':>10}")
     buys, matters = [], []
+    fastest_knobs: list[tuple[str, dict[str, object], dict[str, object]]] = []
     for p in planned:
         outs = by_unit.get(p.unit.key, [])
         ok = [o for o in outs if o.status == "ok" and o.stats is not None]
@@ -95,8 +96,15 @@ def main() -> int:
             buys.append(first_us / fast)
         first_text = f"{first_us:11.1f}" if first_us is not None else f"{(first.status if first else '-'):>11}"
         ratio = f"{first_us / fast:10.2f}" if first_us is not None else f"{'-':>10}"
+        best = min(ok, key=lambda o: o.stats.median_us)  # type: ignore[union-attr]
+        fastest_knobs.append((p.unit.program.name, best.knobs, p.variants[0]))
         print(" ".join(cells) + f" {fast:11.1f} {first_text} {slow:11.1f} {ratio} {slow / fast:10.2f}")
 
+    print("\nfastest variant's knobs (first option's) per kernel:")
+    for name, knobs, first_knobs in fastest_knobs:
+        text = ",".join(f"{k}={v}" for k, v in sorted(knobs.items()))
+        base = ",".join(f"{k}={v}" for k, v in sorted(first_knobs.items()))
+        print(f"  {name[:44]:<44} {text}  ({base})")
     wall = report.wall_s
     n = len(report.outcomes)
     kinds = ", ".join(f"{k} {c}" for k, c in sorted(report.failure_kinds.items())) or "none"
