@@ -94,3 +94,21 @@ def test_each_kernel_size_and_knob_space_is_one_extern_kernel(peer_db: tuple[Pat
         stored = store.kernels()
     assert set(stored) == {e["kernel_id"] for e in expected.values()}
     assert all(text.startswith("extern ") for text, _ in stored.values())
+
+
+def test_the_imported_peer_store_checks_clean_and_survives_an_export(
+        peer_db: tuple[Path, list, dict[str, dict]], tmp_path: Path) -> None:
+    from emmy_core.store.check import check_db
+    from emmy_core.store.export import export_db
+    from emmy_core.store.stats import db_stats
+
+    db, _, _ = peer_db
+    report = check_db(db)
+    assert report.ok, report.counts
+    manifest = export_db(db, tmp_path / "export")
+    assert manifest["tables"]["pools"]["candidates"]["extern"] == manifest["tables"]["pools"]["candidates"]["pools"]
+    (outcome,) = import_db(tmp_path / "back.db", [tmp_path / "export"], fresh=True)
+    assert outcome.ok, outcome.message
+    before, after = db_stats(db), db_stats(tmp_path / "back.db")
+    before.pop("path"), after.pop("path")
+    assert before == after
