@@ -20,7 +20,9 @@ import argparse
 import math
 import os
 import resource
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -45,6 +47,8 @@ def main() -> int:
     ap.add_argument("--spread-limit", type=float, default=0.5)
     ap.add_argument("--models", default="", help="comma-separated subset of the serving matrix's models")
     ap.add_argument("--max-shapes", type=int, default=0, help="first N shapes of each model (0: all)")
+    ap.add_argument("--warm-cache", action="store_true",
+                    help="reuse the build cache (default: a fresh one, so every variant is really compiled)")
     args = ap.parse_args()
 
     t0 = time.monotonic()
@@ -71,7 +75,15 @@ def main() -> int:
 
     config = BenchConfig(setting=args.setting, timeout_s=args.timeout, spread_limit=args.spread_limit,
                          seed=args.seed, progress=sys.stderr.isatty())
-    report = bench(plan, card, None, None, config)
+    env = None
+    cold = None if args.warm_cache else tempfile.mkdtemp(prefix="emmy-build-")
+    if cold is not None:
+        env = dict(os.environ, EMMY_BUILD_CACHE=cold)
+    try:
+        report = bench(plan, card, None, None, config, worker_env=env)
+    finally:
+        if cold is not None:
+            shutil.rmtree(cold, ignore_errors=True)
 
     by_unit: dict[tuple[str, str], list[Outcome]] = {}
     for o in report.outcomes:
@@ -117,7 +129,9 @@ def main() -> int:
           f"{max(matters, default=float('nan')):.2f} over {len(matters)} kernels")
     print(f"variants: {n} run, ok {report.count('ok')}, failed {report.count('failed')} ({kinds}), flagged "
           f"{report.count('flagged')} ({reasons}); units not prepared: {len(report.unit_errors)}")
-    print(f"bench wall {wall:.1f} s ({n / wall * 60 if wall else 0:.1f} variants/min); total with lowering "
+    print(f"bench wall {wall:.1f} s ({n / wall * 60 if wall else 0:.1f} variants/min, builds "
+          f"{'from the warm cache where present' if args.warm_cache else 'cold: a fresh build cache'}); "
+          f"total with lowering "
           f"{time.monotonic() - t0:.1f} s; worker starts {report.worker_starts}")
     load_after = os.getloadavg()
     print(f"load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f} on {os.cpu_count()} CPUs "
