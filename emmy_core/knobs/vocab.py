@@ -13,6 +13,7 @@ Raising `KNOB_VOCAB_VERSION` is required for any incompatible change of names or
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -148,9 +149,12 @@ def canonical_knobs(knobs: dict[str, object]) -> str:
 
 def schedule_id(knobs: dict[str, object]) -> str:
     """Digest of the canonical knob JSON: one schedule row per distinct assignment."""
-    import hashlib
+    return schedule_id_of_text(canonical_knobs(knobs))
 
-    return hashlib.sha256(canonical_knobs(knobs).encode("ascii")).hexdigest()
+
+def schedule_id_of_text(canonical: str) -> str:
+    """Digest of knob JSON already in canonical form (saves serialising the knobs twice)."""
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
 
 
 def parse_decision(text: str) -> tuple[str, str, int | None]:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from emmy_core.knobs.vocab import canonical_knobs, knobs_problem, schedule_id
+from emmy_core.knobs.vocab import canonical_knobs, knobs_problem, schedule_id_of_text
 
 STATUSES = ("ok", "failed")
 SOURCES = ("tune", "hand", "import")
@@ -88,8 +88,9 @@ class Schedule:
             raise KnobError(problem)
         knobs = dict(self.knobs)
         object.__setattr__(self, "knobs", knobs)
-        object.__setattr__(self, "text", canonical_knobs(knobs))
-        object.__setattr__(self, "schedule_id", schedule_id(knobs))
+        text = canonical_knobs(knobs)
+        object.__setattr__(self, "text", text)
+        object.__setattr__(self, "schedule_id", schedule_id_of_text(text))
 
     @classmethod
     def from_text(cls, text: str) -> Schedule:
