@@ -73,3 +73,23 @@ def stats(db: DbOption = None, as_json: JsonOption = False, lock_timeout: LockOp
     typer.echo(f"failures: {f['total']}" + (f" ({kinds})" if kinds else ""))
     g = out["goldens"]
     typer.echo(f"goldens: {g['total']} ({g['schedules']} schedules, {g['decisions']} decisions)")
+
+
+@app.command("promote")
+def promote(db: DbOption = None,
+            card: Annotated[str | None, typer.Option("--card", help="only this card (full name)")] = None,
+            setting: Annotated[str | None, typer.Option("--setting", help="only this compile setting")] = None,
+            min_pool: Annotated[int, typer.Option("--min-pool", help="skip pools with fewer ok rows")] = 1,
+            lock_timeout: LockOption = 30.0) -> None:
+    """Make the fastest clean row of every measured pool its golden (the reviewed choice)."""
+    from emmy_core.store import StoreError, open_store
+    from emmy_core.store.promote import promote_fastest
+
+    try:
+        store = open_store(_path(db), "w", lock_timeout=lock_timeout)
+        with store:
+            result = promote_fastest(store, card=card, setting=setting, min_pool=min_pool)
+    except (StoreError, ValueError) as exc:
+        fail(str(exc))
+    typer.echo(f"{len(result.goldens)} goldens written from {result.pools} pools "
+               f"({result.skipped} skipped: fewer than {min_pool} ok rows)")
