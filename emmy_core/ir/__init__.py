@@ -26,8 +26,9 @@ from emmy_core.ir.nodes import (
     Store,
     Unary,
 )
+from emmy_core.ir.printer import render
 from emmy_core.ir.sizes import extents, format_sizes, parse_sizes, resolve_sizes
-from emmy_core.ir.text import parse, render
+from emmy_core.ir.text import parse
 
 __all__ = [
     "IDENTITY_VERSION", "Affine", "Axis", "Binary", "Buffer", "Cast", "Const", "Expr", "Extent", "Extern",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 
 from emmy_core.ir.nodes import Kernel
-from emmy_core.ir.text import render
+from emmy_core.ir.printer import render
 
 IDENTITY_VERSION = 1
 
