@@ -22,18 +22,10 @@ from emmy_core.targets import Card
 
 
 def card_row(card: Card) -> Any:
-    """The store's description of a card, from the targets' `Card` (unknown numbers left out)."""
+    """The store's description of a card (one mapping, the store's own: `CardRow.from_card`)."""
     from emmy_core.store import CardRow
 
-    cc_major, cc_minor = card.cc if card.cc is not None else (None, None)
-    numbers: dict[str, float | int | None] = {
-        "sm_count": card.sms, "cores": card.cores, "memory_gb": card.mem_gb, "bandwidth_gbs": card.mem_bw_gbs,
-        "smem_per_sm_kb": card.smem_per_sm_kib, "smem_per_block_kb": card.smem_per_block_kib,
-        "registers_per_sm": card.regs_per_sm, "max_threads_per_block": card.max_threads_per_block,
-        "l2_mb": card.l2_mib, "cc_major": cc_major, "cc_minor": cc_minor, "clock_mhz": card.freq_mhz,
-        "peak_tflops_f16": card.fp16_tflops, "peak_tflops_f32": card.fp32_tflops,
-    }
-    return CardRow(card.name, card.target, {k: v for k, v in numbers.items() if v is not None})
+    return CardRow.from_card(card)
 
 
 def measurement_row(o: Outcome) -> Any:
