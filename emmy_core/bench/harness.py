@@ -22,7 +22,7 @@ from typing import Any
 from emmy_core.bench.integrity import DEFAULT_SPREAD_LIMIT, Stats, summarize, timing_flags
 from emmy_core.bench.progress import BenchProgress
 from emmy_core.bench.record import Recorder
-from emmy_core.bench.watchdog import WorkerCrashed, WorkerProcess, WorkerTimeout
+from emmy_core.bench.watchdog import PLACEHOLDER_US, WorkerCrashed, WorkerProcess, WorkerTimeout
 from emmy_core.codegen.backend import get_setting
 from emmy_core.ir import Program, facts, format_sizes, kernel_id, render, resolve_sizes
 from emmy_core.knobs.vocab import canonical_knobs, knobs_problem, schedule_id
@@ -31,7 +31,6 @@ from emmy_core.targets import Card, min_time_us
 FAILURE_KINDS = ("build_error", "launch_error", "timeout", "crash", "runtime")
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_PREPARE_TIMEOUT_S = 600.0
-PLACEHOLDER_US = 1e9  # the watchdog's time for a failed row (the store checks it; a test keeps them equal)
 START_TIMEOUT_S = 180.0  # a fresh worker imports torch and the backend
 BACKENDS: dict[str, str] = {  # target -> "module:attr" of its code generator
     "cpu": "emmy_core.codegen.c:CBackend",

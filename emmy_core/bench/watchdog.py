@@ -21,6 +21,8 @@ from typing import Any
 
 from emmy_core.bench.protocol import FrameReader, ProtocolError, encode
 
+PLACEHOLDER_US = 1e9  # the watchdog's time for a failed row: the store keeps failures with it
+
 STDERR_TAIL = 1500
 
 

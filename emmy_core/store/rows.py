@@ -17,15 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from emmy_core.bench.watchdog import PLACEHOLDER_US
 from emmy_core.knobs.vocab import canonical_knobs, knobs_problem, schedule_id_of_text
 
 STATUSES = ("ok", "failed")
 SOURCES = ("tune", "hand", "import")
 FAILURE_KINDS = ("build_error", "launch_error", "timeout", "crash", "runtime", "invalid")
 TARGETS = ("cuda", "cpu")
-
-PLACEHOLDER_US = 1e9
-"""The watchdog's placeholder time (microseconds) stored in `median_us` of every failed row."""
+# PLACEHOLDER_US: the watchdog's placeholder time (microseconds) in `median_us` of every failed row.
 
 SETTING_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:=+-]{0,63}\Z")
 CARD_NAME_PATTERN = re.compile(r"[A-Za-z0-9_][ -~]{0,127}\Z")  # printable ASCII, at most 128 characters
