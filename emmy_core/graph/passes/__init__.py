@@ -19,3 +19,14 @@ class Pass:
     run: Callable[[Graph], Graph]
     forks: tuple[str, ...] = ()
     doc: str = ""
+
+
+def to_fixpoint(fold_once: Callable[[Graph], Graph | None]) -> Callable[[Graph], Graph]:
+    """A pass that applies `fold_once` until it finds nothing more to fold (it returns None)."""
+
+    def run(graph: Graph) -> Graph:
+        while (folded := fold_once(graph)) is not None:
+            graph = folded
+        return graph
+
+    return run

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from emmy_core.graph.ops import Graph, Node, prune, toposort
-from emmy_core.graph.passes import Pass
+from emmy_core.graph.passes import Pass, to_fixpoint
 
 SEAM = "epilogue"
 _ACTS = {"relu": "relu", "silu": "silu"}
@@ -72,12 +72,7 @@ def _fold_once(graph: Graph) -> Graph | None:
     return None
 
 
-def run(graph: Graph) -> Graph:
-    while True:
-        folded = _fold_once(graph)
-        if folded is None:
-            return graph
-        graph = folded
+run = to_fixpoint(_fold_once)
 
 
 PASS = Pass("fuse_epilogue", run, (f"cut:{SEAM}",), "bias, activation, residual, scale, gate mul into the matmul")
