@@ -34,7 +34,7 @@ from emmy_core.codegen.c_expr import (
     value_c,
     var_c,
 )
-from emmy_core.codegen.c_schedule import Schedule
+from emmy_core.codegen.c_schedule import CSchedule
 from emmy_core.ir.nodes import Affine, Let, Loop, Program, Reduce, Stmt, Store
 
 ENTRY = "emmy_kernel"
@@ -74,7 +74,7 @@ def affine_c(a: Affine) -> str:
 class Emitter:
     """Accumulates the lines of one kernel function."""
 
-    def __init__(self, program: Program, schedule: Schedule) -> None:
+    def __init__(self, program: Program, schedule: CSchedule) -> None:
         self.program = program
         self.sched = schedule
         self.x = ExprC(program)
@@ -199,7 +199,7 @@ class Emitter:
         self.line("int em_err = 0;")
 
 
-def kernel_source(program: Program, schedule: Schedule, tiled: bool = True) -> str:
+def kernel_source(program: Program, schedule: CSchedule, tiled: bool = True) -> str:
     """C source of a validated program under a schedule: prelude, then the entry function."""
     from emmy_core.codegen.c_matmul import emit_matmul
 

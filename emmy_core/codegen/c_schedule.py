@@ -30,7 +30,7 @@ DEFAULTS: dict[str, int | None] = {"tile_m": 32, "tile_n": 64, "tile_k": 256, "v
 
 
 @dataclass(frozen=True)
-class Schedule:
+class CSchedule:
     tile_m: int
     tile_n: int
     tile_k: int
@@ -39,7 +39,7 @@ class Schedule:
     threads: int | None
 
 
-def schedule_of(knobs: dict[str, object]) -> Schedule:
+def schedule_of(knobs: dict[str, object]) -> CSchedule:
     """The schedule a knob assignment spells (defaults filled in); BuildError for a knob outside the cpu set."""
     problem = knobs_problem(knobs)
     if problem is not None:
@@ -50,4 +50,4 @@ def schedule_of(knobs: dict[str, object]) -> Schedule:
             raise BuildError(f"cpu knobs refused: {name!r} is not a cpu schedule knob "
                              f"(cpu knobs: {', '.join(DEFAULTS)})")
     values = {**DEFAULTS, **knobs}
-    return Schedule(**values)  # type: ignore[arg-type]
+    return CSchedule(**values)  # type: ignore[arg-type]

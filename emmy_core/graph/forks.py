@@ -24,17 +24,17 @@ KEEP_WHOLE = "keep whole"
 SCHEDULE = "schedule"
 SPLIT = "split"
 
-Option = object  # a knob dict (schedule), KEEP_FUSED / KEEP_WHOLE, or a decisions.Decision
+ForkOption = object  # a knob dict (schedule), KEEP_FUSED / KEEP_WHOLE, or a decisions.Decision
 
 
 @dataclass(frozen=True)
 class Fork:
     kernel: Program
     rule: str  # schedule | split | cut:<seam>
-    options: tuple[Option, ...]
+    options: tuple[ForkOption, ...]
 
     @property
-    def default(self) -> Option:
+    def default(self) -> ForkOption:
         return self.options[0]
 
     def option_label(self, i: int) -> str:

@@ -30,7 +30,8 @@ from emmy_core.ir.builders import Dim as BDim
 from emmy_core.ir.identity import kernel_id
 from emmy_core.ir.nodes import Program
 
-FAMILIES = ("matmul", "rmsnorm", "layernorm", "softmax", "elementwise", "rowreduce")
+STEP_FAMILIES = (  # what KernelStep.family names (ir.family.FAMILIES are the structural families)
+    "matmul", "rmsnorm", "layernorm", "softmax", "elementwise", "rowreduce")
 
 
 @dataclass(frozen=True)

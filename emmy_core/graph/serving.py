@@ -2,7 +2,7 @@
 
 It is a committed file (`serving_matrix.json` beside this module) read strictly: exact
 keys, known model names (`models.MODEL_NAMES`), shapes with exactly `B` and `S`,
-known cards (`local` or a name of the GPU table), settings from `SETTINGS`, no
+known cards (`local` or a name of the GPU table), settings from `MATRIX_SETTINGS`, no
 duplicates. An error names the file, the record and the field at fault.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SERVING_MATRIX_VERSION = 1
-SETTINGS = ("deploy", "rank")
+MATRIX_SETTINGS = ("deploy", "rank")
 DTYPES = ("f32", "f16", "bf16")
 MAX_BYTES = 1 << 20
 MAX_SIZE = 1 << 20
@@ -135,8 +135,8 @@ def parse_serving_matrix(text: bytes | str, source: str = "<serving matrix>") ->
         cards.append(c)
     settings: list[str] = []
     for i, s in enumerate(_list(top["settings"], f"{source}: field settings")):
-        if s not in SETTINGS or s in settings:
-            raise ServingMatrixError(f"{source}: settings[{i}]: must be one of {', '.join(SETTINGS)}, once each")
+        if s not in MATRIX_SETTINGS or s in settings:
+            raise ServingMatrixError(f"{source}: settings[{i}]: must be one of {', '.join(MATRIX_SETTINGS)}, once each")
         settings.append(str(s))
     return ServingMatrix(SERVING_MATRIX_VERSION, tuple(models), tuple(cards), tuple(settings))
 

@@ -51,7 +51,7 @@ CPU_UNROLL_ROW = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True)
-class Option:
+class Candidate:
     """One enumerated option and why the card cannot build it (None: it can)."""
 
     knobs: Knobs
@@ -197,7 +197,7 @@ def _cpu_options(v: KernelView, card: Card) -> list[Knobs]:
     return out
 
 
-def candidate_options(kernel: Kernel, card: Card) -> tuple[Option, ...]:
+def candidate_options(kernel: Kernel, card: Card) -> tuple[Candidate, ...]:
     """Every option the rule enumerates for `kernel` on `card`, in order, each marked with its problem."""
     v = view(kernel)
     if v.family == "extern":
@@ -212,13 +212,13 @@ def candidate_options(kernel: Kernel, card: Card) -> tuple[Option, ...]:
     else:
         rest = _cpu_options(v, card)
     first_key = canonical_knobs(first)
-    seen: dict[str, Option] = {first_key: Option(first, None)}
+    seen: dict[str, Candidate] = {first_key: Candidate(first, None)}
     for k in rest:
         key = canonical_knobs(k)
         bare = canonical_knobs({n: x for n, x in k.items() if n != "mma"})
         if key in seen or bare == first_key:  # the default's tile with its instruction named is the default
             continue
-        seen[key] = Option(k, view_problem(v, card, k))
+        seen[key] = Candidate(k, view_problem(v, card, k))
     return tuple(seen.values())
 
 
