@@ -3,7 +3,7 @@
 A `Recorder` answers the dedupe question (which schedules of a kernel at sizes on a card
 and setting are already measured ok) and takes one kernel's recordable outcomes (ok and
 failed; flagged ones never get here) at a time, so a bench that stops half-way has
-written whole kernels only. Implementations: `emmy_core.cli.tune_cmd.StoreRecorder` (the
+written whole kernels only. Implementations: `emmy_core.store.recorders.StoreRecorder` (the
 store's one writer) and `TuneFileRecorder` (a tune file, the store's format), beside it.
 """
 

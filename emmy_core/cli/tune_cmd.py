@@ -2,14 +2,13 @@
 
 Thin: lower the model, plan the candidates, run the one harness, print what happened.
 Rows go through the store's one writer (`--db`, default the local tuning database) or
-into a tune file (`--tune-file`, the store's format). `StoreRecorder` and
-`TuneFileRecorder` live here, in the layer allowed to import both the bench and the store.
+into a tune file (`--tune-file`, the store's format), by the recorders of
+`emmy_core.store.recorders`.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,93 +16,10 @@ import typer
 
 from emmy_core.bench.harness import BenchConfig, BenchError, BenchReport, Outcome
 from emmy_core.cli.common import fail
-from emmy_core.ir import Program, kernel_id
+from emmy_core.store.recorders import StoreRecorder, TuneFileRecorder, db_recorder
 from emmy_core.targets import Card
 
-
-def card_row(card: Card) -> Any:
-    """The store's description of a card (one mapping, the store's own: `CardRow.from_card`)."""
-    from emmy_core.store import CardRow
-
-    return CardRow.from_card(card)
-
-
-def measurement_row(o: Outcome) -> Any:
-    """A recordable outcome as the store's MeasurementRow (a failed one gets the store's placeholder)."""
-    from emmy_core.store import MeasurementRow
-
-    key = (o.unit.kernel_id, o.unit.sizes_text, o.knobs, o.card, o.setting)
-    if o.status == "failed":
-        return MeasurementRow.failed(*key, str(o.failure), source=o.source)
-    if o.status != "ok" or o.stats is None:
-        raise ValueError(f"a {o.status} outcome is not recorded")
-    return MeasurementRow.ok(*key, o.stats.median_us, spread=o.stats.spread, samples=o.stats.samples,
-                             source=o.source)
-
-
-class StoreRecorder:
-    """Records through the store's one writer; dedupes against what the store holds.
-
-    `store` is an open Store (used as is) or a callable opening one for writing, called per
-    operation so that a long tune does not hold the database file's lock between kernels.
-    """
-
-    def __init__(self, store: Any, origin: str = "tune") -> None:
-        self._open: Callable[[], Any] | None = store if callable(store) and not hasattr(store, "record") else None
-        self._store = None if self._open is not None else store
-        self.origin = origin
-        self.summaries: list[Any] = []
-
-    def _use(self, fn: Callable[[Any], Any]) -> Any:
-        if self._open is None:
-            return fn(self._store)
-        store = self._open()
-        try:
-            return fn(store)
-        finally:
-            store.close()
-
-    def measured_ok(self, kernel_id: str, sizes: str, card: str, setting: str) -> set[str]:
-        rows = self._use(lambda s: s.measurements(kernel_id=kernel_id, card=card, setting=setting))
-        return {m.schedule_id for m in rows if m.sizes == sizes and m.status == "ok"}
-
-    def record(self, program: Program, card: Card, outcomes: Sequence[Outcome]) -> None:
-        rows = [measurement_row(o) for o in outcomes if o.recordable]
-        summary = self._use(lambda s: s.record(rows, kernels=[program], cards=[card_row(card)],
-                                               origin=f"{self.origin} {program.name}"))
-        self.summaries.append(summary)
-
-
-class TuneFileRecorder:
-    """Writes a tune run's rows to a tune file (the store's format, `write_tune_file`), rewritten atomically
-    after every kernel so an interrupted tune leaves whole kernels. No dedupe: a tune file starts empty.
-
-    `path` is the file, or a folder to write `<card-slug>.tune-<stamp>.json` into.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.target = Path(path)
-        self.path: Path | None = None
-        self.kernels: dict[str, Program] = {}
-        self.rows: list[Any] = []
-
-    def measured_ok(self, kernel_id: str, sizes: str, card: str, setting: str) -> set[str]:
-        return set()
-
-    def record(self, program: Program, card: Card, outcomes: Sequence[Outcome]) -> None:
-        from emmy_core.store.tunefile import tune_file_name, write_tune_file
-
-        if self.path is None:
-            self.path = self.target / tune_file_name(card.name) if self.target.is_dir() else self.target
-        self.kernels.setdefault(kernel_id(program), program)
-        self.rows.extend(measurement_row(o) for o in outcomes if o.recordable)
-        write_tune_file(self.path, card=card_row(card), kernels=list(self.kernels.values()), measurements=self.rows)
-
-
-def db_recorder(db: Path | None, origin: str) -> StoreRecorder:
-    from emmy_core.store import open_store
-
-    return StoreRecorder(lambda: open_store(db, "w"), origin)
+__all__ = ["StoreRecorder", "TuneFileRecorder", "db_recorder", "tune"]
 
 
 def parse_shape(text: str) -> dict[str, int]:
@@ -203,8 +119,10 @@ def tune(
                                       "keeps the first option (default: all)")] = None,
     seed: Annotated[int, Opt("--seed", help="seed of the candidate sample and of the inputs")] = 0,
     db: DbOpt = None,
-    tune_file: Annotated[Path | None, Opt("--tune-file", help="write a tune file instead (a path, or a folder "
-                                          "for <card>.tune-<stamp>.json)")] = None,
+    tune_file: Annotated[str | None, Opt("--tune-file", help="write a tune file instead: a file (only a tune "
+                                         "file of this card and setting is written over, its rows merged), or a "
+                                         "folder (an existing one, or a path ending with /) for "
+                                         "<card>.tune-<stamp>.json")] = None,
     timeout: TimeoutOpt = 120.0,
     spread_limit: SpreadOpt = 0.5,
     progress: ProgressOpt = True,
@@ -226,9 +144,14 @@ def tune(
     except (GraphError, ValueError) as exc:
         fail(str(exc))
     plan = tune_plan(units, the_card, budget, seed)
+    from emmy_core.store import StoreError
+
     recorder: Any
     if tune_file is not None:
-        recorder = TuneFileRecorder(tune_file)
+        try:
+            recorder = TuneFileRecorder(tune_file, the_card, setting)
+        except StoreError as exc:
+            fail(str(exc))
     else:
         recorder = db_recorder(db, f"tune {model} {shape}")
     config = BenchConfig(setting=setting, source="tune", timeout_s=timeout, spread_limit=spread_limit, seed=seed,

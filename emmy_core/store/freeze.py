@@ -4,15 +4,14 @@ A freeze holds every kernel measured (or given a golden) on the card, as loop-pr
 text; the kernel-set decisions that reach those kernels (with the decision's parent and
 all its pieces, transitively up to the root); the measured rows and which are golden.
 Freezing the same store twice gives byte-identical files (`cardfile` is the canonical
-writer). Files are written to a temporary name and renamed, so a crash leaves either the
-old file or the new one, never half of one.
+writer). Every card's file is staged under a temporary name first and renamed only when all
+of them are written (`safefile.write_all`): a crash, a full disk or a file-size limit leaves
+the old files whole, and the message names the file and why.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from emmy_core.store.cardfile import (
 from emmy_core.store.errors import StoreError
 from emmy_core.store.interface import Store
 from emmy_core.store.rows import CardRow, RoutingRow, StoredGolden
+from emmy_core.store.safefile import write_all
 from emmy_core.store.sourcefile import gc_paused
 
 ROW_COLUMNS = ("kernel_id", "sizes", "schedule_id", "setting", "status", "failure", "median_us", "spread",
@@ -149,22 +149,6 @@ def render_snapshot(snap: CardSnapshot, fmt: str = FREEZE_FORMAT) -> str:
     return render_document(fmt, snap.card, entries.values(), decs)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Writes `text` to `path` through a temporary file in the same folder and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="ascii", newline="\n") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a freeze is meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def frozen_cards(store: Store) -> list[str]:
     """Cards with at least one measurement or golden, sorted."""
     if hasattr(store, "arrow"):
@@ -183,14 +167,14 @@ def freeze_store(store: Store, out_dir: Path | str, cards: Iterable[str] | None 
         if slug in slugs:
             raise StoreError(f"cards {slugs[slug]!r} and {name!r} share the file name {slug}.json")
         slugs[slug] = name
-    paths = []
-    for slug, name in slugs.items():
-        path = out / f"{slug}.json"
-        with gc_paused():
-            text = render_snapshot(snapshot(store, name))
-        atomic_write_text(path, text)
-        paths.append(path)
-    return paths
+
+    def text_of(name: str) -> Callable[[], str]:
+        def make() -> str:
+            with gc_paused():
+                return render_snapshot(snapshot(store, name))
+        return make
+
+    return write_all((out / f"{slug}.json", text_of(name)) for slug, name in slugs.items())
 
 
 def freeze_db(db: Path | str, out_dir: Path | str, card: str | None = None) -> list[Path]:

@@ -95,7 +95,7 @@ def render_golden_file(card: CardRow, records: Iterable[GoldenRecord]) -> str:
 
 def write_golden_file(path: Path | str, card: CardRow, records: Iterable[GoldenRecord]) -> Path:
     """Checks the records (by parsing what would be written) and writes the file atomically."""
-    from emmy_core.store.freeze import atomic_write_text
+    from emmy_core.store.safefile import atomic_write_text
 
     text = render_golden_file(card, records)
     parse_golden_file(json.loads(text), str(path)).batch.prepare()

@@ -35,7 +35,7 @@ class SourceOutcome:
     summary: WriteSummary | None = None
 
 
-def _is_duckdb(path: Path) -> bool:
+def is_duckdb(path: Path) -> bool:
     try:
         with path.open("rb") as fh:
             head = fh.read(16)
@@ -57,7 +57,7 @@ def load_source(path: Path | str, store: Store, *, card: str | None = None,
         return "export", tablesource.batch_from_tables(read_export_tables(p), name)
     if not p.is_file():
         raise SourceError(name, "", "", "no such file or directory")
-    if _is_duckdb(p):
+    if is_duckdb(p):
         label = getattr(store, "path", None)
         if label is not None and p.resolve() == Path(label).resolve():
             raise SourceError(name, "", "", "is the database being imported into")

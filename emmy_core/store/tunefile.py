@@ -5,6 +5,11 @@ the nightly refresh folds tune files into the freeze and removes them. A tune fi
 self-contained: every kernel its rows, goldens and decisions name is in it. The rows are
 checked by the store's own batch rules before a byte is written, and the file is written
 through a temporary name and a rename.
+
+A tune never writes over a file that is not its own kind: `merge_into_tune_file` writes over
+an existing file only when it is a tune file of the same card and setting, and then merges
+the new rows into it by the writer's rules (under a lock on the folder, so two tunes merging
+into one file keep each other's rows). Anything else is refused, naming what the file is.
 """
 
 from __future__ import annotations
@@ -17,16 +22,17 @@ from pathlib import Path
 
 from emmy_core.ir import Kernel
 from emmy_core.store.batch import MEASUREMENT_COLUMNS, Batch, Prepared
-from emmy_core.store.cardfile import TUNE_FORMAT
+from emmy_core.store.cardfile import FREEZE_FORMAT, TUNE_FORMAT, CardDocument, parse_card_document
 from emmy_core.store.errors import BatchError
 from emmy_core.store.freeze import (
     ROW_COLUMNS,
     CardSnapshot,
-    atomic_write_text,
     card_file_slug,
     render_snapshot,
 )
 from emmy_core.store.rows import CardRow, GoldenRow, MeasurementRow, RoutingRow, StoredGolden
+from emmy_core.store.safefile import FileWriteError, atomic_write_text, ensure_folder, locked_folder, shown
+from emmy_core.store.sourcefile import SourceError, load_json_file
 
 STAMP = re.compile(r"[0-9]{8}T[0-9]{6}Z(-[0-9a-z]{1,16})?\Z")
 
@@ -76,9 +82,12 @@ def snapshot_of_batch(p: Prepared, card: CardRow) -> CardSnapshot:
 def write_tune_file(path: Path | str, *, card: CardRow, kernels: Iterable[Kernel | str],
                     measurements: Iterable[MeasurementRow], routing: Iterable[RoutingRow] = (),
                     goldens: Iterable[GoldenRow] = ()) -> Path:
-    """Writes a tune file for one card; refuses (BatchError) rows the store would refuse, or naming
-    a kernel not given in `kernels`, or another card. Returns the path written."""
+    """Writes a new tune file for one card; refuses (BatchError) rows the store would refuse, or naming
+    a kernel not given in `kernels`, or another card; refuses (FileWriteError) to write over any existing
+    file (a tune merges into its own with `merge_into_tune_file`). Returns the path written."""
     path = Path(path)
+    if path.exists() or path.is_symlink():
+        raise FileWriteError(f"refusing to write a tune file over {shown(path)}: it is {describe_file(path)}")
     batch = Batch(str(path), list(kernels), [card], list(measurements), list(routing), list(goldens))
     p = batch.prepare()
     if p.need_kernels:
@@ -86,3 +95,102 @@ def write_tune_file(path: Path | str, *, card: CardRow, kernels: Iterable[Kernel
                          "named and not given in kernels")
     atomic_write_text(path, render_snapshot(snapshot_of_batch(p, card), TUNE_FORMAT))
     return path
+
+
+def tune_file_path(target: str | Path, card: str) -> Path:
+    """Where a tune writes: `target` itself, or, when it ends with a slash or is an existing folder,
+    `<card-slug>.tune-<stamp>.json` inside it."""
+    text = str(target)
+    if text.endswith(("/", os.sep)) or Path(text).is_dir():
+        return Path(text) / tune_file_name(card)
+    return Path(text)
+
+
+def describe_file(path: Path) -> str:
+    """What a file on disk is, in words (for a refusal that must say what it would have overwritten)."""
+    from emmy_core.store.importer import is_duckdb
+    from emmy_core.store.kerneltuner import looks_like_cache
+
+    if path.is_dir():
+        return "a folder"
+    if not path.is_file():
+        return "not a regular file"
+    if is_duckdb(path):
+        return "a DuckDB database"
+    try:
+        doc = load_json_file(path, 256 * 1024 * 1024)
+    except SourceError as exc:
+        return f"not a file Emmy writes ({exc.problem[:120]})"
+    if looks_like_cache(doc):
+        return f"a Kernel Tuner cache of card {str(doc.get('device_name'))[:80]!r}"
+    if not isinstance(doc, dict) or "format" not in doc:
+        return "a JSON document that is not an Emmy file"
+    fmt = doc["format"]
+    card = doc.get("card")
+    name = card.get("name") if isinstance(card, dict) else None
+    of_card = f" of card {str(name)[:80]!r}" if name is not None else ""
+    kernels = doc.get("kernels") if isinstance(doc.get("kernels"), list) else []
+    rows = sum(len(k["rows"]) for k in kernels if isinstance(k, dict) and isinstance(k.get("rows"), list))
+    if fmt == FREEZE_FORMAT:
+        return f"a freeze{of_card} ({len(kernels)} kernels, {rows} rows)"
+    if fmt == TUNE_FORMAT:
+        return f"a tune file{of_card} ({len(kernels)} kernels, {rows} rows)"
+    if fmt == "emmy-golden":
+        return f"a golden record{of_card}"
+    return f"a JSON document of format {str(fmt)[:40]!r}"
+
+
+def _settings_of(doc: CardDocument) -> set[str]:
+    return {r.setting for r in doc.batch.measurements} | {g.setting for g in doc.batch.goldens}
+
+
+def read_own_tune_file(path: Path, card: str, setting: str) -> CardDocument | None:
+    """The tune file at `path` when a tune of `card` and `setting` may write over it (None: no file);
+    refuses (FileWriteError) anything else, naming what the file is."""
+    if not path.exists() and not path.is_symlink():
+        return None
+    refuse = f"refusing to write the tune's rows over {shown(path)}"
+    if not path.is_file():
+        raise FileWriteError(f"{refuse}: it is {describe_file(path)}, not a tune file")
+    try:
+        doc = parse_card_document(load_json_file(path), str(path), (TUNE_FORMAT,))
+    except SourceError as exc:
+        what = describe_file(path)
+        if what.startswith("a tune file"):
+            raise FileWriteError(f"{refuse}: it is a tune file that does not read back ({exc}); nothing was "
+                                 "written") from None
+        raise FileWriteError(f"{refuse}: it is {what}, not a tune file; nothing was written") from None
+    if doc.card.name != card:
+        raise FileWriteError(f"{refuse}: it is a tune file of card {doc.card.name[:80]!r}, not of {card[:80]!r}; "
+                             "nothing was written")
+    others = sorted(_settings_of(doc) - {setting})
+    if others:
+        raise FileWriteError(f"{refuse}: it is a tune file of setting {others[0]!r}, not {setting!r}; "
+                             "nothing was written")
+    return doc
+
+
+def merge_into_tune_file(path: Path, *, card: CardRow, setting: str, kernels: Iterable[Kernel | str],
+                         measurements: Iterable[MeasurementRow]) -> Path:
+    """Writes the rows into the tune file at `path`: a new file, or merged (by the writer's rules: the
+    better row of a key wins, a working row is never replaced by a failure) into an existing tune file
+    of the same card and setting. Anything else at `path` is refused before a byte is written."""
+    path = Path(path)
+    ensure_folder(path.parent)
+    rows = list(measurements)
+    wrong = sorted({r.setting for r in rows} - {setting})
+    if wrong:
+        raise BatchError(f"{shown(path)}: a row of setting {wrong[0][:40]!r} in a tune of setting {setting!r}")
+    with locked_folder(path.parent):
+        old = read_own_tune_file(path, card.name, setting)
+        batch = Batch(str(path), list(kernels), [card], rows)
+        if old is not None:
+            batch = Batch(str(path), [*old.batch.kernels, *batch.kernels], [card],
+                          [*old.batch.measurements, *rows], list(old.batch.routing), list(old.batch.goldens))
+        p = batch.prepare()
+        if p.need_kernels:
+            raise BatchError(f"{shown(path)}: a tune file is self-contained, but kernel "
+                             f"{sorted(p.need_kernels)[0][:12]} is named and not given in kernels")
+        atomic_write_text(path, render_snapshot(snapshot_of_batch(p, card), TUNE_FORMAT))
+    return path
+

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from emmy_core.bench.harness import BenchConfig, Unit, bench, dedupe
-from emmy_core.cli.tune_cmd import StoreRecorder
 from emmy_core.ir.builders import elementwise
 from emmy_core.store import MemoryStore
+from emmy_core.store.recorders import StoreRecorder
 from tests.bench import planted
 from tests.bench.conftest import tiny_kernel
 

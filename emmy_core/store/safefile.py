@@ -1,0 +1,159 @@
+"""Writing files without losing the ones they replace.
+
+Every file Emmy writes over (a freeze, a tune file, an export, a database swapped in by a
+fresh import) is written in full under a temporary name in the same folder, flushed to the
+disk, and only then renamed over the old one, so that a crash, a full disk or a file-size
+limit leaves the old file whole. Several files that belong together (a freeze of several
+cards) are all staged before the first rename, so either none is replaced or the message
+says exactly which were. File-system errors become a `FileWriteError` naming the file and
+the reason, never a raw traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from emmy_core.store.errors import StoreError
+
+MAX_NAME = 200  # longest file name echoed in a message
+
+
+class FileWriteError(StoreError):
+    """A file could not be written; the message names it, says why, and which old files stand."""
+
+
+def shown(path: Path | str) -> str:
+    """A path as a message shows it (a hostile name is cut short)."""
+    text = str(path)
+    return text if len(text) <= MAX_NAME else text[:MAX_NAME] + "..."
+
+
+def why(exc: BaseException) -> str:
+    """The reason of a file-system error in words (a file-size limit is named as such)."""
+    if isinstance(exc, OSError):
+        if exc.errno == errno.EFBIG:
+            return "file too large (a file-size limit such as `ulimit -f` was reached)"
+        if exc.errno == errno.ENOSPC:
+            return "no space left on the device"
+        if exc.errno == errno.EDQUOT:
+            return "disk quota exceeded"
+        if exc.strerror:
+            return exc.strerror[0].lower() + exc.strerror[1:]
+    return str(exc)[:300] or type(exc).__name__
+
+
+def ensure_folder(folder: Path) -> None:
+    """Creates `folder` (and its parents); refuses clearly when it is a file or cannot be made."""
+    if folder.is_dir():
+        return
+    if folder.exists() or folder.is_symlink():
+        raise FileWriteError(f"{shown(folder)} exists and is not a folder: nothing was written")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise FileWriteError(f"cannot create the folder {shown(folder)}: {why(exc)}; nothing was written") from None
+
+
+def fsync_folder(folder: Path) -> None:
+    """Makes a rename inside `folder` durable (best effort where the file system has no folder fsync)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems refuse fsync on a folder; the rename itself is still atomic
+    finally:
+        os.close(fd)
+
+
+def _stage(path: Path, text: str) -> Path:
+    """`text` written and flushed under a temporary name beside `path`; the temporary path."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:100]}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii", newline="\n") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; these files are meant to be shared
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Writes `text` to `path` through a temporary file in the same folder and a rename.
+
+    On any failure the old file (if any) stands as it was and no temporary file is left."""
+    write_all([(Path(path), lambda: text)])
+
+
+def write_all(files: Iterable[tuple[Path, Callable[[], str]]]) -> list[Path]:
+    """Writes several files as one: each text (made by its callable, one at a time) is staged beside its
+    file; only when every one is staged are they renamed into place. Returns the paths written.
+
+    A failure while staging replaces nothing; a failure while renaming (which a full disk cannot cause)
+    names the files already replaced and those left as they were."""
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for path, make in files:
+            ensure_folder(path.parent)
+            if path.is_dir():
+                raise FileWriteError(f"{shown(path)} is a folder, not a file: nothing was replaced")
+            text = make()
+            try:
+                staged.append((path, _stage(path, text)))
+            except OSError as exc:
+                raise FileWriteError(f"cannot write {shown(path)}: {why(exc)}; no file was replaced (the old "
+                                     "ones stand as they were)") from None
+    except BaseException:
+        for _, tmp in staged:
+            tmp.unlink(missing_ok=True)
+        raise
+    done: list[Path] = []
+    for i, (path, tmp) in enumerate(staged):
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:
+            for _, left in staged[i:]:
+                left.unlink(missing_ok=True)
+            rest = [shown(p) for p, _ in staged[i:]]
+            raise FileWriteError(
+                f"cannot put {shown(path)} in place: {why(exc)}; replaced: {', '.join(map(shown, done)) or 'none'}; "
+                f"not replaced (the old files stand): {', '.join(rest)}") from None
+        done.append(path)
+    for folder in sorted({p.parent for p in done}):
+        fsync_folder(folder)
+    return done
+
+
+@contextmanager
+def locked_folder(folder: Path) -> Iterator[None]:
+    """An exclusive lock on a folder (flock on its descriptor) for a read-merge-write of a file in it,
+    so that two processes merging into one file never lose each other's rows."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def aside_name(path: Path, label: str) -> Path:
+    """A free name beside `path` that carries `label`: `autotune.db` -> `autotune.<label>.db`
+    (then `autotune.<label>.2.db`, ... when taken)."""
+    stem, suffix = (path.stem, path.suffix) if path.suffix else (path.name, "")
+    for n in range(1, 10_000):
+        extra = "" if n == 1 else f".{n}"
+        candidate = path.with_name(f"{stem}.{label}{extra}{suffix}")
+        if not candidate.exists() and not Path(str(candidate) + ".wal").exists():
+            return candidate
+    raise FileWriteError(f"no free name beside {shown(path)} to move it aside to")

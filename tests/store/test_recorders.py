@@ -1,0 +1,148 @@
+"""The tune's recorders: a tune file is written over only when it is a tune file of the same card and
+setting (its rows merged by the writer's rules); anything else is refused naming what it is, and a
+folder (existing, or a path ending with a slash) gets a file named by the card."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from emmy_core.bench.harness import Outcome, Unit
+from emmy_core.bench.integrity import Stats
+from emmy_core.cli.main import app
+from emmy_core.ir.builders import rmsnorm
+from emmy_core.store import MemoryStore, StoreError, open_store
+from emmy_core.store.freeze import freeze_db
+from emmy_core.store.importer import import_into
+from emmy_core.store.recorders import StoreRecorder, TuneFileRecorder, db_recorder
+from emmy_core.store.safefile import FileWriteError
+from emmy_core.targets import Card, resolve_card
+from tests.store.test_files_freeze import populate
+
+NORM = rmsnorm(32, dtype="f32", batch_hint=4)
+UNIT = Unit(NORM, {"B": 4})
+
+
+@pytest.fixture(scope="module")
+def card() -> Card:
+    return resolve_card("local")
+
+
+def outcome(card: Card, knobs: dict, median: float | None, setting: str = "deploy") -> Outcome:
+    if median is None:
+        return Outcome(UNIT, knobs, card.name, setting, "tune", "failed", failure="build_error")
+    return Outcome(UNIT, knobs, card.name, setting, "tune", "ok", stats=Stats(median, median, median, 5))
+
+
+def rows_of(path: Path) -> dict[tuple[str, str], tuple[str, float]]:
+    doc = json.loads(path.read_text())
+    return {(r["setting"], json.dumps(r["knobs"], sort_keys=True)): (r["status"], r["median_us"])
+            for k in doc["kernels"] for r in k["rows"]}
+
+
+def test_tune_file_never_overwrites_a_freeze(tmp_path: Path, card: Card) -> None:
+    """Issue 9, item 1: a tune pointed at a freeze replaced it with a tune file of another card."""
+    db = tmp_path / "src.db"
+    with open_store(db, "w") as s:
+        populate(s)
+    (freeze,) = freeze_db(db, tmp_path / "fz", "NVIDIA H200")
+    before = freeze.read_bytes()
+    with pytest.raises(FileWriteError, match=r"it is a freeze of card 'NVIDIA H200' \(\d+ kernels, \d+ rows\)"):
+        TuneFileRecorder(freeze, card, "deploy")
+    rec = TuneFileRecorder(freeze)  # without a card given up front, the first write refuses the same way
+    with pytest.raises(FileWriteError, match="it is a freeze"):
+        rec.record(NORM, card, [outcome(card, {"unroll": 1}, 5.0)])
+    assert freeze.read_bytes() == before
+
+
+@pytest.mark.parametrize(("content", "what"), [
+    (b"not json at all", "not a file Emmy writes"),
+    (b'{"format": "emmy-golden"}', "a golden record"),
+    (b'{"a": 1}', "a JSON document that is not an Emmy file"),
+    (b"\x00" * 8 + b"DUCK" + b"\x00" * 100, "a DuckDB database"),
+])
+def test_tune_file_refuses_any_other_file_naming_what_it_is(tmp_path: Path, card: Card, content: bytes,
+                                                             what: str) -> None:
+    path = tmp_path / "precious.json"
+    path.write_bytes(content)
+    with pytest.raises(FileWriteError, match=what):
+        TuneFileRecorder(path, card, "deploy")
+    assert path.read_bytes() == content
+
+
+def test_tune_file_of_another_card_or_setting_is_refused(tmp_path: Path, card: Card) -> None:
+    path = tmp_path / "t.json"
+    TuneFileRecorder(path, card, "rank").record(NORM, card, [outcome(card, {"unroll": 1}, 5.0, "rank")])
+    before = path.read_bytes()
+    with pytest.raises(FileWriteError, match="tune file of setting 'rank', not 'deploy'"):
+        TuneFileRecorder(path, card, "deploy")
+    other = dataclasses.replace(card, name="Some Other CPU x4")
+    with pytest.raises(FileWriteError, match="tune file of card"):
+        TuneFileRecorder(path, other, "rank")
+    assert path.read_bytes() == before
+
+
+def test_tune_file_of_the_same_card_and_setting_is_merged_by_the_writers_rules(tmp_path: Path,
+                                                                              card: Card) -> None:
+    path = tmp_path / "t.json"
+    first = TuneFileRecorder(path, card, "deploy")
+    first.record(NORM, card, [outcome(card, {"unroll": 1}, 5.0), outcome(card, {"unroll": 2}, 9.0),
+                              outcome(card, {"unroll": 4}, None)])
+    second = TuneFileRecorder(path, card, "deploy")
+    second.record(NORM, card, [outcome(card, {"unroll": 1}, 7.0),  # worse: the file keeps 5.0
+                               outcome(card, {"unroll": 2}, 3.0),  # better: replaces 9.0
+                               outcome(card, {"unroll": 4}, 4.0),  # ok replaces a failure
+                               outcome(card, {"unroll": 8}, None)])  # new failure kept
+    got = rows_of(path)
+    assert got == {("deploy", '{"unroll": 1}'): ("ok", 5.0), ("deploy", '{"unroll": 2}'): ("ok", 3.0),
+                   ("deploy", '{"unroll": 4}'): ("ok", 4.0), ("deploy", '{"unroll": 8}'): ("failed", 1e9)}
+    third = TuneFileRecorder(path, card, "deploy")
+    third.record(NORM, card, [outcome(card, {"unroll": 1}, None)])  # a failure never replaces a working row
+    assert rows_of(path)[("deploy", '{"unroll": 1}')] == ("ok", 5.0)
+    mem = MemoryStore()
+    (o,) = import_into(mem, [path])
+    assert o.ok and len(mem.measurements()) == 4
+
+
+@pytest.mark.parametrize("make", ["existing", "slash"])
+def test_tune_file_a_folder_gets_a_file_named_by_the_card(tmp_path: Path, card: Card, make: str) -> None:
+    folder = tmp_path / "out"
+    if make == "existing":
+        folder.mkdir()
+        target: str | Path = folder
+    else:
+        target = str(folder) + "/"
+    rec = TuneFileRecorder(target, card, "deploy")
+    rec.record(NORM, card, [outcome(card, {"unroll": 1}, 5.0)])
+    assert rec.path is not None and rec.path.parent == folder
+    assert rec.path.name.startswith(card.name.lower().split()[0]) and ".tune-" in rec.path.name
+    assert [p.name for p in folder.iterdir()] == [rec.path.name]
+
+
+def test_tune_cli_refuses_a_freeze_as_tune_file_before_benching(tmp_path: Path) -> None:
+    db = tmp_path / "src.db"
+    with open_store(db, "w") as s:
+        populate(s)
+    (freeze,) = freeze_db(db, tmp_path / "fz", "NVIDIA H200")
+    before = freeze.read_bytes()
+    result = CliRunner().invoke(app, ["tune", "--model", "mlp", "--shape", "B=1,S=8", "--budget", "1",
+                                      "--tune-file", str(freeze), "--no-progress"])
+    assert result.exit_code == 2, result.output
+    assert "refusing to write the tune's rows over" in result.output and "a freeze of card" in result.output
+    assert "Traceback" not in result.output and freeze.read_bytes() == before
+
+
+def test_recorders_name_where_they_record(tmp_path: Path, card: Card) -> None:
+    assert db_recorder(tmp_path / "x.db", "tune").label == f"database {tmp_path / 'x.db'}"
+    assert str(tmp_path) in TuneFileRecorder(tmp_path, card, "deploy").label
+    assert StoreRecorder(MemoryStore()).label == "<memory>"
+
+
+def test_store_errors_stay_store_errors(tmp_path: Path, card: Card) -> None:
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(StoreError, match="exists and is not a folder"):
+        TuneFileRecorder(tmp_path / "f" / "t.json").record(NORM, card, [outcome(card, {"unroll": 1}, 5.0)])
