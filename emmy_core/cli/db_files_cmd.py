@@ -58,7 +58,8 @@ def import_(sources: Annotated[list[Path], typer.Argument(
                 help="freeze or tune files, golden records, Kernel Tuner caches (.json/.json.gz), another "
                      "tuning database, or a dataset export folder", show_default=False)],
             db: DbOption = None,
-            fresh: Annotated[bool, typer.Option("--fresh", help="start from an empty database")] = False,
+            fresh: Annotated[bool, typer.Option("--fresh", help="start from an empty database: a new one is built "
+                                                "beside the old and swapped in only when every source went in")] = False,
             card: Annotated[str | None, typer.Option(
                 "--card", help="card of a Kernel Tuner cache whose device_name is empty")] = None,
             max_mb: Annotated[int, typer.Option("--max-mb", help="refuse a source larger than this "
@@ -81,7 +82,9 @@ def import_(sources: Annotated[list[Path], typer.Argument(
             typer.echo(f"refused: {o.message}", err=True)
     refused = [o.source for o in outcomes if not o.ok]
     if refused:
-        fail(f"{len(refused)} of {len(outcomes)} sources refused (nothing of them was written): {', '.join(refused)}")
+        kept = (f"; with --fresh nothing was swapped in: {_path(db)} stands as it was" if fresh
+                else " (nothing of them was written)")
+        fail(f"{len(refused)} of {len(outcomes)} sources refused{kept}: {', '.join(refused)}")
 
 
 def export(out_dir: Annotated[Path, typer.Argument(help="dataset folder to write", show_default=False)],

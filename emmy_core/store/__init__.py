@@ -7,6 +7,7 @@ import DuckDB, Arrow or Polars: they are loaded when a file is opened.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from emmy_core.store.batch import Batch
@@ -15,7 +16,6 @@ from emmy_core.store.errors import (
     BatchError,
     StoreError,
     StoreLockedError,
-    StoreVersionWarning,
     VersionMismatchError,
 )
 from emmy_core.store.interface import Store
@@ -39,16 +39,18 @@ from emmy_core.store.schema import SCHEMA_VERSION
 
 
 def open_store(path: Path | str | None = None, mode: str = "r", *,
-               lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> Store:
-    """Opens a store file for reading ('r') or writing ('w'); `path` None: the local tuning database."""
+               lock_timeout: float = DEFAULT_LOCK_TIMEOUT, notify: Callable[[str], None] | None = None) -> Store:
+    """Opens a store file for reading ('r') or writing ('w'); `path` None: the local tuning database.
+
+    A writer meeting a file of another version moves it aside and tells `notify` (default: stderr)."""
     from emmy_core.store.duck import DuckStore
 
-    return DuckStore(default_db_path() if path is None else path, mode, lock_timeout=lock_timeout)
+    return DuckStore(default_db_path() if path is None else path, mode, lock_timeout=lock_timeout, notify=notify)
 
 
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT", "FAILURE_KINDS", "PLACEHOLDER_US", "SCHEMA_VERSION", "SOURCES", "STATUSES", "Batch",
     "BatchError", "CardRow", "GoldenRow", "KnobError", "MeasurementRow", "MemoryStore", "RoutingRow", "Schedule",
-    "Store", "StoreError", "StoreLockedError", "StoreVersionWarning", "StoredGolden", "StoredMeasurement",
+    "Store", "StoreError", "StoreLockedError", "StoredGolden", "StoredMeasurement",
     "VersionMismatchError", "WriteSummary", "default_db_path", "open_store",
 ]

@@ -11,12 +11,13 @@ back. Values always travel as bound parameters or registered tables, never as SQ
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from emmy_core.store.batch import MEASUREMENT_COLUMNS, Prepared
 from emmy_core.store.connect import DEFAULT_LOCK_TIMEOUT, connect, first_line, translated
-from emmy_core.store.errors import BatchError, StoreError
+from emmy_core.store.errors import BatchError, StoreError, VersionMismatchError
 from emmy_core.store.interface import Store
 from emmy_core.store.rows import (
     CARD_NUMBERS,
@@ -26,8 +27,9 @@ from emmy_core.store.rows import (
     StoredMeasurement,
     WriteSummary,
 )
+from emmy_core.store.safefile import ensure_folder
 from emmy_core.store.schema import TABLE_NAMES
-from emmy_core.store.versions import open_schema
+from emmy_core.store.versions import move_aside, open_schema
 
 _KEY_MATCH = ("m.kernel_id = s.kernel_id AND m.sizes = s.sizes AND m.schedule_id = s.schedule_id "
               "AND m.card = s.card AND m.setting = s.setting")
@@ -111,19 +113,34 @@ def _repeats_a_key(p: Prepared) -> bool:
 class DuckStore(Store):
     """A store in one DuckDB file, opened for reading ('r') or writing ('w')."""
 
-    def __init__(self, path: Path | str, mode: str = "r", *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> None:
+    def __init__(self, path: Path | str, mode: str = "r", *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+                 notify: Callable[[str], None] | None = None) -> None:
+        """`notify` hears what a writer must tell the user (a file of another version moved aside);
+        by default a plain line on stderr."""
         if mode not in ("r", "w"):
             raise ValueError(f"mode must be 'r' or 'w', not {mode!r}")
         self.path = Path(path)
         self.mode = mode
         self.label = str(self.path)
+        self.moved_aside: Path | None = None
         if mode == "w":
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            ensure_folder(self.path.parent)
         elif not self.path.is_file():
             raise StoreError(f"no store at {self.path}")
         self._con: Any = connect(self.path, read_only=(mode == "r"), lock_timeout=lock_timeout)
         try:
             self.meta = open_schema(self._con, self.path, mode)
+        except VersionMismatchError as exc:
+            self._con.close()
+            if mode != "w":
+                raise
+            self.moved_aside = move_aside(self.path, exc.found, notify)
+            self._con = connect(self.path, read_only=False, lock_timeout=lock_timeout)
+            try:
+                self.meta = open_schema(self._con, self.path, mode)
+            except BaseException:
+                self._con.close()
+                raise
         except BaseException:
             self._con.close()
             raise

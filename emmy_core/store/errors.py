@@ -16,8 +16,9 @@ class StoreLockedError(StoreError):
 
 
 class VersionMismatchError(StoreError):
-    """The file was written under another schema or identity version (nothing migrates)."""
+    """The file was written under another schema or identity version (nothing migrates); `found` holds
+    the versions it was written under."""
 
-
-class StoreVersionWarning(UserWarning):
-    """A writer re-created a file of another version empty (the warning names both versions)."""
+    def __init__(self, message: str, found: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.found = dict(found or {})

@@ -10,15 +10,20 @@ and field at fault and nothing of it is written, while the other sources still g
 
 from __future__ import annotations
 
+import glob
+import os
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from emmy_core.store.batch import Batch
-from emmy_core.store.errors import StoreError
+from emmy_core.store.errors import StoreError, VersionMismatchError
 from emmy_core.store.interface import Store
 from emmy_core.store.rows import WriteSummary
+from emmy_core.store.safefile import ensure_folder, fsync_folder, shown
 from emmy_core.store.sourcefile import MAX_SOURCE_BYTES, SourceError, gc_paused, load_json_file
+from emmy_core.store.versions import move_aside, stale_versions
 
 DUCKDB_MAGIC = b"DUCK"
 Progress = Callable[[str], None]
@@ -102,23 +107,90 @@ def import_into(store: Store, sources: Iterable[Path | str], *, card: str | None
     return out
 
 
-def fresh_store(db: Path | str) -> Store:
-    """Opens `db` for writing, emptied first when it is an Emmy store (a foreign file is refused, not wiped)."""
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _fresh_name(path: Path) -> Path:
+    """The file a fresh import builds beside `path` (named by this process, so a killed one's is found)."""
+    return path.with_name(f".{path.name}.fresh-{os.getpid()}")
+
+
+def _remove_stale_fresh(path: Path) -> None:
+    """Removes what fresh imports killed before their swap left beside `path` (their process is gone)."""
+    pattern = re.compile(re.escape(f".{path.name}.fresh-") + r"([0-9]{1,10})(\.wal)?\Z")
+    for p in path.parent.glob(f".{glob.escape(path.name)}.fresh-*"):
+        m = pattern.match(p.name)
+        if m is not None and not _pid_alive(int(m.group(1))):
+            p.unlink(missing_ok=True)
+
+
+def _check_replaceable(path: Path) -> dict[str, str] | None:
+    """What a fresh import may replace: None (no file), or the versions of an Emmy store; refuses a file
+    that is not one. The file is opened read-only, so it stands byte for byte whatever happens next."""
+    from emmy_core.store import open_store
+
+    if not path.exists():
+        return None
+    try:
+        with open_store(path, "r") as old:
+            return old.versions()
+    except VersionMismatchError as exc:
+        return exc.found
+
+
+def fresh_import(db: Path | str, sources: Iterable[Path | str], *, card: str | None = None,
+                 max_bytes: int = MAX_SOURCE_BYTES, progress: Progress | None = None,
+                 notify: Callable[[str], None] | None = None) -> list[SourceOutcome]:
+    """`emmy db import --fresh`: builds a new database beside `db` from the sources and swaps it in
+    atomically, only when every source was read and written. If any source is refused, or the process
+    dies, `db` stands byte for byte and the new file is removed (or, after a kill, removed by the next
+    fresh import). A file of another version is moved aside (never deleted) before the swap."""
     from emmy_core.store import open_store
 
     path = Path(db)
-    if path.exists():
-        open_store(path, "w").close()  # refuses a file that is not an Emmy store; re-creates another version
-        path.unlink()
-        Path(str(path) + ".wal").unlink(missing_ok=True)
-    return open_store(path, "w")
+    ensure_folder(path.parent)
+    _remove_stale_fresh(path)
+    old_versions = _check_replaceable(path)
+    tmp = _fresh_name(path)
+    tmp.unlink(missing_ok=True)
+    Path(f"{tmp}.wal").unlink(missing_ok=True)
+    swapped = False
+    try:
+        with open_store(tmp, "w") as store:
+            outcomes = import_into(store, sources, card=card, max_bytes=max_bytes, progress=progress)
+            store.label = str(path)
+        if any(not o.ok for o in outcomes):
+            return outcomes
+        if Path(f"{path}.wal").exists():
+            raise StoreError(f"{shown(path)} was written by another process during the fresh import (it has a "
+                             "write-ahead log): nothing was swapped in; run the fresh import again")
+        if old_versions is not None and stale_versions(old_versions):
+            move_aside(path, old_versions, notify)
+        os.replace(tmp, path)
+        swapped = True
+        fsync_folder(path.parent)
+        return outcomes
+    finally:
+        if not swapped:
+            tmp.unlink(missing_ok=True)
+            Path(f"{tmp}.wal").unlink(missing_ok=True)
 
 
 def import_db(db: Path | str, sources: Iterable[Path | str], *, fresh: bool = False, card: str | None = None,
-              max_bytes: int = MAX_SOURCE_BYTES, progress: Progress | None = None) -> list[SourceOutcome]:
-    """`emmy db import`: opens (or, with `fresh`, empties) the store file and imports every source."""
+              max_bytes: int = MAX_SOURCE_BYTES, progress: Progress | None = None,
+              notify: Callable[[str], None] | None = None) -> list[SourceOutcome]:
+    """`emmy db import`: imports every source into the store file (with `fresh`, into a new database
+    swapped in for the old one only when every source went in: see `fresh_import`)."""
     from emmy_core.store import open_store
 
-    store = fresh_store(db) if fresh else open_store(db, "w")
-    with store:
+    if fresh:
+        return fresh_import(db, sources, card=card, max_bytes=max_bytes, progress=progress, notify=notify)
+    with open_store(db, "w", notify=notify) as store:
         return import_into(store, sources, card=card, max_bytes=max_bytes, progress=progress)

@@ -2,7 +2,7 @@
 
 Table and column names are fixed (analysts and other tools query them); raising
 `SCHEMA_VERSION` is required for any change here, and a file of another version is
-re-created empty by a writer and refused by a reader (nothing migrates). The DDL is
+moved aside by a writer (which starts an empty one) and refused by a reader (nothing migrates). The DDL is
 generated from constant specs below, never from values.
 
 `measurements` has no PRIMARY KEY index on purpose: the key (kernel_id, sizes,
@@ -208,8 +208,9 @@ def data_dictionary() -> str:
         "",
         "Versions live in `meta` as key/value rows: `schema_version` (this schema), `identity_version`",
         "(`emmy_core.ir.identity.IDENTITY_VERSION`, how `kernel_id` is computed), `writer_version` and",
-        "`created_at`. Nothing migrates: a file of another schema or identity version is re-created empty by",
-        "the next writer and refused by a reader. `emmy db check` verifies the tables agree with themselves.",
+        "`created_at`. Nothing migrates: a file of another schema or identity version is refused by a reader;",
+        "the next writer moves it aside to a name that says its versions (`autotune.schema1-identity1.db`),",
+        "says where, and starts an empty file. `emmy db check` verifies the tables agree with themselves.",
         "",
         f"The measurement key is {KEY}; it is kept unique by the one writer (a better `ok` row replaces a",
         "worse one, a failure never replaces an `ok` row) rather than by an index, and `emmy db check`",

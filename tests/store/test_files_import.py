@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import warnings
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ from typer.testing import CliRunner
 
 from emmy_core.cli.main import app
 from emmy_core.ir import identity, kernel_id
-from emmy_core.store import StoreVersionWarning, open_store
+from emmy_core.store import StoreError, open_store
 from emmy_core.store.freeze import freeze_db
 from emmy_core.store.importer import import_db
 from emmy_core.store.sourcefile import SourceError, read_bounded
@@ -198,9 +197,7 @@ def test_another_tuning_database_imports(db: Path, tmp_path: Path) -> None:
 def test_nothing_migrates_a_database_of_another_identity_version_is_refused_naming_both(
         db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(identity, "IDENTITY_VERSION", identity.IDENTITY_VERSION + 1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", StoreVersionWarning)
-        (outcome,) = import_db(tmp_path / "other.db", [db])
+    (outcome,) = import_db(tmp_path / "other.db", [db])
     assert not outcome.ok and "identity version 1" in outcome.message and "identity version 2" in outcome.message
 
 
@@ -224,3 +221,72 @@ def test_an_identity_in_a_database_is_never_trusted(db: Path, tmp_path: Path) ->
     with open_store(tmp_path / "copy.db", "r") as s:
         assert fake not in s.kernels() and real in s.kernels()
         assert len(s.measurements(kernel_id=real)) == 5 and not s.measurements(kernel_id=fake)
+
+
+def test_fresh_import_with_a_refused_source_leaves_the_old_database_byte_for_byte(db: Path, tmp_path: Path) -> None:
+    """Issue 9, item 2: `--fresh` deleted the database before reading any source."""
+    before = db.read_bytes()
+    good = write(tmp_path, "good.json", kt_cache())
+    cut = write(tmp_path, "cut.json", json.dumps(kt_cache())[:100])
+    for sources in ([good, cut], [good, tmp_path / "typo.json"]):
+        outcomes = import_db(db, sources, fresh=True)
+        assert [o.ok for o in outcomes] == [True, False]
+        assert db.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # nothing left beside it
+    result = CliRunner().invoke(app, ["db", "import", "--db", str(db), "--fresh", str(good), str(cut)])
+    assert result.exit_code == 2 and "nothing was swapped in" in result.output and "stands as it was" in result.output
+    assert db.read_bytes() == before
+
+
+def test_fresh_import_swaps_in_a_database_holding_only_the_sources(db: Path, tmp_path: Path) -> None:
+    good = write(tmp_path, "good.json", kt_cache())
+    (o,) = import_db(db, [good], fresh=True)
+    assert o.ok, o.message
+    with open_store(db, "r") as s:
+        assert s.counts()["measurements"] == 3 and {c.name for c in s.cards()} == {"NVIDIA GeForce RTX 3090"}
+    assert not [p for p in tmp_path.iterdir() if ".fresh-" in p.name]
+
+
+def test_fresh_import_interrupted_leaves_the_old_database_and_no_litter(db: Path, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from emmy_core.store import importer
+
+    before = db.read_bytes()
+    real = importer.import_into
+
+    def interrupted(*args: object, **kw: object) -> object:
+        real(*args, **kw)  # type: ignore[arg-type]
+        raise KeyboardInterrupt("the user pressed ^C")
+
+    monkeypatch.setattr(importer, "import_into", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        import_db(db, [write(tmp_path, "good.json", kt_cache())], fresh=True)
+    assert db.read_bytes() == before
+    assert not [p for p in tmp_path.iterdir() if ".fresh-" in p.name]
+
+
+def test_fresh_import_refuses_to_replace_a_file_that_is_not_an_emmy_store(tmp_path: Path) -> None:
+    import duckdb
+
+    path = tmp_path / "theirs.db"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE results (x INTEGER)")
+    con.close()
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="not an Emmy store"):
+        import_db(path, [write(tmp_path, "good.json", kt_cache())], fresh=True)
+    assert path.read_bytes() == before
+
+
+def test_fresh_import_moves_a_database_of_another_version_aside(db: Path, tmp_path: Path) -> None:
+    import duckdb
+
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE meta SET value = '0' WHERE key = 'schema_version'")
+    con.close()
+    before = db.read_bytes()
+    notes: list[str] = []
+    (o,) = import_db(db, [write(tmp_path, "good.json", kt_cache())], fresh=True, notify=notes.append)
+    assert o.ok, o.message
+    aside = tmp_path / "target.schema0-identity1.db"
+    assert aside.read_bytes() == before and str(aside) in notes[0]
