@@ -153,16 +153,16 @@ class DuckStore(Store):
     @property
     def con(self) -> Any:
         if self._con is None:
-            raise StoreError(f"{self.path} is closed")
+            raise StoreError(f"{self.label} is closed")
         return self._con
 
     def _all(self, sql: str, params: list | None = None) -> list[tuple]:
-        with translated(self.path, "a query"):
+        with translated(self.label, "a query"):
             return self.con.execute(sql, params or []).fetchall()
 
     def arrow(self, sql: str, params: list | None = None) -> Any:
         """A read query's result as a pyarrow Table (for export and analysis)."""
-        with translated(self.path, "a query"):
+        with translated(self.label, "a query"):
             return self.con.sql(sql, params=params or []).to_arrow_table()
 
     # ---- writing -------------------------------------------------------------------------------
@@ -231,10 +231,10 @@ class DuckStore(Store):
                 pass  # the transaction is already gone (DuckDB aborted it); nothing was committed
             if isinstance(exc, duckdb.Error):
                 where = f"{p.origin}: " if p.origin else ""
-                raise StoreError(f"{self.path}: {where}writing the batch failed, nothing was written: "
+                raise StoreError(f"{self.label}: {where}writing the batch failed, nothing was written: "
                                  f"{first_line(exc)}") from None
             if isinstance(exc, BatchError):
-                raise BatchError(f"{self.path}: {exc}") from None
+                raise BatchError(f"{self.label}: {exc}") from None
             raise
         finally:
             for name in staged:
@@ -250,7 +250,7 @@ class DuckStore(Store):
                 if k in ("schema_version", "identity_version", "writer_version")}
 
     def counts(self) -> dict[str, int]:
-        with translated(self.path, "counting rows"):
+        with translated(self.label, "counting rows"):
             return {t: self._count(t) for t in TABLE_NAMES}
 
     def kernels(self) -> dict[str, tuple[str, str]]:

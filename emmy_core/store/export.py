@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from emmy_core.store.connect import first_line
 from emmy_core.store.errors import StoreError
+from emmy_core.store.safefile import FileWriteError, ensure_folder, shown, swap_folder, why
 from emmy_core.store.sourcefile import Fields, SourceError, load_json_file
 from emmy_core.store.tablesource import TABLE_COLUMNS, _select
 
@@ -112,23 +113,32 @@ def _candidate_table(store: Any) -> tuple[Any, dict[str, int]]:
 
 def export_store(store: Any, out_dir: Path | str, progress: Progress | None = None) -> dict[str, Any]:
     """Writes the export of an open DuckDB store into `out_dir` (replacing an earlier export there)."""
+    import duckdb
+
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MANIFEST).is_file())):
-        raise StoreError(f"{out} exists and is not an export (no {MANIFEST}): refusing to replace it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        raise StoreError(f"{shown(out)} exists and is not an export (no {MANIFEST}): refusing to replace it")
+    ensure_folder(out.parent)
+    kept = f"the old export at {shown(out)} stands as it was" if out.exists() else "nothing was written"
     try:
-        manifest = _write(store, tmp, progress)
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-            os.replace(out, old / "export")
-            os.replace(tmp, out)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, out)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name[:100]}.", dir=out.parent))
+    except OSError as exc:
+        raise FileWriteError(f"cannot write an export beside {shown(out)}: {why(exc)}; {kept}") from None
+    try:
+        try:
+            manifest = _write(store, tmp, progress)
+        except (OSError, duckdb.Error) as exc:
+            reason = why(exc) if isinstance(exc, OSError) else first_line(exc)
+            raise FileWriteError(f"cannot write the export {shown(out)}: {reason}; {kept}") from None
+        try:
+            old = swap_folder(tmp, out)
+        except OSError as exc:
+            raise FileWriteError(f"cannot put the export {shown(out)} in place: {why(exc)}; {kept}") from None
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     finally:
         if tmp.exists():
-            shutil.rmtree(tmp)
+            shutil.rmtree(tmp, ignore_errors=True)
     return manifest
 
 

@@ -164,8 +164,8 @@ def fresh_import(db: Path | str, sources: Iterable[Path | str], *, card: str | N
     swapped = False
     try:
         with open_store(tmp, "w") as store:
+            store.label = f"{shown(path)} (fresh, built beside it)"
             outcomes = import_into(store, sources, card=card, max_bytes=max_bytes, progress=progress)
-            store.label = str(path)
         if any(not o.ok for o in outcomes):
             return outcomes
         if Path(f"{path}.wal").exists():

@@ -18,6 +18,7 @@ from pathlib import Path
 from emmy_core.store.errors import StoreError
 from emmy_core.store.freeze import card_file_slug, freeze_store
 from emmy_core.store.importer import Progress, load_source
+from emmy_core.store.safefile import FileWriteError, shown, why
 from emmy_core.store.sourcefile import SourceError, gc_paused
 
 FREEZE_NAME = re.compile(r"([a-z0-9]+(?:-[a-z0-9]+)*)\.json\Z")
@@ -46,14 +47,35 @@ def freeze_dir_files(freeze_dir: Path) -> tuple[list[Path], list[Path]]:
 
 def refresh_freeze(freeze_dir: Path | str, progress: Progress | None = None) -> RefreshReport:
     """Imports the freeze and its tune files into a fresh database, re-freezes, then removes the tune files."""
-    from emmy_core.store import open_store
-
     d = Path(freeze_dir)
     if not d.is_dir():
         raise StoreError(f"{d} is not a folder")
     freezes, tunes = freeze_dir_files(d)
     report = RefreshReport()
-    with tempfile.TemporaryDirectory(prefix="emmy-refresh-") as tmp, open_store(Path(tmp) / "fold.db", "w") as store:
+    try:
+        report.freezes = _fold(d, freezes, tunes, report, progress)
+    except SourceError:
+        raise
+    except StoreError as exc:
+        raise type(exc)(f"{exc}; the refresh stopped and the freeze and tune files in {shown(d)} are as they "
+                        "were") from None
+    for path in tunes:
+        path.unlink()
+        report.folded.append(path)
+    return report
+
+
+def _fold(d: Path, freezes: list[Path], tunes: list[Path], report: RefreshReport,
+          progress: Progress | None) -> list[Path]:
+    """Imports every file into a database in a temporary folder and re-freezes `d` from it."""
+    from emmy_core.store import open_store
+
+    try:
+        tmp_dir = tempfile.TemporaryDirectory(prefix="emmy-refresh-")
+    except OSError as exc:
+        raise FileWriteError(f"cannot make a temporary folder to fold in: {why(exc)}") from None
+    with tmp_dir as tmp, open_store(Path(tmp) / "fold.db", "w") as store:
+        store.label = "the folding database"
         for path in (*freezes, *tunes):
             if progress is not None:
                 progress(path.name)
@@ -69,8 +91,4 @@ def refresh_freeze(freeze_dir: Path | str, progress: Progress | None = None) -> 
                                                               f"{card_file_slug(card)}.* files, not {path.name}")
             with gc_paused():
                 report.rows += store.write(batch).offered
-        report.freezes = freeze_store(store, d)
-    for path in tunes:
-        path.unlink()
-        report.folded.append(path)
-    return report
+        return freeze_store(store, d)

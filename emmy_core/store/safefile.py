@@ -157,3 +157,44 @@ def aside_name(path: Path, label: str) -> Path:
         if not candidate.exists() and not Path(str(candidate) + ".wal").exists():
             return candidate
     raise FileWriteError(f"no free name beside {shown(path)} to move it aside to")
+
+
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically exchanges two paths (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd = -100
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def swap_folder(new: Path, old: Path) -> Path | None:
+    """Puts the complete folder `new` in place of `old` (absent or a folder). With an exchange the switch
+    is atomic; elsewhere the old folder is first renamed beside it. Returns where the old content now
+    is (for the caller to remove), or None when there was none."""
+    if not old.exists():
+        os.replace(new, old)
+        fsync_folder(old.parent)
+        return None
+    if _exchange(new, old):
+        fsync_folder(old.parent)
+        return new
+    aside = Path(tempfile.mkdtemp(prefix=f".{old.name[:100]}.old.", dir=old.parent))
+    os.replace(old, aside / "content")
+    os.replace(new, old)
+    fsync_folder(old.parent)
+    return aside
