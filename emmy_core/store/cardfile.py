@@ -8,7 +8,9 @@ Shape (version 1), one document per card:
      "kernels": [{"c_name": ..., "goldens": [...], "program": "<loop-program text>", "rows": [ROW, ...]}]}
 
 A kernel is its loop-program text and nothing derived: no identity, no feature (an import
-computes the identity from the text). Decisions name kernels by their position in
+computes the identity from the text). A freeze writes each dynamic axis's expected size from
+the card's own rows (`freeze.own_hints`): the store keeps one text per identity, with the
+hint of whichever writer came first, and a card's file must not depend on other cards. Decisions name kernels by their position in
 `kernels`. A ROW is {"failure"?, "golden"?, "knobs", "median_us", "samples", "setting",
 "sizes", "source", "spread"?, "status"}: `failure` only on a failed row, `golden` only when
 true, `spread` only when recorded. `goldens` lists reviewed choices that are not a measured

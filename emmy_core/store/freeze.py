@@ -11,11 +11,14 @@ the old files whole, and the message names the file and why.
 
 from __future__ import annotations
 
+import dataclasses
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from emmy_core.ir import Axis, Program, parse, parse_sizes, render
 from emmy_core.store.cardfile import (
     FREEZE_FORMAT,
     KernelEntry,
@@ -114,6 +117,42 @@ def _reach(start: set[str], routing: list[RoutingRow], golden_decisions: set[tup
     return kernels, chosen
 
 
+def _most_common(counts: Counter[int]) -> int:
+    return min(counts, key=lambda v: (-counts[v], v))
+
+
+def own_hints(kernel_ids: list[str], sizes: list[str], goldens: list[StoredGolden]) -> dict[str, dict[str, int]]:
+    """The expected size of each dynamic axis, from one card's own rows and goldens: per kernel, the size
+    its rows were measured at most often (ties: the smaller); under the key "" the same per axis name over
+    all of the card's rows, for kernels with none of their own (a decision's parent or piece)."""
+    per: dict[str, dict[str, Counter[int]]] = {}
+    pairs = Counter(zip(kernel_ids, sizes, strict=True))
+    pairs.update((g.kernel_id, g.sizes) for g in goldens)
+    parsed: dict[str, dict[str, int]] = {}
+    for (kid, text), n in pairs.items():
+        if not text:
+            continue
+        dims = parsed.get(text)
+        if dims is None:
+            dims = parsed[text] = parse_sizes(text)
+        for axis, value in dims.items():
+            for key in (kid, ""):
+                per.setdefault(key, {}).setdefault(axis, Counter())[value] += n
+    return {key: {axis: _most_common(c) for axis, c in axes.items()} for key, axes in per.items()}
+
+
+def rehinted(text: str, own: dict[str, int], card_wide: dict[str, int]) -> str:
+    """A kernel's text with each dynamic axis's expected size taken from the card's own rows (its own
+    sizes, else the card's usual size of that axis, else 1), so a card's freeze never depends on which
+    card's writer stored the kernel first (the identity ignores expected sizes)."""
+    kernel = parse(text)
+    if not isinstance(kernel, Program) or not kernel.dynamic_axes:
+        return text
+    axes = tuple(Axis(a.name, None, own.get(a.name) or card_wide.get(a.name) or 1) if a.dynamic else a
+                 for a in kernel.axes)
+    return render(dataclasses.replace(kernel, axes=axes))
+
+
 def render_snapshot(snap: CardSnapshot, fmt: str = FREEZE_FORMAT) -> str:
     """The canonical document of one card."""
     c = snap.columns
@@ -126,7 +165,9 @@ def render_snapshot(snap: CardSnapshot, fmt: str = FREEZE_FORMAT) -> str:
     missing = sorted(k for k in kernels if k not in snap.kernels)
     if missing:
         raise StoreError(f"kernel {missing[0][:12]} is referenced but not stored (run `emmy db check`)")
-    entries = {k: KernelEntry(*snap.kernels[k]) for k in kernels}
+    hints = own_hints(c["kernel_id"], c["sizes"], snap.goldens)
+    entries = {k: KernelEntry(rehinted(snap.kernels[k][0], hints.get(k, {}), hints.get("", {})),
+                              snap.kernels[k][1]) for k in kernels}
     w = RowWriter()
     used_goldens: set[tuple[str, str, str, str]] = set()
     for kid, sizes, sid, setting, status, failure, median, spread, samples, source in zip(
@@ -144,7 +185,7 @@ def render_snapshot(snap: CardSnapshot, fmt: str = FREEZE_FORMAT) -> str:
             continue
         entries[g.kernel_id].goldens.append(golden_entry(g.sizes, g.setting, knob_text.get(g.schedule_id)
                                                          if g.schedule_id else None, g.decision))
-    program = {k: snap.kernels[k][0] for k in kernels}
+    program = {k: entries[k].program for k in kernels}
     decs = [(program[p], d, [(i, program[piece]) for i, piece in pieces]) for (p, d), pieces in decisions.items()]
     return render_document(fmt, snap.card, entries.values(), decs)
 

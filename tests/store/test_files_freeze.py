@@ -199,3 +199,35 @@ def test_any_store_freezes_imports_and_freezes_again_to_the_same_bytes(rows: lis
     assert strip == [(m.kernel_id, m.sizes, m.schedule_id, m.status, m.failure, m.median_us, m.spread, m.samples,
                       m.source) for m in back.measurements()]
     assert back.goldens() == mem.goldens()
+
+
+def test_freeze_of_a_card_depends_on_its_own_rows_only() -> None:
+    """Issue 9, item 5: another card's tune coming first changed a card's `dyn(128)` to `dyn(1024)`."""
+    small, big = rmsnorm(64, batch_hint=128), rmsnorm(64, batch_hint=1024)
+    piece_small, piece_big = softmax(32, batch_hint=128), softmax(32, batch_hint=1024)
+    assert kernel_id(small) == kernel_id(big) and render(small) != render(big)
+    kid, pid, mid = kernel_id(small), kernel_id(piece_small), kernel_id(MM)
+
+    def h200(store: Store) -> None:
+        store.record([MeasurementRow.ok(kid, "B=128", {"block": 64}, H200.name, "deploy", 3.0),
+                      MeasurementRow.ok(kid, "B=16", {"block": 64}, H200.name, "rank", 3.0)],
+                     kernels=[small, piece_small, MM], cards=[H200],
+                     routing=[RoutingRow(mid, "split:K=2", 0, pid)],
+                     goldens=[GoldenRow(kid, "B=128", H200.name, "deploy", knobs={"block": 64}),
+                              GoldenRow(mid, "", H200.name, "deploy", decision="split:K=2")])
+
+    def h100(store: Store) -> None:
+        store.record([MeasurementRow.ok(kid, "B=1024", {"block": 64}, H100.name, "deploy", 9.0),
+                      MeasurementRow.ok(pid, "B=1024", {"block": 32}, H100.name, "deploy", 1.0)],
+                     kernels=[big, piece_big, MM], cards=[H100], routing=[RoutingRow(mid, "split:K=2", 0, pid)])
+
+    texts = []
+    for order in ((h200, h100), (h100, h200)):
+        mem = MemoryStore()
+        for fill in order:
+            fill(mem)
+        texts.append(render_snapshot(snapshot(mem, H200.name)))
+    assert texts[0] == texts[1]
+    programs = [k["program"] for k in json.loads(texts[0])["kernels"]]
+    assert render(small) in programs  # B's hint is the card's own most common size (128 twice, 16 once)
+    assert render(piece_small) in programs  # a piece with no row of its own takes the card's size of B
