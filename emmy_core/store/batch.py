@@ -25,7 +25,7 @@ from emmy_core.store.rows import (
     FAILURE_KINDS,
     HEX64,
     PLACEHOLDER_US,
-    SETTING_PATTERN,
+    SETTINGS,
     SOURCES,
     STATUSES,
     CardRow,
@@ -257,7 +257,7 @@ def _prepare_measurements(p: Prepared, rows: list[MeasurementRow]) -> None:
     _check_distinct(p, "kernel_id", lambda v: isinstance(v, str) and HEX64.match(v) is not None,
                     "is not a 64-digit lower-case hex kernel identity")
     _check_distinct(p, "card", _card_ok, "is not a card name (1-128 printable ASCII characters)")
-    _check_distinct(p, "setting", _setting_ok, f"is not a setting name ({SETTING_PATTERN.pattern})")
+    _check_distinct(p, "setting", _setting_ok, f"is not a compile setting ({', '.join(SETTINGS)})")
     _check_distinct(p, "source", lambda v: v in SOURCES, f"is not one of {', '.join(SOURCES)}")
     bad = _first_bad(c["status"], c["median_us"], c["spread"], c["samples"], c["failure"])
     if bad >= 0:
@@ -291,7 +291,7 @@ def _card_ok(v: object) -> bool:
 
 
 def _setting_ok(v: object) -> bool:
-    return isinstance(v, str) and SETTING_PATTERN.match(v) is not None
+    return isinstance(v, str) and v in SETTINGS
 
 
 def _check_distinct(p: Prepared, name: str, ok, why: str) -> None:  # type: ignore[no-untyped-def]
@@ -339,7 +339,8 @@ def _prepare_goldens(p: Prepared, rows: list[GoldenRow]) -> None:
         if not _card_ok(g.card):
             raise p.fail(f"{where}: field card: {str(g.card)[:80]!r} is not a card name")
         if not _setting_ok(g.setting):
-            raise p.fail(f"{where}: field setting: {str(g.setting)[:80]!r} is not a setting name")
+            raise p.fail(f"{where}: field setting: {str(g.setting)[:80]!r} is not a compile setting "
+                         f"({', '.join(SETTINGS)})")
         if (g.knobs is None) == (g.decision is None):
             raise p.fail(f"{where}: a golden names exactly one of knobs and decision")
         sid = None

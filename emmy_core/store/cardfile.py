@@ -37,7 +37,7 @@ from emmy_core.store.rows import (
     CARD_NUMBERS,
     FAILURE_KINDS,
     PLACEHOLDER_US,
-    SETTING_PATTERN,
+    SETTINGS,
     SOURCES,
     TARGETS,
     CardRow,
@@ -170,8 +170,9 @@ class RowReader:
     def setting_ok(self, setting: object, record: str) -> str:
         if type(setting) is str and self.settings.get(setting):
             return setting
-        if not isinstance(setting, str) or not SETTING_PATTERN.match(setting):
-            raise SourceError(self.file, record, "setting", f"{str(setting)[:80]!r} is not a setting name")
+        if not isinstance(setting, str) or setting not in SETTINGS:
+            raise SourceError(self.file, record, "setting", f"{str(setting)[:80]!r} is not a compile setting "
+                                                            f"({', '.join(SETTINGS)})")
         self.settings[setting] = True
         return setting
 
@@ -300,25 +301,70 @@ def parse_card_document(doc: object, file: str, formats: tuple[str, ...] = (FREE
     ids = out.kernel_ids
     rows: list[MeasurementRow] = []
     goldens: list[GoldenRow] = []
+    first: dict[str, int] = {}
     for i, entry in enumerate(top.array("kernels")):
         kf = Fields(file, json_path("$.kernels", i), entry, "a kernel")
         kf.only(KERNEL_KEYS)
         kernel = parse_kernel_text(kf)
         kid = kernel_id(kernel)
+        if kid in first:
+            raise kf.fail("program", f"the same kernel as $.kernels[{first[kid]}] (a kernel is listed once; "
+                                     "expected sizes are not part of its identity)")
+        first[kid] = i
         batch.kernels.append((kernel, c_name_of(kf, kernel)))
         ids.append(kid)
-        for row in reader.rows(kid, kf.array("rows"), json_path(kf.record, "rows"), rows):
+        start = len(rows)
+        golden_rows = reader.rows(kid, kf.array("rows"), json_path(kf.record, "rows"), rows)
+        pools = _one_row_per_key(file, kf.record, rows[start:], {id(r) for r in golden_rows})
+        for row in golden_rows:
             goldens.append(GoldenRow(kid, row.sizes, card.name, row.setting, knobs=row.knobs))
         for j, g in enumerate(kf.array("goldens", optional=True)):
             gf = Fields(file, json_path(kf.record, "goldens", j), g, "a golden")
-            goldens.append(parse_golden(reader, gf, kid))
+            golden = parse_golden(reader, gf, kid)
+            _one_golden_per_pool(gf, pools, (golden.sizes, golden.setting))
+            goldens.append(golden)
+    seen_decisions: dict[tuple[str, str], int] = {}
     for i, entry in enumerate(top.array("decisions", optional=True)):
-        batch.routing.extend(parse_decision_entry(Fields(file, json_path("$.decisions", i), entry, "a decision"),
-                                                  ids))
+        df = Fields(file, json_path("$.decisions", i), entry, "a decision")
+        routing = parse_decision_entry(df, ids)
+        key = (routing[0].parent_id, routing[0].decision)
+        if key in seen_decisions:
+            raise df.fail("", f"decision {key[1][:40]!r} of the same parent as $.decisions[{seen_decisions[key]}] "
+                              "is listed twice")
+        seen_decisions[key] = i
+        batch.routing.extend(routing)
     batch.measurements = rows
     batch.goldens = goldens
     out.rows = len(rows)
     return out
+
+
+def _one_row_per_key(file: str, record: str, rows: list[MeasurementRow], golden: set[int]
+                     ) -> dict[tuple[str, str], str]:
+    """Refuses a kernel's rows that repeat a key (sizes, setting, knobs) or give one pool (sizes, setting)
+    two goldens: a file that says two things about one variant contradicts itself. Returns the pools
+    with a golden row, each with the JSON path of that row."""
+    keys: dict[tuple[str, str, str], int] = {}
+    pools: dict[tuple[str, str], str] = {}
+    base = json_path(record, "rows")
+    for j, r in enumerate(rows):
+        key = (r.sizes, r.setting, r.knobs.schedule_id)  # type: ignore[union-attr]
+        if keys.setdefault(key, j) != j:
+            raise SourceError(file, f"{base}[{j}]", "", f"repeats the key (sizes, setting, knobs) of "
+                                                        f"{base}[{keys[key]}]: one variant, two measurements")
+        if id(r) in golden:
+            pool = (r.sizes, r.setting)
+            if pool in pools:
+                raise SourceError(file, f"{base}[{j}]", "golden", f"a second golden for sizes {r.sizes!r}, setting "
+                                                                  f"{r.setting!r} (the first: {pools[pool]})")
+            pools[pool] = f"{base}[{j}]"
+    return pools
+
+
+def _one_golden_per_pool(f: Fields, pools: dict[tuple[str, str], str], pool: tuple[str, str]) -> None:
+    if pool in pools:
+        raise f.fail("", f"a second golden for sizes {pool[0]!r}, setting {pool[1]!r} (the first: {pools[pool]})")
+    pools[pool] = f.record
 
 
 def parse_decision_entry(f: Fields, ids: list[str]) -> list[RoutingRow]:

@@ -14,7 +14,8 @@ re-benched or re-imported, not repaired. Kinds:
 - `stale_version`: a version key missing from `meta` or not the current one;
 - `duplicate_key`: more than one measurement row for one key;
 - `malformed_row`: a row breaking a writer rule (ok/failed consistency, placeholder time,
-  non-canonical sizes, a routing or golden decision that is not a decision).
+  non-canonical sizes, a setting outside the compile settings, a routing or golden decision
+  that is not a decision).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from emmy_core.knobs.vocab import (
 from emmy_core.store.batch import knob_target_problem
 from emmy_core.store.connect import DEFAULT_LOCK_TIMEOUT, connect, translated
 from emmy_core.store.errors import StoreError
-from emmy_core.store.rows import PLACEHOLDER_US
+from emmy_core.store.rows import PLACEHOLDER_US, SETTINGS
 from emmy_core.store.schema import TABLE_NAMES
 from emmy_core.store.versions import VERSION_KEYS, current_versions
 
@@ -154,6 +155,10 @@ _MALFORMED = (
 def _check_malformed(con: Any, report: CheckReport) -> None:
     for sql in _MALFORMED:
         report.add("malformed_row", *_count_and_examples(con, sql, [PLACEHOLDER_US]))
+    for table in ("measurements", "goldens"):
+        report.add("malformed_row", *_count_and_examples(
+            con, f"SELECT '{table} row of ' || left(kernel_id, 12) || ': setting ' || left(setting, 40) || ' is not a "
+                 f"compile setting' FROM {table} WHERE NOT list_contains(?, setting)", [list(SETTINGS)]))
     bad_sizes = []
     for (text,) in con.execute("SELECT DISTINCT sizes FROM measurements UNION SELECT DISTINCT sizes "
                                "FROM goldens").fetchall():

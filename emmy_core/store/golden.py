@@ -137,6 +137,7 @@ def parse_golden_file(doc: object, file: str) -> GoldenFile:
     batch.add_card(card)
     reader = RowReader(file, card.name)
     entries = top.array("goldens")
+    pools: dict[tuple[str, str, str], int] = {}
     for i, g in enumerate(entries):
         f = Fields(file, json_path("$.goldens", i), g, "a golden")
         f.only(("c_name", "program", "setting", "sizes", "trace", "knobs", "decision", "pieces"))
@@ -146,6 +147,9 @@ def parse_golden_file(doc: object, file: str) -> GoldenFile:
         batch.kernels.append((kernel, c_name_of(f, kernel)))
         sizes = reader.sizes_ok(f.raw("sizes"), f.record)
         setting = reader.setting_ok(f.raw("setting"), f.record)
+        if pools.setdefault((kid, sizes, setting), i) != i:
+            raise f.fail("", f"a second golden for this kernel at sizes {sizes!r}, setting {setting!r} (the first: "
+                             f"$.goldens[{pools[(kid, sizes, setting)]}])")
         if f.has("knobs") == f.has("decision"):
             raise f.fail("", "a golden names exactly one of knobs and decision")
         if f.has("knobs"):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emmy_core.bench.watchdog import PLACEHOLDER_US
+from emmy_core.codegen.backend import SETTINGS as _COMPILE_SETTINGS
 from emmy_core.knobs.vocab import canonical_knobs, knobs_problem, schedule_id_of_text
 
 STATUSES = ("ok", "failed")
@@ -26,7 +27,7 @@ FAILURE_KINDS = ("build_error", "launch_error", "timeout", "crash", "runtime", "
 TARGETS = ("cuda", "cpu")
 # PLACEHOLDER_US: the watchdog's placeholder time (microseconds) in `median_us` of every failed row.
 
-SETTING_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:=+-]{0,63}\Z")
+SETTINGS = tuple(_COMPILE_SETTINGS)  # the compile settings a measurement can be taken under (a closed set)
 CARD_NAME_PATTERN = re.compile(r"[A-Za-z0-9_][ -~]{0,127}\Z")  # printable ASCII, at most 128 characters
 HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 

@@ -160,3 +160,9 @@ def test_check_reads_a_file_of_another_version_instead_of_refusing(clean: Path) 
     result = runner.invoke(app, ["db", "check", "--db", str(clean), "--json"])
     assert result.exit_code == 1
     assert json.loads(result.output)["counts"]["stale_version"] == 1
+
+
+def test_check_finds_a_setting_outside_the_compile_settings(clean: Path) -> None:
+    _plant(clean, ("UPDATE measurements SET setting = 'turbo' WHERE kernel_id = ?", [MUL_ID]),
+           ("UPDATE goldens SET setting = 'turbo' WHERE kernel_id = ?", [MUL_ID]))
+    assert _only(clean, "malformed_row") == 2

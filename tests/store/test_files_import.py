@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from emmy_core.cli.main import app
 from emmy_core.ir import identity, kernel_id
-from emmy_core.store import StoreError, open_store
+from emmy_core.store import BatchError, MeasurementRow, StoreError, open_store
 from emmy_core.store.freeze import freeze_db
 from emmy_core.store.importer import import_db
 from emmy_core.store.sourcefile import SourceError, read_bounded
@@ -290,3 +290,44 @@ def test_fresh_import_moves_a_database_of_another_version_aside(db: Path, tmp_pa
     assert o.ok, o.message
     aside = tmp_path / "target.schema0-identity1.db"
     assert aside.read_bytes() == before and str(aside) in notes[0]
+
+
+def test_contradictions_one_key_twice_with_different_times_is_refused(db: Path, tmp_path: Path,
+                                                                      freeze_doc: dict) -> None:
+    """Issue 9, item 6: the freeze importer accepted contradictions."""
+    rows = freeze_doc["kernels"][2]["rows"]
+    rows.append({**rows[0], "median_us": rows[0]["median_us"] * 100})
+    refused(db, write(tmp_path, "twice.json", freeze_doc), "$.kernels[2].rows[3]", "repeats the key (sizes, setting, knobs) of",
+            "$.kernels[2].rows[0]")
+
+
+def test_contradictions_several_goldens_for_one_pool_are_refused(db: Path, tmp_path: Path, freeze_doc: dict) -> None:
+    k = freeze_doc["kernels"][2]
+    k["goldens"] = [{"knobs": {"block": 128, "num_warps": 8}, "setting": "deploy", "sizes": "B=8"}]
+    refused(db, write(tmp_path, "goldens.json", freeze_doc), "$.kernels[2].goldens[0]", "second golden",
+            "$.kernels[2].rows[1]")
+    k["goldens"] = []
+    k["rows"][0]["golden"] = True  # B=16 is its own pool: fine
+    k["rows"][2]["sizes"], k["rows"][2]["setting"], k["rows"][2]["golden"] = "B=8", "deploy", True
+    refused(db, write(tmp_path, "rows.json", freeze_doc), "$.kernels[2].rows[2]", "second golden")
+
+
+def test_contradictions_a_kernel_listed_twice_is_refused(db: Path, tmp_path: Path, freeze_doc: dict) -> None:
+    twin = dict(freeze_doc["kernels"][2])
+    twin["program"] = twin["program"].replace("dyn(8)", "dyn(512)", 1)  # same identity: hints are not part of it
+    twin["rows"] = []
+    freeze_doc["kernels"].append(twin)
+    refused(db, write(tmp_path, "kernel.json", freeze_doc), "$.kernels[5].program", "same kernel as $.kernels[2]")
+
+
+def test_contradictions_a_setting_tune_refuses_is_refused(db: Path, tmp_path: Path, freeze_doc: dict) -> None:
+    freeze_doc["kernels"][2]["rows"][0]["setting"] = "turbo"
+    refused(db, write(tmp_path, "turbo.json", freeze_doc), "$.kernels[2].rows[0].setting", "'turbo'",
+            "deploy, rank")
+    with open_store(db, "w") as s, pytest.raises(BatchError, match="setting"):
+        s.record([MeasurementRow.ok(kernel_id(NORM), "B=8", {"block": 64}, "NVIDIA H200", "turbo", 1.0)])
+
+
+def test_contradictions_a_decision_listed_twice_is_refused(db: Path, tmp_path: Path, freeze_doc: dict) -> None:
+    freeze_doc["decisions"].append(dict(freeze_doc["decisions"][0]))
+    refused(db, write(tmp_path, "decision.json", freeze_doc), "$.decisions[1]", "listed twice")

@@ -139,3 +139,14 @@ def test_a_golden_record_keeps_its_trace_and_imports_the_golden(tmp_path: Path) 
     assert goldens == {(kernel_id(NORM), None), (kernel_id(MM), "split:K=2")}
     assert mem.routing() == [RoutingRow(kernel_id(MM), "split:K=2", 0, kernel_id(PIECE_A)),
                              RoutingRow(kernel_id(MM), "split:K=2", 1, kernel_id(PIECE_B))]
+
+
+def test_contradictions_a_golden_record_with_two_goldens_for_one_pool_is_refused(tmp_path: Path) -> None:
+    trace = Trace("tiny-llama", {"input_ids": (8, 512)})
+    path = write_golden_file(tmp_path / "goldens.json", H200, [
+        GoldenRecord(trace, NORM, "B=8", "deploy", knobs={"block": 64, "num_warps": 4})])
+    doc = json.loads(path.read_text())
+    doc["goldens"].append({**doc["goldens"][0], "knobs": {"block": 128, "num_warps": 8}})
+    path.write_text(json.dumps(doc))
+    (outcome,) = import_into(MemoryStore(), [path])
+    assert not outcome.ok and "$.goldens[1]" in outcome.message and "second golden" in outcome.message
