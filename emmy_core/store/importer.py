@@ -49,8 +49,17 @@ def is_duckdb(path: Path) -> bool:
     return head[8:12] == DUCKDB_MAGIC
 
 
+@dataclass
+class LoadedSource:
+    """A source read and checked: its kind, the batch that imports it, and notes for the import summary."""
+
+    kind: str
+    batch: Batch
+    notes: list[str]
+
+
 def load_source(path: Path | str, store: Store, *, card: str | None = None,
-                max_bytes: int = MAX_SOURCE_BYTES) -> tuple[str, Batch]:
+                max_bytes: int = MAX_SOURCE_BYTES) -> LoadedSource:
     """The kind of a source and the batch that imports it (nothing written); refuses with a SourceError."""
     from emmy_core.store import cardfile, golden, kerneltuner, tablesource
 
@@ -59,28 +68,30 @@ def load_source(path: Path | str, store: Store, *, card: str | None = None,
     if p.is_dir():
         from emmy_core.store.export import read_export_tables
 
-        return "export", tablesource.batch_from_tables(read_export_tables(p), name)
+        return LoadedSource("export", tablesource.batch_from_tables(read_export_tables(p), name), [])
     if not p.is_file():
         raise SourceError(name, "", "", "no such file or directory")
     if is_duckdb(p):
         label = getattr(store, "path", None)
         if label is not None and p.resolve() == Path(label).resolve():
             raise SourceError(name, "", "", "is the database being imported into")
-        return "database", tablesource.batch_from_tables(tablesource.read_db_tables(p), name)
+        return LoadedSource("database", tablesource.batch_from_tables(tablesource.read_db_tables(p), name), [])
     doc = load_json_file(p, max_bytes)
     if kerneltuner.looks_like_cache(doc):
         cache = kerneltuner.parse_cache(doc, name, card=card)
         if store.card(cache.card) is None:
             cache.batch.add_card(kerneltuner.card_row(cache.card))
-        return "kerneltuner", cache.batch
+        notes = [f"{cache.time_disagrees} working entries whose time is not the mean of their times (the median "
+                 "of times was recorded)"] if cache.time_disagrees else []
+        return LoadedSource("kerneltuner", cache.batch, notes)
     if not isinstance(doc, dict) or "format" not in doc:
         raise SourceError(name, "$", "format", "missing: not a freeze, tune file, golden record or Kernel Tuner "
                                                "cache")
     fmt = doc["format"]
     if fmt == golden.GOLDEN_FORMAT:
-        return "golden", golden.parse_golden_file(doc, name).batch
+        return LoadedSource("golden", golden.parse_golden_file(doc, name).batch, [])
     parsed = cardfile.parse_card_document(doc, name)
-    return ("freeze" if parsed.format == cardfile.FREEZE_FORMAT else "tune"), parsed.batch
+    return LoadedSource("freeze" if parsed.format == cardfile.FREEZE_FORMAT else "tune", parsed.batch, [])
 
 
 def import_into(store: Store, sources: Iterable[Path | str], *, card: str | None = None,
@@ -92,18 +103,20 @@ def import_into(store: Store, sources: Iterable[Path | str], *, card: str | None
         if progress is not None:
             progress(name)
         kind = "?"
+        notes: list[str] = []
         try:
             with gc_paused():
-                kind, batch = load_source(src, store, card=card, max_bytes=max_bytes)
-                summary = store.write(batch)
-                del batch
+                loaded = load_source(src, store, card=card, max_bytes=max_bytes)
+                kind, notes = loaded.kind, loaded.notes
+                summary = store.write(loaded.batch)
+                del loaded
         except (SourceError, StoreError) as exc:
             out.append(SourceOutcome(name, kind, False, str(exc)))
             continue
-        out.append(SourceOutcome(name, kind, True, f"{summary.offered} rows offered: {summary.inserted} new, "
-                                                   f"{summary.replaced} better, {summary.ignored} kept as stored; "
-                                                   f"{summary.kernels_added} kernels and {summary.schedules_added} "
-                                                   "schedules added", summary))
+        out.append(SourceOutcome(name, kind, True, "; ".join([
+            f"{summary.offered} rows offered: {summary.inserted} new, {summary.replaced} better, {summary.ignored} "
+            f"kept as stored; {summary.kernels_added} kernels and {summary.schedules_added} schedules added",
+            *notes]), summary))
     return out
 
 

@@ -5,7 +5,9 @@ kernel per (kernel name, problem size, knob space): `Extern(kernel_name, problem
 space)` where `space` is the sha256 of the canonical JSON of `tune_params` (keys sorted,
 each knob's admissible values in the file's order). Every cache entry becomes a row with
 its knobs in the `extern.` namespace: a number in `time` is a working row whose median is
-the median of `times` converted from milliseconds to microseconds; a failure string is a
+the median of `times` converted from milliseconds to microseconds (a `time` that is not a
+positive, finite number is refused; one that is not the mean of `times` within rounding is
+counted, since real caches have such entries, and the count is reported); a failure string is a
 failed row with the watchdog's placeholder time and the failure kind kept. The card is the
 file's `device_name`, exactly as written; an empty or missing one is refused unless a card
 name is given. Nothing is trusted: every knob value must be one the file's `tune_params`
@@ -32,17 +34,20 @@ KT_FAILURES = {"CompilationFailedConfig": "build_error", "RuntimeFailedConfig": 
 TOP_KEYS = ("device_name", "kernel_name", "problem_size", "tune_params_keys", "tune_params", "objective", "cache")
 MAX_KNOBS = 64
 MAX_TIMES = 100_000
+MEAN_TOLERANCE = 1e-9  # relative: sums of float32 samples printed in decimal stay well inside it
 
 
 @dataclass
 class KernelTunerCache:
-    """A parsed cache: the card it was measured on, its extern kernel, the batch and its row counts."""
+    """A parsed cache: the card it was measured on, its extern kernel, the batch and its row counts.
+    `time_disagrees` counts working entries whose `time` is not the mean of their `times`."""
 
     card: str
     kernel: Extern
     batch: Batch
     ok: int
     failed: int
+    time_disagrees: int = 0
 
 
 def space_digest(tune_params: dict) -> str:
@@ -152,7 +157,7 @@ def parse_cache(doc: object, file: str, *, card: str | None = None, setting: str
 
     kid = kernel_id(kernel)
     rows: list[MeasurementRow] = []
-    ok = failed = 0
+    ok = failed = disagree = 0
     knob_names = [EXTERN_PREFIX + k for k in keys]
     _NUMBERS = {int, float}
     for ckey, entry in cache.items():
@@ -181,6 +186,9 @@ def parse_cache(doc: object, file: str, *, card: str | None = None, setting: str
             continue
         if time.__class__ not in _NUMBERS:
             raise SourceError(file, json_path("$.cache", ckey), "time", "must be a number or a failure string")
+        if not 0 < time < math.inf:
+            raise SourceError(file, json_path("$.cache", ckey), "time", f"{str(time)[:40]} is not a positive, finite "
+                                                                        "time in milliseconds")
         times = entry.get("times")
         if times.__class__ is not list or not times or len(times) > MAX_TIMES or not set(map(type, times)) <= _NUMBERS:
             raise SourceError(file, json_path("$.cache", ckey), "times", "a working entry needs its repeated samples "
@@ -191,11 +199,19 @@ def parse_cache(doc: object, file: str, *, card: str | None = None, setting: str
         if not (0 < s[0] and s[-1] < math.inf and med < PLACEHOLDER_US):
             raise SourceError(file, json_path("$.cache", ckey), "times",
                               f"samples must be positive, finite and their median below {PLACEHOLDER_US:g} us")
+        if not _is_mean(time, s):
+            disagree += 1
         rows.append(MeasurementRow.ok(kid, "", sched, name, setting, med, spread=(s[-1] - s[0]) * 1000.0 / med,
                                       samples=n, source="import", measured_at=at))
         ok += 1
     batch.measurements = rows
-    return KernelTunerCache(name, kernel, batch, ok, failed)
+    return KernelTunerCache(name, kernel, batch, ok, failed, disagree)
+
+
+def _is_mean(time: float, samples: list[float]) -> bool:
+    """Whether an entry's `time` is the mean of its `times` within rounding (Kernel Tuner writes the mean)."""
+    mean = math.fsum(samples) / len(samples)
+    return abs(time - mean) <= MEAN_TOLERANCE * max(abs(mean), abs(time))
 
 
 def card_row(name: str) -> CardRow:

@@ -80,7 +80,8 @@ def _fold(d: Path, freezes: list[Path], tunes: list[Path], report: RefreshReport
             if progress is not None:
                 progress(path.name)
             with gc_paused():
-                kind, batch = load_source(path, store)
+                loaded = load_source(path, store)
+            kind, batch = loaded.kind, loaded.batch
             m = (TUNE_NAME if path in tunes else FREEZE_NAME).match(path.name)
             expected = "tune" if path in tunes else "freeze"
             if kind != expected:

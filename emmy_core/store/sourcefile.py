@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import gzip
 import json
+import math
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -204,6 +205,8 @@ class Fields:
         v = self.raw(key)
         if isinstance(v, bool) or not isinstance(v, int | float):
             raise self.fail(key, f"must be a number, not {_kind(v)}")
+        if not math.isfinite(v):
+            raise self.fail(key, "must be a finite number")
         return float(v)
 
     def array(self, key: str, *, optional: bool = False) -> list:

@@ -331,3 +331,20 @@ def test_contradictions_a_setting_tune_refuses_is_refused(db: Path, tmp_path: Pa
 def test_contradictions_a_decision_listed_twice_is_refused(db: Path, tmp_path: Path, freeze_doc: dict) -> None:
     freeze_doc["decisions"].append(dict(freeze_doc["decisions"][0]))
     refused(db, write(tmp_path, "decision.json", freeze_doc), "$.decisions[1]", "listed twice")
+
+
+@pytest.mark.parametrize("time", [-1.5, 0, "1e999"])
+def test_kernel_tuner_a_time_that_is_not_a_positive_finite_number_is_refused(db: Path, tmp_path: Path,
+                                                                            time: object) -> None:
+    """Issue 9, item 7: a negative, zero or overflowing `time` was accepted (the median comes from `times`)."""
+    text = json.dumps(kt_cache()).replace('"time": 1.5', f'"time": {time}')
+    refused(db, write(tmp_path, "time.json", text), '$.cache["32"].time', "positive, finite")
+
+
+def test_kernel_tuner_a_time_that_is_not_the_mean_of_its_times_is_counted(db: Path, tmp_path: Path) -> None:
+    doc = kt_cache()
+    doc["cache"]["32"]["time"] = 1.75  # the mean of [1.0, 2.0, 1.5] is 1.5
+    (o,) = import_db(db, [write(tmp_path, "mean.json", doc)])
+    assert o.ok and "1 working entries whose time is not the mean of their times" in o.message, o.message
+    (o,) = import_db(db, [write(tmp_path, "fine.json", kt_cache())])
+    assert o.ok and "not the mean" not in o.message
