@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from emmy_core.ir import Extern, IRError, Kernel, Program, format_sizes, kernel_id, parse, parse_sizes, render
 from emmy_core.ir.check import validate
 from emmy_core.knobs.vocab import EXTERN_PREFIX, SCHEDULE_KNOBS, parse_decision
-from emmy_core.store.errors import BatchError
+from emmy_core.store.errors import BatchError, bounded
 from emmy_core.store.rows import (
     CARD_NAME_PATTERN,
     FAILURE_KINDS,
@@ -60,7 +60,7 @@ class Prepared:
         return len(self.columns["kernel_id"])
 
     def fail(self, message: str) -> BatchError:
-        return BatchError(f"{self.origin}: {message}" if self.origin else message)
+        return BatchError(bounded(f"{bounded(self.origin, 300)}: {message}" if self.origin else message))
 
 
 @dataclass

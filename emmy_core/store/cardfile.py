@@ -146,7 +146,7 @@ class RowReader:
             problem = knobs_problem(knobs)
             if problem is not None:
                 bad = next((k for k in sorted(knobs, key=str) if knobs_problem({k: knobs[k]}) is not None), "")
-                where = f"{field_name}.{bad}" if bad else field_name
+                where = f"{field_name}.{str(bad)[:60]}" if bad else field_name
                 raise SourceError(self.file, record, where, problem)
             got = Schedule(knobs)
             if key is not None:

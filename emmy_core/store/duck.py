@@ -17,7 +17,7 @@ from typing import Any
 
 from emmy_core.store.batch import MEASUREMENT_COLUMNS, Prepared
 from emmy_core.store.connect import DEFAULT_LOCK_TIMEOUT, connect, first_line, translated
-from emmy_core.store.errors import BatchError, StoreError, VersionMismatchError
+from emmy_core.store.errors import BatchError, StoreError, VersionMismatchError, bounded
 from emmy_core.store.interface import Store
 from emmy_core.store.rows import (
     CARD_NUMBERS,
@@ -234,7 +234,7 @@ class DuckStore(Store):
                 raise StoreError(f"{self.label}: {where}writing the batch failed, nothing was written: "
                                  f"{first_line(exc)}") from None
             if isinstance(exc, BatchError):
-                raise BatchError(f"{self.label}: {exc}") from None
+                raise BatchError(bounded(f"{self.label}: {exc}")) from None
             raise
         finally:
             for name in staged:

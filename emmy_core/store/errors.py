@@ -1,6 +1,19 @@
-"""Errors of the store. Each says which file, record or field is at fault; none wraps a raw DuckDB trace."""
+"""Errors of the store. Each says which file, record or field is at fault; none wraps a raw DuckDB trace.
+
+Every part of a message that echoes input (a name, a value, a path) is bounded: a 20 MB knob
+name must not become a 20 MB error message.
+"""
 
 from __future__ import annotations
+
+MAX_MESSAGE = 2000
+
+
+def bounded(text: str, limit: int = MAX_MESSAGE) -> str:
+    """`text` cut to at most about `limit` characters, saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
 class StoreError(Exception):

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
-from emmy_core.store.errors import BatchError
+from emmy_core.store.errors import BatchError, bounded
 
 MAX_SOURCE_BYTES = 512 * 1024 * 1024
 """Default cap on a source file's decompressed size (bytes): beyond it the file is refused unread."""
@@ -53,10 +53,11 @@ class SourceError(BatchError):
     """A source refused: `file`, `record` (JSON path of the record) and `field` say where, `problem` why."""
 
     def __init__(self, file: str, record: str, field: str, problem: str) -> None:
-        self.file = file
-        self.record = record
-        self.field = field
-        self.problem = problem
+        self.file = bounded(file, 300)
+        self.record = bounded(record, 300)
+        self.field = bounded(field, 120)
+        self.problem = bounded(problem, 600)
+        file, record, field, problem = self.file, self.record, self.field, self.problem
         where = record if not field else f"{record}.{field}" if record else field
         super().__init__(f"{file}: {where}: {problem}" if where else f"{file}: {problem}")
 
@@ -67,10 +68,10 @@ def json_path(base: str, *parts: str | int) -> str:
     for p in parts:
         if isinstance(p, int):
             out += f"[{p}]"
-        elif p.isidentifier():
+        elif p.isidentifier() and len(p) <= 60:
             out += f".{p}"
         else:
-            out += "[" + json.dumps(p[:60]) + "]"
+            out += "[" + json.dumps(p[:60]) + ("...]" if len(p) > 60 else "]")
     return out
 
 

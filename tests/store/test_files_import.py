@@ -348,3 +348,18 @@ def test_kernel_tuner_a_time_that_is_not_the_mean_of_its_times_is_counted(db: Pa
     assert o.ok and "1 working entries whose time is not the mean of their times" in o.message, o.message
     (o,) = import_db(db, [write(tmp_path, "fine.json", kt_cache())])
     assert o.ok and "not the mean" not in o.message
+
+
+def test_error_messages_are_bounded_a_20_mb_knob_name_gives_a_short_message(db: Path, tmp_path: Path,
+                                                                            freeze_doc: dict) -> None:
+    """Issue 9, item 8: a 20 MB knob name gave a 20 MB error message."""
+    huge = "q" * (20 * 1024 * 1024)
+    freeze_doc["kernels"][2]["rows"][0]["knobs"][huge] = 1
+    message = refused(db, write(tmp_path, "knob.json", freeze_doc), "$.kernels[2].rows[0]", "knobs.qqqq")
+    assert len(message) < 1000
+    cache = kt_cache()
+    cache["cache"][huge] = {}
+    assert len(refused(db, write(tmp_path, "key.json", cache), "$.cache")) < 1000
+    with open_store(db, "w") as s, pytest.raises(BatchError) as err:
+        s.record([MeasurementRow.ok(kernel_id(NORM), "B=8", {huge: 1}, "NVIDIA H200", "deploy", 1.0)], origin=huge)
+    assert len(str(err.value)) < 3000
