@@ -9,10 +9,15 @@ time, and check integrity. A build error, launch error, hang or crash becomes a 
 row with the placeholder time and the bench goes on; a flagged result (wrong,
 nondeterministic, too noisy, faster than the card allows) is reported and never
 recorded. Each kernel's rows are recorded together, through the recorder given.
+
+The machine's load is sampled around every timed variant (`load.LoadGuard`): a time, or a
+timeout, taken while other processes held more than `max_busy` of the CPUs is measured
+again after a pause, and flagged `busy` (never recorded) if the machine stays busy.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -20,6 +25,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emmy_core.bench.integrity import DEFAULT_SPREAD_LIMIT, Stats, summarize, timing_flags
+from emmy_core.bench.load import (
+    BUSY_FLAG,
+    DEFAULT_MAX_BUSY,
+    DEFAULT_PAUSE_S,
+    DEFAULT_RETRIES,
+    Busy,
+    LoadGuard,
+    LoadProbe,
+    MachineProbe,
+    busy_between,
+)
 from emmy_core.bench.progress import BenchProgress
 from emmy_core.bench.record import Recorder
 from emmy_core.bench.watchdog import PLACEHOLDER_US, WorkerCrashed, WorkerProcess, WorkerTimeout
@@ -114,6 +130,11 @@ class BenchReport:
     rows_recorded: int = 0
     wall_s: float = 0.0
     worker_starts: int = 0
+    remeasured: int = 0  # variants measured again because the machine was busy
+
+    @property
+    def flagged(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status == "flagged"]
 
     def count(self, status: str) -> int:
         return sum(1 for o in self.outcomes if o.status == status)
@@ -137,7 +158,11 @@ class BenchConfig:
     seed: int = 0
     time: bool = True  # False: build and verify only (nothing is recorded)
     skip_measured: bool = True  # skip variants the recorder already holds as measured ok
-    progress: bool = False
+    progress: bool = False  # a bar on a terminal, else a line every `progress_every_s`
+    progress_every_s: float = 5.0
+    max_busy: float = DEFAULT_MAX_BUSY  # others' share of the CPUs above which a timing is not trusted (>= 1: off)
+    busy_retries: int = DEFAULT_RETRIES  # measurements again of a variant timed on a busy machine
+    busy_pause_s: float = DEFAULT_PAUSE_S  # pause before measuring again
 
 
 def dedupe(plan: Iterable[tuple[Unit, Sequence[Mapping[str, object]]]]) -> list[Planned]:
@@ -204,6 +229,11 @@ class _Session:
             raise RuntimeError(f"reference for {unit.program.name} at {unit.sizes_text!r}: {reply['error']}")
         self.unit_key = unit.key
 
+    def pids(self) -> list[int]:
+        """This bench's processes: the harness and its worker (their CPU time is not the machine's load)."""
+        worker = self.proc.pid
+        return [os.getpid()] if worker is None else [os.getpid(), worker]
+
     def variant(self, knobs: dict[str, object]) -> dict[str, Any]:
         try:
             return self.proc.request({"op": "variant", "knobs": knobs, "setting": self.config.setting,
@@ -248,14 +278,51 @@ def _outcome(unit: Unit, knobs: dict[str, object], reply: dict[str, Any], card: 
     return out("ok", stats=stats)
 
 
+def _judged_by_load(out: Outcome) -> bool:
+    """Outcomes a busy machine can fake: a time, and a timeout (a failure of the build is the kernel's)."""
+    return out.status == "ok" or (out.status == "failed" and out.failure == "timeout")
+
+
+def _busy_outcome(out: Outcome, busy: Busy, tries: int) -> Outcome:
+    return Outcome(out.unit, out.knobs, out.card, out.setting, out.source, "flagged", flags=(BUSY_FLAG,),
+                   message=f"machine busy while timing ({tries} tries): {busy.describe()}", stats=out.stats)
+
+
+def _measure(session: _Session, unit: Unit, knobs: dict[str, object], card: Card, config: BenchConfig,
+             floor_us: float, guard: LoadGuard | None, report: BenchReport) -> Outcome:
+    """One variant, measured again while the machine was too busy to trust it (then flagged `busy`)."""
+    tries = 0
+    while True:
+        tries += 1
+        before = guard.probe.sample(session.pids()) if guard is not None else None
+        reply = session.variant(knobs)
+        out = _outcome(unit, knobs, reply, card, config, floor_us)
+        if guard is None or before is None or not _judged_by_load(out):
+            return out
+        busy = busy_between(before, guard.probe.sample(session.pids()))
+        if not guard.too_busy(busy):
+            return out
+        if tries > guard.retries:
+            return _busy_outcome(out, busy, tries)
+        report.remeasured += 1
+        time.sleep(guard.pause_s)
+        try:
+            session.ensure(unit)
+        except BenchError:
+            raise
+        except RuntimeError:  # the worker could not take the unit again: keep what was seen
+            return _busy_outcome(out, busy, tries)
+
+
 def bench(plan: Iterable[tuple[Unit, Sequence[Mapping[str, object]]]], card: Card, backend: str | None = None,
           recorder: Recorder | None = None, config: BenchConfig | None = None,
           on_outcome: Callable[[Outcome], None] | None = None, worker_env: dict[str, str] | None = None,
-          ) -> BenchReport:
+          probe: LoadProbe | None = None) -> BenchReport:
     """Benches every variant of every unit of `plan` on `card`; returns what became of each.
 
     `backend` is `module:attr` of a code generator (default: the card's target's).
     Rows (ok and failed) go to `recorder` one kernel at a time; without a recorder nothing is written.
+    `probe` reads the machine's load around each timed variant (default: this machine's /proc).
     """
     config = config or BenchConfig()
     get_setting(config.setting)
@@ -274,8 +341,10 @@ def bench(plan: Iterable[tuple[Unit, Sequence[Mapping[str, object]]]], card: Car
             work.append((p, todo))
     session = _Session(backend, card, config, worker_env)
     total = sum(len(todo) for _, todo in work)
+    guard = LoadGuard(probe or MachineProbe(), config.max_busy, config.busy_retries, config.busy_pause_s) \
+        if config.time else None
     try:
-        with BenchProgress(total, enabled=config.progress) as progress:
+        with BenchProgress(total, enabled=config.progress, every_s=config.progress_every_s) as progress:
             for p, todo in work:
                 unit = p.unit
                 f = facts(unit.program, dict(unit.sizes))
@@ -290,7 +359,7 @@ def bench(plan: Iterable[tuple[Unit, Sequence[Mapping[str, object]]]], card: Car
                         report.unit_errors.append((unit, str(exc)))
                         progress.skip(len(todo) - i)
                         break
-                    out = _outcome(unit, knobs, session.variant(knobs), card, config, floor_us)
+                    out = _measure(session, unit, knobs, card, config, floor_us, guard, report)
                     report.outcomes.append(out)
                     if out.recordable:
                         rows.append(out)

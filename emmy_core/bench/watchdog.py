@@ -55,6 +55,11 @@ class WorkerProcess:
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        """The worker's process id while it runs (its CPU time is the bench's own, not the machine's load)."""
+        return self._proc.pid if self.alive and self._proc is not None else None
+
     def start(self) -> None:
         env = dict(os.environ if self._env is None else self._env)
         paths = [p for p in sys.path if p and os.path.isdir(p)]

@@ -13,12 +13,14 @@ from typing import Annotated, Any
 
 import typer
 
+from emmy_core.bench.load import DEFAULT_MAX_BUSY
 from emmy_core.cli.common import fail, read_source
 from emmy_core.cli.tune_cmd import (
     BackendOpt,
     CardOpt,
     DbOpt,
     DtypeOpt,
+    MaxBusyOpt,
     Opt,
     SettingOpt,
     SpreadOpt,
@@ -28,6 +30,7 @@ from emmy_core.cli.tune_cmd import (
     local_card_named,
     parse_shape,
     run_bench,
+    warn_if_busy,
 )
 
 
@@ -74,6 +77,7 @@ def run(
                                 "measured ok")] = False,
     timeout: TimeoutOpt = 120.0,
     spread_limit: SpreadOpt = 0.5,
+    max_busy: MaxBusyOpt = DEFAULT_MAX_BUSY,
     backend: BackendOpt = None,
 ) -> None:
     """Build and verify kernels with forced knob values; with --bench, time them and record clean results."""
@@ -109,8 +113,12 @@ def run(
     if not plan:
         fail("no kernel can be built with these knobs on this card")
     config = BenchConfig(setting=setting, source="hand", timeout_s=timeout, spread_limit=spread_limit,
-                         time=bench_, skip_measured=not force)
+                         time=bench_, skip_measured=not force, max_busy=max_busy)
     recorder = db_recorder(db, "hand-run") if bench_ else None
+    if recorder is not None:
+        typer.echo(f"timing {len(plan)} kernel(s) on {the_card.name}, setting {setting}; recording clean results "
+                   f"into {recorder.label}")
+        warn_if_busy(max_busy)
     report = run_bench(plan, the_card, backend, recorder, config)
     for p in report.planned:
         if not any(o.unit.key == p.unit.key for o in report.outcomes) and report.skipped_known:

@@ -8,18 +8,21 @@ into a tune file (`--tune-file`, the store's format), by the recorders of
 
 from __future__ import annotations
 
-import sys
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from emmy_core.bench.harness import BenchConfig, BenchError, BenchReport, Outcome
+from emmy_core.bench.harness import BenchConfig, BenchError, BenchReport, Outcome, dedupe
+from emmy_core.bench.load import DEFAULT_MAX_BUSY
 from emmy_core.cli.common import fail
 from emmy_core.store.recorders import StoreRecorder, TuneFileRecorder, db_recorder
 from emmy_core.targets import Card
 
 __all__ = ["StoreRecorder", "TuneFileRecorder", "db_recorder", "tune"]
+
+DEFAULT_BUDGET = 16  # candidates per kernel by default: a tune of the reference models takes minutes, not hours
 
 
 def parse_shape(text: str) -> dict[str, int]:
@@ -68,31 +71,83 @@ def run_bench(plan: Any, card: Card, backend: str | None, recorder: Any, config:
         fail(f"recording stopped (kernels recorded before this one are kept): {exc}")
 
 
-def print_report(report: BenchReport, wall_label: str = "wall") -> None:
+MAX_FLAGGED_LINES = 20
+
+
+def _knobs_text(o: Outcome) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(o.knobs.items()))
+
+
+def _why_no_row(outs: list[Outcome]) -> str:
+    """Why a kernel has no clean row: what became of its variants."""
+    if not outs:
+        return "no variant run (all already measured ok, or not benched)"
+    flagged = Counter(f for o in outs if o.status == "flagged" for f in o.flags)
+    failed = Counter(str(o.failure) for o in outs if o.status == "failed")
+    parts = []
+    if flagged:
+        parts.append(f"{sum(o.status == 'flagged' for o in outs)} flagged ("
+                     + ", ".join(f"{k} {n}" for k, n in sorted(flagged.items())) + ")")
+    if failed:
+        parts.append(f"{sum(failed.values())} failed (" + ", ".join(f"{k} {n}" for k, n in sorted(failed.items())) + ")")
+    return f"no clean row: of {len(outs)} variants, " + ", ".join(parts)
+
+
+def print_report(report: BenchReport, wall_label: str = "wall", into: str = "") -> None:
+    """The summary: counts, flagged variants and why, each kernel's best (or why it has none), rows recorded."""
     instances = sum(p.count for p in report.planned)
     typer.echo(f"kernels: {len(report.planned)} distinct ({instances} instances); variants run: "
                f"{len(report.outcomes)}, skipped (already measured ok): {report.skipped_known}")
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(report.failure_kinds.items())) or "none"
     reasons = ", ".join(f"{k} {n}" for k, n in sorted(report.flag_reasons.items())) or "none"
     typer.echo(f"ok {report.count('ok')}; failed {report.count('failed')} ({kinds}); "
-               f"flagged {report.count('flagged')} ({reasons}; not recorded)")
+               f"flagged {report.count('flagged')} ({reasons}; not recorded)"
+               + (f"; measured again on a busy machine: {report.remeasured}" if report.remeasured else ""))
+    flagged = report.flagged
+    for o in flagged[:MAX_FLAGGED_LINES]:
+        typer.echo(f"  flagged {o.unit.program.name} {o.unit.sizes_text} [{_knobs_text(o)}]: "
+                   f"{', '.join(o.flags)}: {o.message}")
+    if len(flagged) > MAX_FLAGGED_LINES:
+        typer.echo(f"  ... and {len(flagged) - MAX_FLAGGED_LINES} more flagged variants")
     for unit, why in report.unit_errors:
         typer.echo(f"kernel {unit.program.name} at {unit.sizes_text!r} not benched: {why}", err=True)
-    best: dict[tuple[str, str], Outcome] = {}
+    by_unit: dict[tuple[str, str], list[Outcome]] = {}
     for o in report.outcomes:
-        if o.status == "ok" and o.stats is not None:
-            cur = best.get(o.unit.key)
-            if cur is None or o.stats.median_us < cur.stats.median_us:  # type: ignore[union-attr]
-                best[o.unit.key] = o
+        by_unit.setdefault(o.unit.key, []).append(o)
     for p in report.planned:
-        o = best.get(p.unit.key)
-        if o is not None and o.stats is not None:
-            knobs = ",".join(f"{k}={v}" for k, v in sorted(o.knobs.items()))
-            typer.echo(f"  {p.unit.program.name:<44} {p.unit.sizes_text:<14} x{p.count:<3} "
-                       f"best {o.stats.median_us:10.2f} us  {knobs}")
+        outs = by_unit.get(p.unit.key, [])
+        ok = [o for o in outs if o.status == "ok" and o.stats is not None]
+        head = f"  {p.unit.program.name:<44} {p.unit.sizes_text:<14} x{p.count:<3} "
+        if ok:
+            o = min(ok, key=lambda x: x.stats.median_us)  # type: ignore[union-attr]
+            typer.echo(f"{head}best {o.stats.median_us:10.2f} us  {_knobs_text(o)}")  # type: ignore[union-attr]
+        else:
+            typer.echo(f"{head}{_why_no_row(outs)}")
     per_min = len(report.outcomes) / report.wall_s * 60 if report.wall_s > 0 else 0.0
-    typer.echo(f"rows recorded: {report.rows_recorded}; {wall_label} {report.wall_s:.1f} s "
-               f"({per_min:.1f} variants/min)")
+    typer.echo(f"rows recorded: {report.rows_recorded}{f' into {into}' if into else ''}; {wall_label} "
+               f"{report.wall_s:.1f} s ({per_min:.1f} variants/min)")
+
+
+def warn_if_busy(max_busy: float) -> None:
+    """A warning on stderr when the machine is busy as a tune or a timed hand-run starts."""
+    from emmy_core.bench.load import LoadGuard
+
+    warning = LoadGuard(max_busy=max_busy).warning() if max_busy < 1 else None
+    if warning is not None:
+        typer.echo(f"emmy: warning: {warning}", err=True)
+
+
+def parse_budget(text: str) -> int | None:
+    """`--budget`: a positive number of candidates per kernel, or `all`."""
+    if text.strip().lower() == "all":
+        return None
+    try:
+        value = int(text, 10)
+    except ValueError:
+        fail(f"--budget {text[:40]!r}: give a positive number of candidates per kernel, or 'all'")
+    if value < 1:
+        fail(f"--budget {value}: give a positive number of candidates per kernel, or 'all'")
+    return value
 
 
 Opt = typer.Option
@@ -102,7 +157,10 @@ ShapeOpt = Annotated[str, Opt("--shape", help="sizes of the dynamic axes, e.g. B
 DbOpt = Annotated[Path | None, Opt("--db", help="tuning database to record into (default: the local one)")]
 TimeoutOpt = Annotated[float, Opt("--timeout", min=0.1, help="watchdog seconds per variant")]
 SpreadOpt = Annotated[float, Opt("--spread-limit", min=0.0, help="flag a result whose (p90-p10)/median exceeds this")]
-ProgressOpt = Annotated[bool, Opt("--progress/--no-progress", help="show a progress bar")]
+ProgressOpt = Annotated[bool, Opt("--progress/--no-progress", help="show progress on stderr: a bar on a "
+                                   "terminal, else a line every few seconds")]
+MaxBusyOpt = Annotated[float, Opt("--max-busy", min=0.0, help="re-measure, then flag (not record), a variant timed "
+                                  "while other processes used more than this share of the CPUs (1: never)")]
 DtypeOpt = Annotated[str, Opt("--dtype", help="data type the model is compiled in: f16 (the serving "
                                 "matrix's), bf16 or f32")]
 BackendOpt = Annotated[str | None, Opt("--backend", help="code generator as module:attr (default: the card "
@@ -115,8 +173,8 @@ def tune(
     dtype: DtypeOpt = "f16",
     card: CardOpt = "local",
     setting: SettingOpt = "deploy",
-    budget: Annotated[int | None, Opt("--budget", min=1, help="candidates per kernel: a seeded sample that "
-                                      "keeps the first option (default: all)")] = None,
+    budget: Annotated[str, Opt("--budget", help="candidates per kernel: a seeded sample that keeps the first "
+                               "option, or 'all' (hours for a large model)")] = str(DEFAULT_BUDGET),
     seed: Annotated[int, Opt("--seed", help="seed of the candidate sample and of the inputs")] = 0,
     db: DbOpt = None,
     tune_file: Annotated[str | None, Opt("--tune-file", help="write a tune file instead: a file (only a tune "
@@ -126,9 +184,13 @@ def tune(
     timeout: TimeoutOpt = 120.0,
     spread_limit: SpreadOpt = 0.5,
     progress: ProgressOpt = True,
+    max_busy: MaxBusyOpt = DEFAULT_MAX_BUSY,
     backend: BackendOpt = None,
 ) -> None:
-    """Tune every kernel of a model at a shape over its candidates; record ok and failed rows."""
+    """Tune every kernel of a model at a shape over its candidates; record ok and failed rows.
+
+    By default a sample of 16 candidates per kernel (the first option always among them), which
+    finishes in minutes; `--budget all` benches every candidate."""
     from emmy_core.bench.plan import model_units, tune_plan
     from emmy_core.codegen.backend import SETTINGS
     from emmy_core.graph.errors import GraphError
@@ -143,7 +205,8 @@ def tune(
         units = model_units(model, sizes, dtype)
     except (GraphError, ValueError) as exc:
         fail(str(exc))
-    plan = tune_plan(units, the_card, budget, seed)
+    per_kernel = parse_budget(budget)
+    plan = tune_plan(units, the_card, per_kernel, seed)
     from emmy_core.store import StoreError
 
     recorder: Any
@@ -155,9 +218,15 @@ def tune(
     else:
         recorder = db_recorder(db, f"tune {model} {shape}")
     config = BenchConfig(setting=setting, source="tune", timeout_s=timeout, spread_limit=spread_limit, seed=seed,
-                         progress=progress and sys.stderr.isatty())
+                         progress=progress, max_busy=max_busy)
+    variants = sum(len(p.variants) for p in dedupe(plan))
+    sample = f"at most {per_kernel} candidates per kernel (--budget all: every one)" if per_kernel else \
+        "every candidate (--budget all)"
+    typer.echo(f"tuning {model} at {shape} on {the_card.name}, setting {setting}: {variants} variants, "
+               f"{sample}; recording into {recorder.label}")
+    warn_if_busy(max_busy)
     report = run_bench(plan, the_card, backend, recorder, config)
-    print_report(report)
+    print_report(report, into=recorder.label)
     if tune_file is not None and report.rows_recorded:
         typer.echo(f"tune file: {recorder.path}")
     if report.unit_errors:

@@ -9,6 +9,7 @@ from emmy_core.ir.builders import elementwise
 from emmy_core.store import MemoryStore
 from emmy_core.targets import Card, resolve_card
 from tests.bench import planted
+from tests.bench.probes import quiet
 
 PLANTS = (planted.CORRECT, planted.HANG, planted.ABORT, planted.SEGFAULT, planted.WRONG, planted.UNWRITTEN,
           planted.NONDETERMINISTIC, planted.BUILD_ERROR, planted.LAUNCH_ERROR, planted.DECLARED_FREE,
@@ -32,5 +33,6 @@ def planted_run(cpu_card: Card) -> tuple[BenchReport, MemoryStore]:
 
     store = MemoryStore()
     report = bench([(Unit(tiny_kernel(), {"B": 4}), [{"unroll": p} for p in PLANTS])], cpu_card, planted.SPEC,
-                   StoreRecorder(store), BenchConfig(setting="rank", timeout_s=TIMEOUT_S, spread_limit=50.0))
+                   StoreRecorder(store), BenchConfig(setting="rank", timeout_s=TIMEOUT_S, spread_limit=50.0),
+                   probe=quiet())
     return report, store

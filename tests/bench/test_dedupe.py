@@ -8,6 +8,7 @@ from emmy_core.store import MemoryStore
 from emmy_core.store.recorders import StoreRecorder
 from tests.bench import planted
 from tests.bench.conftest import tiny_kernel
+from tests.bench.probes import quiet
 
 CONFIG = BenchConfig(setting="rank", timeout_s=10, spread_limit=50.0)
 
@@ -29,11 +30,11 @@ def test_a_model_containing_the_same_kernel_n_times_benches_it_once_and_measured
     unit = Unit(tiny_kernel(), {"B": 4})
     variants = [{"unroll": planted.CORRECT}, {"unroll": planted.BUILD_ERROR}]
     layers = [(Unit(unit.program, {"B": 4}, label=f"layer {i}"), variants) for i in range(4)]
-    first = bench(layers, cpu_card, planted.SPEC, StoreRecorder(store), CONFIG)
+    first = bench(layers, cpu_card, planted.SPEC, StoreRecorder(store), CONFIG, probe=quiet())
     assert [p.count for p in first.planned] == [4]
     assert len(first.outcomes) == 2  # one run per variant, not four
     assert (first.count("ok"), first.count("failed"), first.rows_recorded) == (1, 1, 2)
-    again = bench([(unit, variants)], cpu_card, planted.SPEC, StoreRecorder(store), CONFIG)
+    again = bench([(unit, variants)], cpu_card, planted.SPEC, StoreRecorder(store), CONFIG, probe=quiet())
     assert again.skipped_known == 1  # the ok variant is skipped; the failed one is tried again
     assert [o.knobs for o in again.outcomes] == [{"unroll": planted.BUILD_ERROR}]
     assert len(store.measurements()) == 2  # the retried failure kept its one row

@@ -11,6 +11,7 @@ from emmy_core.store import MemoryStore
 from emmy_core.store.recorders import StoreRecorder
 from tests.bench import planted
 from tests.bench.conftest import tiny_kernel
+from tests.bench.probes import quiet
 
 
 def _outcome(report, plant):  # type: ignore[no-untyped-def]
@@ -57,7 +58,7 @@ def test_a_time_below_the_cards_physical_floor_is_flagged_and_not_recorded(cpu_c
     slow = dataclasses.replace(cpu_card, freq_mhz=1e-12, cores=1)
     store = MemoryStore()
     report = bench([(Unit(tiny_kernel(), {"B": 4}), [{"unroll": planted.CORRECT}])], slow, planted.SPEC,
-                   StoreRecorder(store), BenchConfig(setting="rank", timeout_s=10, spread_limit=50.0))
+                   StoreRecorder(store), BenchConfig(setting="rank", timeout_s=10, spread_limit=50.0), probe=quiet())
     [out] = report.outcomes
     assert out.status == "flagged" and out.flags == ("below_floor",)
     assert "below the card's floor" in out.message

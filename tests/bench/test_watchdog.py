@@ -6,6 +6,7 @@ from emmy_core.bench.harness import BenchConfig, Unit, bench
 from emmy_core.store import PLACEHOLDER_US, MemoryStore
 from tests.bench import planted
 from tests.bench.conftest import PLANTS, TIMEOUT_S, tiny_kernel
+from tests.bench.probes import quiet
 
 
 def _outcome(report, plant):  # type: ignore[no-untyped-def]
@@ -70,7 +71,8 @@ def test_a_hang_while_preparing_is_reported_and_the_next_kernel_still_runs(cpu_c
     from emmy_core.store.recorders import StoreRecorder
 
     config = BenchConfig(setting="rank", timeout_s=TIMEOUT_S, prepare_timeout_s=0.001, spread_limit=50.0)
-    report = bench([(Unit(big, {"B": 4}), [{"unroll": 1}])], cpu_card, planted.SPEC, StoreRecorder(store), config)
+    report = bench([(Unit(big, {"B": 4}), [{"unroll": 1}])], cpu_card, planted.SPEC, StoreRecorder(store), config,
+                   probe=quiet())
     assert len(report.unit_errors) == 1 and not report.outcomes
     assert store.measurements() == []
 
