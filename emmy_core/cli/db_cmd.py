@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from emmy_core.cli.common import fail
+from emmy_core.store.promote import DEFAULT_MIN_POOL
 
 app = typer.Typer(help="The measurement store (DuckDB): check, stats.", no_args_is_help=True)
 
@@ -79,9 +80,11 @@ def stats(db: DbOption = None, as_json: JsonOption = False, lock_timeout: LockOp
 def promote(db: DbOption = None,
             card: Annotated[str | None, typer.Option("--card", help="only this card (full name)")] = None,
             setting: Annotated[str | None, typer.Option("--setting", help="only this compile setting")] = None,
-            min_pool: Annotated[int, typer.Option("--min-pool", help="skip pools with fewer ok rows")] = 1,
+            min_pool: Annotated[int, typer.Option("--min-pool", help="skip pools with fewer ok rows (the golden "
+                                                  "must have beaten that many measurements)")] = DEFAULT_MIN_POOL,
             lock_timeout: LockOption = 30.0) -> None:
-    """Make the fastest clean row of every measured pool its golden (the reviewed choice)."""
+    """Make the fastest clean row of every measured pool of at least --min-pool ok rows its golden; print
+    each new or replaced golden with the time it beat."""
     from emmy_core.store import StoreError, open_store
     from emmy_core.store.promote import promote_fastest
 
@@ -89,7 +92,20 @@ def promote(db: DbOption = None,
         store = open_store(_path(db), "w", lock_timeout=lock_timeout)
         with store:
             result = promote_fastest(store, card=card, setting=setting, min_pool=min_pool)
+            names = {kid: c_name for kid, (_, c_name) in store.kernels().items()} if result.changes else {}
     except (StoreError, ValueError) as exc:
         fail(str(exc))
-    typer.echo(f"{len(result.goldens)} goldens written from {result.pools} pools "
-               f"({result.skipped} skipped: fewer than {min_pool} ok rows)")
+    for c in result.changes:
+        kid, sizes, card_name, pool_setting = c.pool
+        knobs = json.dumps(c.knobs, sort_keys=True, separators=(",", ":"))
+        beat = (f"beat {c.rivals} rows, the next best {c.runner_up_us:.4g} us" if c.runner_up_us is not None
+                else "no rival")
+        if c.kind == "replaced":
+            old = json.dumps(c.old_knobs, sort_keys=True, separators=(",", ":")) if c.old_knobs else "?"
+            was = f"{c.old_median_us:.4g} us" if c.old_median_us is not None else "not measured here"
+            beat = f"replaces {old} ({was}); {beat}"
+        typer.echo(f"{c.kind:<8} {names.get(kid, kid[:12])} [{kid[:12]}] {sizes or '-'} {card_name!r} {pool_setting}: "
+                   f"{knobs} {c.median_us:.4g} us ({beat})")
+    typer.echo(f"{len(result.goldens)} goldens written from {result.pools} pools ({result.skipped} skipped: fewer "
+               f"than {min_pool} ok rows; {result.unchanged} unchanged; {result.decisions_kept} keep their decision "
+               "golden)")
