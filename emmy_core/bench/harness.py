@@ -279,13 +279,17 @@ def _outcome(unit: Unit, knobs: dict[str, object], reply: dict[str, Any], card: 
 
 
 def _judged_by_load(out: Outcome) -> bool:
-    """Outcomes a busy machine can fake: a time, and a timeout (a failure of the build is the kernel's)."""
-    return out.status == "ok" or (out.status == "failed" and out.failure == "timeout")
+    """Outcomes a busy machine can fake: a time, a timeout and a spread too wide (a failure of the build, a
+    wrong result are the kernel's own)."""
+    return (out.status == "ok" or (out.status == "failed" and out.failure == "timeout")
+            or (out.status == "flagged" and set(out.flags) <= {"spread"}))
 
 
 def _busy_outcome(out: Outcome, busy: Busy, tries: int) -> Outcome:
-    return Outcome(out.unit, out.knobs, out.card, out.setting, out.source, "flagged", flags=(BUSY_FLAG,),
-                   message=f"machine busy while timing ({tries} tries): {busy.describe()}", stats=out.stats)
+    flags = (BUSY_FLAG, *(f for f in out.flags if f != BUSY_FLAG))
+    return Outcome(out.unit, out.knobs, out.card, out.setting, out.source, "flagged", flags=flags,
+                   message=f"machine busy while timing ({tries} tries): {busy.describe()}"
+                           + (f"; {out.message}" if out.status == "flagged" and out.message else ""), stats=out.stats)
 
 
 def _measure(session: _Session, unit: Unit, knobs: dict[str, object], card: Card, config: BenchConfig,

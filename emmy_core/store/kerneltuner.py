@@ -168,7 +168,7 @@ def parse_cache(doc: object, file: str, *, card: str | None = None, setting: str
         except KeyError as exc:
             raise SourceError(file, json_path("$.cache", ckey), str(exc.args[0])[:60], "missing knob value") from None
         for k, v in zip(keys, values, strict=True):
-            if (v.__class__, v) not in admissible[k]:
+            if isinstance(v, list | dict) or (v.__class__, v) not in admissible[k]:
                 raise SourceError(file, json_path("$.cache", ckey), k[:60],
                                   f"{str(v)[:40]!r} is not among the admissible values in tune_params")
         if ",".join(map(str, values)) != ckey:

@@ -139,3 +139,18 @@ def test_tune_budget_is_a_positive_number_or_all(tmp_path) -> None:  # type: ign
         result = CliRunner().invoke(app, ["tune", "--model", "mlp", "--shape", "B=1,S=8", "--budget", bad,
                                           "--db", str(tmp_path / "t.db")])
         assert result.exit_code == 2 and "or 'all'" in result.output, result.output
+
+
+def test_noisy_machine_judges_times_timeouts_and_spreads_not_the_kernels_own_failures() -> None:
+    from emmy_core.bench.harness import Outcome, _judged_by_load
+
+    unit = Unit(tiny_kernel(), {"B": 4})
+
+    def out(status: str, failure: str | None = None, flags: tuple[str, ...] = ()) -> Outcome:
+        return Outcome(unit, {}, "c", "rank", "tune", status, failure=failure, flags=flags)
+
+    assert _judged_by_load(out("ok")) and _judged_by_load(out("failed", "timeout"))
+    assert _judged_by_load(out("flagged", flags=("spread",)))
+    assert not _judged_by_load(out("failed", "build_error")) and not _judged_by_load(out("failed", "crash"))
+    assert not _judged_by_load(out("flagged", flags=("wrong_result",)))
+    assert not _judged_by_load(out("flagged", flags=("spread", "below_floor")))
