@@ -117,7 +117,7 @@ import sys
 from pathlib import Path
 from emmy_core.store import StoreError
 from emmy_core.store.tunefile import merge_into_tune_file
-from tests.store.test_diskfull import big_rows
+from tests.faults.test_diskfull import big_rows
 from tests.store.test_files_freeze import H200, NORM
 try:
     merge_into_tune_file(Path(sys.argv[1]), card=H200, setting="deploy", kernels=[NORM], measurements=big_rows(2000))
