@@ -28,6 +28,7 @@ from emmy_core.store.cardfile import (
     render_document,
 )
 from emmy_core.store.errors import StoreError
+from emmy_core.store.filekind import check_replaceable
 from emmy_core.store.interface import Store
 from emmy_core.store.rows import CardRow, RoutingRow, StoredGolden
 from emmy_core.store.safefile import write_all
@@ -208,6 +209,8 @@ def freeze_store(store: Store, out_dir: Path | str, cards: Iterable[str] | None 
         if slug in slugs:
             raise StoreError(f"cards {slugs[slug]!r} and {name!r} share the file name {slug}.json")
         slugs[slug] = name
+    for slug, name in slugs.items():  # a file is never written over by another kind or another card
+        check_replaceable(out / f"{slug}.json", FREEZE_FORMAT, name, "a freeze")
 
     def text_of(name: str) -> Callable[[], str]:
         def make() -> str:

@@ -94,11 +94,14 @@ def render_golden_file(card: CardRow, records: Iterable[GoldenRecord]) -> str:
 
 
 def write_golden_file(path: Path | str, card: CardRow, records: Iterable[GoldenRecord]) -> Path:
-    """Checks the records (by parsing what would be written) and writes the file atomically."""
+    """Checks the records (by parsing what would be written) and writes the file atomically; refuses to
+    write over anything but a golden record of the same card."""
+    from emmy_core.store.filekind import check_replaceable
     from emmy_core.store.safefile import atomic_write_text
 
     text = render_golden_file(card, records)
     parse_golden_file(json.loads(text), str(path)).batch.prepare()
+    check_replaceable(Path(path), GOLDEN_FORMAT, card.name, "a golden record")
     atomic_write_text(Path(path), text)
     return Path(path)
 

@@ -22,8 +22,9 @@ from pathlib import Path
 
 from emmy_core.ir import Kernel
 from emmy_core.store.batch import MEASUREMENT_COLUMNS, Batch, Prepared
-from emmy_core.store.cardfile import FREEZE_FORMAT, TUNE_FORMAT, CardDocument, parse_card_document
+from emmy_core.store.cardfile import TUNE_FORMAT, CardDocument, parse_card_document
 from emmy_core.store.errors import BatchError
+from emmy_core.store.filekind import describe_file
 from emmy_core.store.freeze import (
     ROW_COLUMNS,
     CardSnapshot,
@@ -104,40 +105,6 @@ def tune_file_path(target: str | Path, card: str) -> Path:
     if text.endswith(("/", os.sep)) or Path(text).is_dir():
         return Path(text) / tune_file_name(card)
     return Path(text)
-
-
-def describe_file(path: Path) -> str:
-    """What a file on disk is, in words (for a refusal that must say what it would have overwritten)."""
-    from emmy_core.store.importer import is_duckdb
-    from emmy_core.store.kerneltuner import looks_like_cache
-
-    if path.is_dir():
-        return "a folder"
-    if not path.is_file():
-        return "not a regular file"
-    if is_duckdb(path):
-        return "a DuckDB database"
-    try:
-        doc = load_json_file(path, 256 * 1024 * 1024)
-    except SourceError as exc:
-        return f"not a file Emmy writes ({exc.problem[:120]})"
-    if looks_like_cache(doc):
-        return f"a Kernel Tuner cache of card {str(doc.get('device_name'))[:80]!r}"
-    if not isinstance(doc, dict) or "format" not in doc:
-        return "a JSON document that is not an Emmy file"
-    fmt = doc["format"]
-    card = doc.get("card")
-    name = card.get("name") if isinstance(card, dict) else None
-    of_card = f" of card {str(name)[:80]!r}" if name is not None else ""
-    kernels = doc.get("kernels") if isinstance(doc.get("kernels"), list) else []
-    rows = sum(len(k["rows"]) for k in kernels if isinstance(k, dict) and isinstance(k.get("rows"), list))
-    if fmt == FREEZE_FORMAT:
-        return f"a freeze{of_card} ({len(kernels)} kernels, {rows} rows)"
-    if fmt == TUNE_FORMAT:
-        return f"a tune file{of_card} ({len(kernels)} kernels, {rows} rows)"
-    if fmt == "emmy-golden":
-        return f"a golden record{of_card}"
-    return f"a JSON document of format {str(fmt)[:40]!r}"
 
 
 def _settings_of(doc: CardDocument) -> set[str]:

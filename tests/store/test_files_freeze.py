@@ -13,7 +13,16 @@ from hypothesis import strategies as st
 
 from emmy_core.ir import identity, kernel_id, render
 from emmy_core.ir.builders import matmul, rmsnorm, softmax
-from emmy_core.store import CardRow, GoldenRow, MeasurementRow, MemoryStore, RoutingRow, Store, open_store
+from emmy_core.store import (
+    CardRow,
+    GoldenRow,
+    MeasurementRow,
+    MemoryStore,
+    RoutingRow,
+    Store,
+    StoreError,
+    open_store,
+)
 from emmy_core.store.cardfile import parse_card_document
 from emmy_core.store.freeze import freeze_db, freeze_store, render_snapshot, snapshot
 from emmy_core.store.importer import import_db, import_into
@@ -231,3 +240,21 @@ def test_freeze_of_a_card_depends_on_its_own_rows_only() -> None:
     programs = [k["program"] for k in json.loads(texts[0])["kernels"]]
     assert render(small) in programs  # B's hint is the card's own most common size (128 twice, 16 once)
     assert render(piece_small) in programs  # a piece with no row of its own takes the card's size of B
+
+
+def test_freeze_never_writes_over_a_file_of_another_kind_or_card(db: Path, tmp_path: Path) -> None:
+    out = tmp_path / "fz"
+    out.mkdir()
+    precious = out / "nvidia-h200.json"
+    for content, what in ((b"my notes", "not a file Emmy writes"),
+                          (b'{"format":"emmy-tune","version":1,\n"card":{"name":"NVIDIA H200"},\n"kernels":[]}\n',
+                           "a tune file"),
+                          (b'{"format":"emmy-freeze","version":1,\n"card":{"name":"NVIDIA H100 80GB HBM3"},\n"x":1}',
+                           "a freeze of card 'NVIDIA H100 80GB HBM3'")):
+        precious.write_bytes(content)
+        with pytest.raises(StoreError, match=what):
+            freeze_db(db, out)
+        assert precious.read_bytes() == content and sorted(p.name for p in out.iterdir()) == [precious.name]
+    precious.unlink()
+    first = freeze_db(db, out)
+    assert [p.read_bytes() for p in freeze_db(db, out)] == [p.read_bytes() for p in first]  # its own: replaced
