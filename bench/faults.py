@@ -23,6 +23,7 @@ import argparse
 import os
 import random
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -197,8 +198,10 @@ def main() -> None:
         lost = kills(work, args.kills, args.rows, not args.no_tune)
         full = disk_full()
         findings = coverage_guided(corpus, work, args.atheris) if args.atheris else 0
+    peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+               resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
     print(f"\nviolations of the import rules {violations}; rows lost to kills {lost}; disk-full failures {full}; "
-          f"atheris findings {findings}; {time.monotonic() - started:.0f} s ({load()})")
+          f"atheris findings {findings}; {time.monotonic() - started:.0f} s; peak memory {peak:.0f} MiB ({load()})")
     sys.exit(1 if violations or lost or full or findings else 0)
 
 

@@ -270,7 +270,8 @@ def tune_scenario(template: Path, rows: int, into_file: bool = False) -> Scenari
                 return  # killed before it opened the database: nothing there to lose
             _same_or(path, ({}, {}), (dict(per_kernel), {}))
 
-        return Scenario("tune", lambda w: [*args, "--db", str(w / "t.db")], check_db_file, 0, template)
+        return Scenario("tune", lambda w: [*args, "--db", str(w / "t.db")], check_db_file,
+                        sum(per_kernel.values()), template)
     existing = write_tune_file(template / tune_file_name(card.name, "20261130T000000Z"),
                                card=CardRow.from_card(card), kernels=[KERNELS[0]],
                                measurements=[MeasurementRow.ok(kernel_id(KERNELS[0]), f"B={i}", {"vec": 4},
