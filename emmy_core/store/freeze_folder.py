@@ -50,11 +50,8 @@ def pending_tune_files(freeze_dir: Path | str, inbox: Path | str | None = None) 
 
 
 def _digest(path: Path) -> str:
-    h = hashlib.sha256()
     with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def folder_digest(freeze_dir: Path | str) -> str:
