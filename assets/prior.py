@@ -6,39 +6,40 @@ from assets.dataset import dataset
 from pipelines.resources import EmmyPaths, MLflowTracking
 
 GROUP = "prior"
-HEADLINE = ("top1", "top5", "tau", "pick_failed", "golden_rank_strict", "golden_rank_ties")
+HEADLINE = ("top1", "top5", "tau", "pick_failed", "golden_rank", "golden_rank_ties", "first_slowdown",
+            "random_slowdown")
 
 
-def code_revision() -> str:
-    """The commit the code runs from (`git rev-parse HEAD`), or `unknown` outside a git checkout."""
-    import subprocess
-    from pathlib import Path
+class FitConfig(dg.Config):
+    """How the prior is fitted: cross-validation folds (grouped by kernel), seed, and the pools it learns
+    from (`golden`: the goldens first among their candidates; `measured`: also the measured order)."""
 
-    root = Path(__file__).resolve().parents[1]
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    return out.stdout.strip() if out.returncode == 0 else "unknown"
+    folds: int = 5
+    seed: int = 0
+    pools: str = "golden"
 
 
 @dg.asset(deps=[dataset], group_name=GROUP, description=(
     "A candidate prior (`_tune/fits/candidate.json`): a CatBoost ranker fitted on the dataset with "
     "cross-validation grouped by kernel; metrics in a fresh folder under `_tune/fits/`; the run, its "
     "parameters, metrics and artifacts in MLflow (experiment `emmy-prior`)."))
-def prior(context: dg.AssetExecutionContext, paths: EmmyPaths, mlflow: MLflowTracking) -> dg.MaterializeResult:
-    from emmy_core.prior.fit import fit_prior
+def prior(context: dg.AssetExecutionContext, config: FitConfig, paths: EmmyPaths,
+          mlflow: MLflowTracking) -> dg.MaterializeResult:
+    from emmy_core.prior.dataset import read_dataset
+    from emmy_core.prior.fit import code_revision, fit_dataset
 
-    result = fit_prior(paths.dataset, paths.candidate, tracking_uri=mlflow.uri(),
-                       tags={"dagster_run_id": context.run_id, "code_revision": code_revision()},
-                       progress=context.log.info)
-    metrics = result.metrics
-    headline = {k: metrics[k] for k in metrics if k.split("_pools")[0] in HEADLINE or k in HEADLINE}
+    data = read_dataset(paths.dataset, progress=context.log.info)
+    result = fit_dataset(data, paths.candidate, pools=config.pools, folds=config.folds, seed=config.seed,
+                         tracking_uri=mlflow.uri(), fits_dir=paths.fits,
+                         tags={"dagster_run_id": context.run.run_id, "code_revision": code_revision()},
+                         progress=context.log.info)
+    cv = result.metrics["mean"]  # metrics.json: the cross-validated means of the folds
     return dg.MaterializeResult(metadata={
         "artifact": dg.MetadataValue.path(str(result.artifact_path)),
         "fit folder": dg.MetadataValue.path(str(result.fit_dir)),
-        "headline": dg.MetadataValue.json(headline),
-        **{k: v for k, v in headline.items() if isinstance(v, int | float)},
+        **{f"cv {k}": float(cv[k]) for k in HEADLINE if isinstance(cv.get(k), int | float)},
+        "folds": len(result.metrics["folds"]),
+        "train forks": result.metrics["train_forks"],
         "mlflow_run_id": result.run_id or "none",
         "mlflow_tracking_uri": mlflow.uri(),
     })

@@ -30,3 +30,17 @@ fit_and_evaluate = dg.define_asset_job(
 tune_card = dg.define_asset_job(
     "tune_card", selection=dg.AssetSelection.assets(TUNE),
     description="Tune the serving matrix on one card (one partition per card; runs where the card is).")
+
+
+def run_chain(assets: list, resources: dict, instance: dg.DagsterInstance, keys: tuple[str, ...] = CHAIN, *,
+              ops: dict | None = None, log_level: str = "INFO") -> dg.ExecuteInProcessResult:
+    """Materializes `keys` (default the chain `make run` runs) with their checks, in this process;
+    failures are in the result. `ops` configures assets (`{"prior": {"config": {"folds": 2}}}`).
+
+    The console shows the assets' own progress lines (INFO) and any error, not Dagster's event stream.
+    """
+    from pipelines.definitions import CHECKS
+
+    return dg.materialize([*assets, *CHECKS], selection=dg.AssetSelection.assets(*keys), resources=resources,
+                          instance=instance, raise_on_error=False,
+                          run_config={"ops": ops or {}, "loggers": {"console": {"config": {"log_level": log_level}}}})

@@ -42,6 +42,11 @@ class EmmyPaths(dg.ConfigurableResource):
         return Path(self.data_dir) / "dataset"
 
     @property
+    def fits(self) -> Path:
+        """Where each fit's folder (metrics.json) is written."""
+        return Path(self.fits_dir)
+
+    @property
     def candidate(self) -> Path:
         """The prior a fit writes: a candidate until the evaluation's check lets it be installed."""
         return Path(self.fits_dir) / "candidate.json"

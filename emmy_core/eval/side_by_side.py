@@ -1,7 +1,8 @@
 """Two priors judged on the same dataset, side by side: the candidate a fit just made and the installed one.
 
-Both views of the evaluation, with the per-pool figures of `emmy_core.prior.metrics` (one
-meaning per figure, shared with the fit's `metrics.json`):
+Both views of the evaluation, with the fit's own per-fork figures (`emmy_core.prior.training.
+fork_figures` over `emmy_core.prior.metrics`: one meaning per figure, and a report of the same
+shape as the fit's `metrics.json`):
 
 - golden view: for every fork with a golden, where the golden ranks among the fork's whole
   pool, counted strictly and with ties counted against it (the gap is the plateau's width);
@@ -30,52 +31,25 @@ HEADLINE = "top1"
 DEFAULT_TOLERANCE = 0.02  # a candidate may be up to 2 % slower (geometric mean of top-1 slowdowns)
 FIGURES = (("top1", "measured top-1 slowdown (1.00 = best)"), ("top5", "measured top-5 slowdown"),
            ("tau", "Kendall tau, prior vs measured order"), ("pick_failed", "share of picks that failed"),
-           ("rank_strict", "golden rank, strictly better candidates"),
-           ("rank_ties", "golden rank, ties counted against"))
+           ("golden_rank", "golden rank, strictly better candidates"),
+           ("golden_rank_ties", "golden rank, ties counted against"),
+           ("first_slowdown", "baseline: the rule's first option, slowdown"),
+           ("random_slowdown", "baseline: a random pick, expected slowdown"))
 Progress = Callable[[str], None]
 
 
-def _measured(fork: Any) -> np.ndarray:
-    return np.flatnonzero(fork.measured)
-
-
 def prior_view(prior: Any, forks: list[Any]) -> dict[str, Any]:
-    """Both views of one prior over the forks: `overall` and `by_card` ("card / setting") summaries."""
-    from emmy_core.prior.metrics import golden_rank, pool_metrics, summarize
+    """Both views of one prior over the forks (with the baselines on the same pools), as the fit's
+    per-fork figures summarized: `overall` and `by_card` ("card / setting")."""
+    from emmy_core.prior.metrics import summarize
+    from emmy_core.prior.training import fork_figures
 
     per_group: dict[str, list[dict[str, float | None]]] = {}
     for fork in forks:
         scores = prior.score(fork.kernel, fork.sizes, fork.card, fork.setting, fork.knobs)
-        figures: dict[str, float | None] = {}
-        idx = _measured(fork)
-        if len(idx):
-            figures.update(pool_metrics(scores[idx], fork.times[idx], fork.ok[idx]))
-        if fork.golden is not None:
-            strict, ties = golden_rank(scores, fork.golden)
-            figures.update(rank_strict=float(strict), rank_ties=float(ties))
-        per_group.setdefault(f"{fork.card_name} / {fork.setting}", []).append(figures)
+        per_group.setdefault(f"{fork.card_name} / {fork.setting}", []).append(fork_figures(fork, scores))
     everything = [f for group in per_group.values() for f in group]
     return {"overall": summarize(everything), "by_card": {k: summarize(v) for k, v in sorted(per_group.items())}}
-
-
-def baseline_view(forks: list[Any]) -> dict[str, Any]:
-    """The rule's first option and a random pick, on the same measured pools: `{name: {overall, by_card}}`."""
-    from emmy_core.prior.metrics import index_slowdown, random_slowdown, summarize
-
-    groups: dict[str, dict[str, list[dict[str, float | None]]]] = {"first_option": {}, "random": {}}
-    for fork in forks:
-        idx = _measured(fork)
-        if not len(idx):
-            continue
-        times, ok = fork.times[idx], fork.ok[idx]
-        key = f"{fork.card_name} / {fork.setting}"
-        first = None
-        if fork.first is not None and fork.first in idx:
-            first = index_slowdown(int(np.flatnonzero(idx == fork.first)[0]), times, ok)
-        groups["first_option"].setdefault(key, []).append({"top1": first})
-        groups["random"].setdefault(key, []).append({"top1": random_slowdown(times, ok)})
-    return {name: {"overall": summarize([f for g in by.values() for f in g]),
-                   "by_card": {k: summarize(v) for k, v in sorted(by.items())}} for name, by in groups.items()}
 
 
 @dataclass(frozen=True)
@@ -131,7 +105,6 @@ def side_by_side(candidate: Path | str, installed: Path | str | None, dataset_di
             progress(f"scoring {len(data.forks)} forks with the {name} prior")
         report["priors"][name] = prior_view(p, data.forks)
         report["sources"][name] = str(p.source)
-    report["baselines"] = baseline_view(data.forks)
     return report
 
 
@@ -140,20 +113,17 @@ def _cell(value: object, name: str) -> str:
         return "–"
     if name == "pick_failed":
         return f"{float(value):.1%}"  # type: ignore[arg-type]
-    return f"{float(value):.3f}" if name in ("top1", "top5", "tau") else f"{float(value):.2f}"  # type: ignore[arg-type]
+    return f"{float(value):.2f}" if name.startswith("golden") else f"{float(value):.3f}"  # type: ignore[arg-type]
 
 
 def markdown_table(report: Mapping[str, Any]) -> str:
-    """The overall figures as a Markdown table: candidate, installed prior, first option, random pick."""
-    columns = [("candidate", report["priors"]["candidate"]["overall"]),
-               ("installed", (report["priors"].get("installed") or {}).get("overall", {})),
-               ("first option", report["baselines"]["first_option"]["overall"]),
-               ("random pick", report["baselines"]["random"]["overall"])]
-    lines = ["| figure | " + " | ".join(c for c, _ in columns) + " | pools |",
-             "|---|" + "---:|" * (len(columns) + 1)]
+    """The overall figures as a Markdown table: the candidate beside the installed prior, with pool counts."""
+    cand = report["priors"]["candidate"]["overall"]
+    inst = (report["priors"].get("installed") or {}).get("overall", {})
+    lines = ["| figure | candidate | installed | pools |", "|---|---:|---:|---:|"]
     for name, label in FIGURES:
-        pools = report["priors"]["candidate"]["overall"].get(f"{name}_pools", 0)
-        lines.append(f"| {label} | " + " | ".join(_cell(v.get(name), name) for _, v in columns) + f" | {pools} |")
+        lines.append(f"| {label} | {_cell(cand.get(name), name)} | {_cell(inst.get(name), name)} | "
+                     f"{cand.get(f'{name}_pools', 0)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -161,7 +131,7 @@ def by_card_table(report: Mapping[str, Any]) -> str:
     """Top-1 slowdown per card and setting as a Markdown table (candidate, installed, first option)."""
     cand = report["priors"]["candidate"]["by_card"]
     inst = (report["priors"].get("installed") or {}).get("by_card", {})
-    first = report["baselines"]["first_option"]["by_card"]
+    first = {k: {"top1": v.get("first_slowdown")} for k, v in cand.items()}
     lines = ["| card / setting | candidate | installed | first option | pools |", "|---|---:|---:|---:|---:|"]
     for key in sorted(cand):
         lines.append(f"| {key} | {_cell(cand[key].get('top1'), 'top1')} | "
@@ -179,7 +149,7 @@ def plot(report: Mapping[str, Any], out: Path | str) -> Path:
 
     cand = report["priors"]["candidate"]["by_card"]
     inst = (report["priors"].get("installed") or {}).get("by_card", {})
-    first = report["baselines"]["first_option"]["by_card"]
+    first = {k: {"top1": v.get("first_slowdown")} for k, v in cand.items()}
     keys = sorted(cand)
     x = np.arange(len(keys))
 

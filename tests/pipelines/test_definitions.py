@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import dagster as dg
+import pytest
 
 from pipelines.definitions import defs
 from pipelines.jobs import CHAIN
-from tests.pipelines.conftest import ROOT
 
 
 def test_the_definitions_load_and_validate() -> None:
@@ -49,11 +46,13 @@ def test_the_tune_has_one_partition_per_matrix_card_and_this_machine() -> None:
     assert local_card().name in keys and "NVIDIA H200" in keys and "local" not in keys
 
 
-def test_importing_the_definitions_reads_no_environment_for_the_resources() -> None:
-    """The MLflow URI is read when a fit runs, not when the Definitions are imported."""
-    code = ("import os; os.environ['MLFLOW_TRACKING_URI'] = 'sqlite:////nowhere.db'\n"
-            "from pipelines.definitions import defs\n"
-            "r = defs.resources['mlflow']; assert r.tracking_uri == '', r.tracking_uri\n"
-            "assert r.uri() == 'sqlite:////nowhere.db'\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+def test_the_mlflow_uri_is_read_when_a_fit_runs_not_when_the_definitions_are_built(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipelines.resources import DEFAULT_TRACKING_URI
+
+    resource = defs.resources["mlflow"]
+    assert resource.tracking_uri == ""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert resource.uri() == DEFAULT_TRACKING_URI
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:////elsewhere.db")
+    assert resource.uri() == "sqlite:////elsewhere.db"
