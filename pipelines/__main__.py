@@ -44,7 +44,8 @@ def repository_instance(root: Path) -> Iterator[dg.DagsterInstance]:
 
 
 def _value(v: object) -> object:
-    return getattr(v, "value", getattr(v, "text", getattr(v, "data", v)))
+    value = getattr(v, "value", getattr(v, "text", getattr(v, "data", v)))
+    return f"{value:.4g}" if isinstance(value, float) else value
 
 
 def summarize(result: dg.ExecuteInProcessResult) -> None:
