@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 install: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/emmy main
+	$(BIN)/python -m pipelines
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

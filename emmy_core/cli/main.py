@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import typer
 
-from emmy_core.cli import db_cmd, db_files_cmd, graph_cmd, ir_cmd, main_job, run_cmd, tune_cmd
+from emmy_core.cli import (
+    db_cmd,
+    db_files_cmd,
+    fit_cmd,
+    graph_cmd,
+    ir_cmd,
+    main_job,
+    prior_cmd,
+    run_cmd,
+    tune_cmd,
+)
 
 app = typer.Typer(
     name="emmy",
@@ -20,6 +30,8 @@ app.add_typer(graph_cmd.app, name="graph")
 app.command("main")(main_job.main_job)
 app.command("tune")(tune_cmd.tune)
 app.command("run")(run_cmd.run)
+app.command("fit")(fit_cmd.fit)
+app.add_typer(prior_cmd.app, name="prior")
 
 
 def main() -> None:

@@ -1,14 +1,15 @@
-"""`emmy main`: the main job `make run` starts, on the embedded defaults.
+"""`emmy main`: what the chain left, for a person to read.
 
-It walks the chain that exists today, each step a library call: compile a reference model
-(kernels and forks), import the repository freeze into a fresh dataset database, check it,
-count it, export it, and say which evidence would settle each of the model's schedule forks
-on this machine's card (golden, local measurement, or the rule's safe first option; the
-prior is not built yet). It writes only under `_data/` and never fails on a fresh machine.
+`make run` runs `python -m pipelines`, which materializes the whole chain through Dagster and
+then prints this report; `emmy main` prints it again from the files the chain left under
+`_data/` (the library never imports the orchestration). Three parts: the evaluation table
+(the candidate prior beside the installed one), the model's forks with the evidence that
+answers each on this machine's card, and the three ways to look further.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Annotated
@@ -17,36 +18,66 @@ import typer
 
 DEFAULT_MODEL = "llama_block"
 DEFAULT_SHAPE = "B=1,S=128"
+MLFLOW_DB = Path("_tune/mlflow.db")
 
 
 def main_job(
     model: Annotated[str, typer.Option("--model", help="reference model of the serving matrix")] = DEFAULT_MODEL,
     shape: Annotated[str, typer.Option("--shape", help="model shape, e.g. B=1,S=128")] = DEFAULT_SHAPE,
-    freezes: Annotated[Path, typer.Option("--freezes", help="folder of the repository freeze")] = Path("freezes"),
-    data: Annotated[Path, typer.Option("--data", help="folder for the dataset database and export")] = Path("_data"),
+    data: Annotated[Path, typer.Option("--data", help="folder the chain wrote (tuning database, dataset, "
+                                                      "evaluation)")] = Path("_data"),
     setting: Annotated[str, typer.Option("--setting", help="compile setting")] = "deploy",
 ) -> None:
-    """Run the main job on the embedded defaults: compile, import the freeze, check, export, evidence."""
-    from emmy_core.bench.plan import model_units
+    """Print what the chain left: the evaluation, the model's forks and their evidence, where to look further."""
     from emmy_core.cli.common import fail
-    from emmy_core.graph.forks import forks
-    from emmy_core.graph.pipeline import compile_model
-    from emmy_core.ir import format_sizes, kernel_id, parse_sizes
-    from emmy_core.store import open_store
-    from emmy_core.store.check import check_db
-    from emmy_core.store.export import export_db
-    from emmy_core.store.importer import import_db
-    from emmy_core.store.stats import db_stats
-    from emmy_core.targets import local_card
+    from emmy_core.ir import IRError, parse_sizes
 
     try:
         dims = parse_sizes(shape)
-    except ValueError as exc:
-        fail(str(exc))
-    card = local_card()
-    typer.echo(f"== 1. compile {model} at {shape} for {card.name} ({card.target})")
+    except IRError as exc:
+        fail(f"--shape {shape!r}: {exc}")
+    report(model, dims, data, setting)
+
+
+def report(model: str, dims: dict[str, int], data: Path, setting: str = "deploy") -> None:
+    """The main job's report, from the files under `data` (missing parts say how to make them)."""
+    evaluation_section(data / "evaluation")
+    fork_section(model, dims, data / "tune.db", setting)
+    next_steps_section(data)
+
+
+def evaluation_section(folder: Path) -> None:
+    """The evaluation table: the candidate prior beside the installed one, the baselines, and the verdict."""
+    typer.echo("== the prior, judged on the dataset (candidate beside the installed prior)")
+    table, doc = folder / "table.md", folder / "report.json"
+    if not table.is_file() or not doc.is_file():
+        typer.echo(f"  no evaluation in {folder} yet: `make run` fits and evaluates a prior")
+        return
+    for line in table.read_text(encoding="utf-8").splitlines():
+        typer.echo("  " + line)
+    verdict = json.loads(doc.read_text(encoding="utf-8")).get("verdict", {})
+    typer.echo(f"  verdict: {'install' if verdict.get('passed') else 'keep the installed prior'} "
+               f"({verdict.get('reason', 'no verdict recorded')})")
+
+
+def fork_section(model: str, dims: dict[str, int], db: Path, setting: str) -> Counter[str]:
+    """The model's forks on this machine's card, each with the evidence tier that answers it.
+
+    Golden (a reviewed row of the tuning database), measured (its fastest clean row there), the
+    installed prior's pick, or the rule's safe first option. Returns the count per tier.
+    """
     import torch
 
+    from emmy_core.bench.plan import model_units
+    from emmy_core.graph.forks import forks
+    from emmy_core.graph.pipeline import compile_model
+    from emmy_core.ir import format_sizes, kernel_id
+    from emmy_core.store import open_store
+    from emmy_core.targets import local_card
+
+    card = local_card()
+    shape = format_sizes(dims)
+    typer.echo(f"\n== {model} at {shape} for {card.name} ({card.target}), setting {setting}")
     lowered = compile_model(model, dims, torch.float16)
     counts = Counter(k.kernel_id for k in lowered.kernels)
     for k in {k.kernel_id: k for k in lowered.kernels}.values():
@@ -55,44 +86,63 @@ def main_job(
     by_rule = Counter(f.rule.split(":")[0] for f in fork_list)
     typer.echo(f"  {len(lowered.kernels)} kernels, {len(counts)} distinct; forks: "
                + ", ".join(f"{n} {rule}" for rule, n in sorted(by_rule.items())))
-
-    sources = sorted(p for p in freezes.glob("*.json")) if freezes.is_dir() else []
-    db = data / "main.db"
-    data.mkdir(parents=True, exist_ok=True)
-    typer.echo(f"\n== 2. import the repository freeze ({len(sources)} files) into {db} (fresh)")
-    outcomes = import_db(db, sources, fresh=True)
-    for o in outcomes:
-        typer.echo(f"  {'imported' if o.ok else 'REFUSED '}  {o.source} ({o.kind}): {o.message}")
-
-    typer.echo("\n== 3. check and count")
-    report = check_db(db)
-    typer.echo(f"  emmy db check: {'ok' if report.ok else 'FAILED'} "
-               f"({sum(report.counts.values())} problems over {len(report.counts)} kinds)")
-    stats = db_stats(db)
-    typer.echo("  rows: " + ", ".join(f"{t} {n}" for t, n in sorted(stats["tables"].items())))
-    manifest = export_db(db, data / "dataset")
-    typer.echo(f"  exported to {data / 'dataset'} (digest {str(manifest.get('digest', ''))[:16]})")
-
-    typer.echo(f"\n== 4. evidence for each schedule fork on {card.name}, setting {setting}")
+    golden: set[tuple[str, str]] = set()
+    measured: set[tuple[str, str]] = set()
+    units = {}
+    for unit in model_units(model, dims):
+        units.setdefault((kernel_id(unit.program), format_sizes(unit.sizes)), unit)
+    if db.is_file():
+        with open_store(db, "r") as store:
+            golden = {(g.kernel_id, g.sizes) for g in store.goldens(card=card.name) if g.setting == setting}
+            measured = {key for key in units if store.fastest(key[0], key[1], card.name, setting) is not None}
+    prior = _installed_prior()
+    typer.echo(f"  evidence for each schedule fork (tuning database {db if db.is_file() else 'absent'}; "
+               f"prior {'installed' if prior is not None else 'not installed'}):")
     tiers: Counter[str] = Counter()
-    with open_store(db, "r") as store:
-        golden = {(g.kernel_id, g.sizes) for g in store.goldens(card=card.name) if g.setting == setting}
-        seen: set[tuple[str, str]] = set()
-        for unit in model_units(model, dims):
-            key = (kernel_id(unit.program), format_sizes(unit.sizes))
-            if key in seen:
-                continue
-            seen.add(key)
-            if key in golden:
-                tier = "golden"
-            elif store.fastest(key[0], key[1], card.name, setting) is not None:
-                tier = "measured"
-            else:
-                tier = "safe default (first option)"
-            tiers[tier] += 1
-            typer.echo(f"  {key[0][:12]}  {key[1]:<10} {tier}")
+    for key, unit in units.items():
+        if key in golden:
+            tier = "golden"
+        elif key in measured:
+            tier = "measured"
+        elif prior is not None:
+            tier = "prior"
+        else:
+            tier = "safe default (first option)"
+        tiers[tier] += 1
+        typer.echo(f"  {key[0][:12]}  {key[1]:<12} {unit.program.name[:40]:<40} {tier}")
     typer.echo("  " + ", ".join(f"{n} {t}" for t, n in tiers.most_common()))
     if "golden" not in tiers:
-        typer.echo("  (the freeze holds no golden for this card; `emmy tune` measures this machine)")
-    if not report.ok or any(not o.ok for o in outcomes):
-        raise typer.Exit(1)
+        typer.echo(f"  (no golden for {card.name} in the freeze: `emmy tune` measures this machine, and the "
+                   "nightly refresh folds its tune files in)")
+    return tiers
+
+
+def _installed_prior() -> object | None:
+    """The installed prior, or None (with the reason on stderr) when it cannot be loaded."""
+    from emmy_core.prior import PriorError, load_installed_prior
+
+    try:
+        return load_installed_prior()
+    except PriorError as exc:
+        typer.echo(f"emmy: warning: no prior: {exc}", err=True)
+        return None
+
+
+def next_steps_section(data: Path) -> None:
+    """The three ways to look further, each a command to paste."""
+    table = data / "dataset" / "measurements.parquet"
+    select = "SELECT card, setting, count(*) AS rows, count(DISTINCT kernel_id) AS kernels FROM "
+    group = " GROUP BY ALL ORDER BY ALL"
+    typer.echo("\n== where to look further")
+    typer.echo("  the asset graph, its runs and checks (then open http://127.0.0.1:3000):")
+    typer.echo("    .venv/bin/dagster dev -m pipelines.definitions -h 127.0.0.1 -p 3000")
+    typer.echo("  every fit, its parameters, metrics and plots (then open http://127.0.0.1:5000):")
+    typer.echo(f"    .venv/bin/mlflow ui --backend-store-uri sqlite:///{MLFLOW_DB} --host 127.0.0.1 --port 5000")
+    typer.echo("  the dataset, with DuckDB:")
+    typer.echo(f"    .venv/bin/python -c \"import duckdb; duckdb.sql(\\\"{select}'{table}'{group}\\\").show()\"")
+    if table.is_file():
+        import duckdb
+
+        with duckdb.connect() as con:
+            for line in str(con.sql(select + "read_parquet(?)" + group, params=[str(table)])).splitlines():
+                typer.echo("    " + line)

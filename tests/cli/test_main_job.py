@@ -1,30 +1,48 @@
-"""`emmy main` (what `make run` runs) works on a fresh machine and walks the whole chain that exists."""
+"""`emmy main` prints what the chain left: the evaluation, the forks with their evidence, where to look."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from typer.testing import CliRunner
 
 from emmy_core.cli.main import app
+from emmy_core.store.export import export_db
+from emmy_core.store.importer import import_db
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_main_job_runs_on_a_fresh_machine(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["main", "--freezes", str(ROOT / "freezes"), "--data", str(tmp_path)])
+def test_on_a_fresh_machine_it_says_what_is_missing_and_still_shows_the_forks(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["main", "--data", str(tmp_path), "--model", "mlp"])
     assert result.exit_code == 0, result.output
     out = result.output
-    assert "12 kernels, 9 distinct" in out
-    assert "emmy db check: ok" in out
-    assert (tmp_path / "dataset" / "manifest.json").is_file()
-    assert "== 4. evidence" in out
+    assert "no evaluation in" in out and "`make run`" in out
+    assert "tuning database absent" in out
+    assert "3 kernels, 3 distinct" in out or "kernels," in out
+    assert "dagster dev -m pipelines.definitions -h 127.0.0.1" in out
+    assert "mlflow ui --backend-store-uri sqlite:///_tune/mlflow.db" in out
 
 
-def test_main_job_without_a_freeze_falls_to_the_first_option(tmp_path: Path) -> None:
-    empty = tmp_path / "no-freeze"
-    empty.mkdir()
-    result = CliRunner().invoke(app, ["main", "--freezes", str(empty), "--data", str(tmp_path / "d"),
-                                      "--model", "mlp"])
+def test_it_reads_the_evaluation_and_the_tuning_database_the_chain_left(tmp_path: Path) -> None:
+    db = tmp_path / "tune.db"
+    assert all(o.ok for o in import_db(db, sorted((ROOT / "freezes").glob("*.json")), fresh=True))
+    export_db(db, tmp_path / "dataset")
+    ev = tmp_path / "evaluation"
+    ev.mkdir()
+    (ev / "table.md").write_text("| figure | candidate |\n|---|---:|\n| measured top-1 slowdown | 1.100 |\n")
+    (ev / "report.json").write_text(json.dumps({"verdict": {"passed": False, "reason": "worse beyond 2 %"}}))
+    result = CliRunner().invoke(app, ["main", "--data", str(tmp_path), "--model", "llama_block"])
     assert result.exit_code == 0, result.output
-    assert "3 safe default (first option)" in result.output
+    out = result.output
+    assert "| measured top-1 slowdown | 1.100 |" in out
+    assert "verdict: keep the installed prior (worse beyond 2 %)" in out
+    assert "12 kernels, 9 distinct" in out
+    assert f"tuning database {db}" in out
+    assert "Intel(R) Xeon(R) Processor x2" in out  # the DuckDB query of the dataset ran and printed its rows
+
+
+def test_a_bad_shape_is_refused() -> None:
+    result = CliRunner().invoke(app, ["main", "--shape", "B=x"])
+    assert result.exit_code == 2 and "--shape" in result.output

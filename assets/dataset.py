@@ -1,0 +1,42 @@
+"""The dataset: the tuning database exported to Parquet (what the fit and the evaluation read), and its check."""
+
+import dagster as dg
+
+from assets.tuning_db import check_result, tuning_db
+from pipelines.resources import DuckDBStore, EmmyPaths
+
+GROUP = "store"
+
+
+@dg.asset(deps=[tuning_db], group_name=GROUP, pool="duckdb", description=(
+    "The dataset export (`_data/dataset/`): one Parquet file per table, the candidate pools the fit needs, "
+    "and a manifest with versions, row counts and a content digest."))
+def dataset(context: dg.AssetExecutionContext, paths: EmmyPaths, store: DuckDBStore) -> dg.MaterializeResult:
+    from emmy_core.store.export import export_db
+
+    manifest = export_db(store.file, paths.dataset, progress=lambda t: context.log.info(f"exporting {t}"))
+    pools = manifest["tables"]["pools"]["candidates"]
+    return dg.MaterializeResult(
+        data_version=dg.DataVersion(manifest["digest"]),
+        metadata={
+            "path": dg.MetadataValue.path(str(paths.dataset)),
+            "digest": manifest["digest"],
+            "rows": dg.MetadataValue.json({n: t["rows"] for n, t in manifest["tables"].items()}),
+            "pools": pools["pools"],
+            "pools with enumerated candidates": pools["enumerated"],
+            "pools on undescribed cards": pools["unknown_card"],
+        })
+
+
+@dg.asset_check(asset=dataset, blocking=True, description=(
+    "`emmy db check` on the export: the manifest's versions and digests verify, and the exported tables "
+    "agree with themselves. Blocking: on a failure the prior is not fitted."))
+def dataset_consistent(paths: EmmyPaths) -> dg.AssetCheckResult:
+    from emmy_core.store.check_export import check_export
+    from emmy_core.store.errors import StoreError
+
+    try:
+        report = check_export(paths.dataset)
+    except StoreError as exc:  # the manifest or a file does not verify: that is the finding
+        return dg.AssetCheckResult(passed=False, description=str(exc)[:1000])
+    return check_result(report)

@@ -1,0 +1,120 @@
+"""The freeze folder as a whole: the digest of what it holds, and the tune files waiting to be folded into it.
+
+`folder_digest` names the folder's freeze and tune files and their content in one value (what
+an observer of the folder compares). A tune run, here or on another machine, writes
+`<card-slug>.tune-<stamp>.json` into an inbox (`_tune/files/` by default); the nightly refresh
+folds what waits there, and any tune file already beside the freeze, into the freeze.
+`pending_tune_files` lists them; `fold_tune_files` checks every inbox file is a tune file of
+the card its name says, copies each beside the freeze through a temporary name, removes the
+inbox copies only once every copy is in place, and then runs `refresh_freeze` (which folds
+and removes them). A crash at any point loses nothing: at worst a file already folded is
+folded again, which changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from emmy_core.store.errors import StoreError
+from emmy_core.store.freeze import card_file_slug
+from emmy_core.store.importer import Progress, load_source
+from emmy_core.store.memory import MemoryStore
+from emmy_core.store.refresh import TUNE_NAME, RefreshReport, freeze_dir_files, refresh_freeze
+from emmy_core.store.sourcefile import SourceError, gc_paused
+
+
+@dataclass
+class FoldReport:
+    """What a fold did: the inbox files moved beside the freeze, and the refresh that folded them."""
+
+    moved: list[Path] = field(default_factory=list)
+    refresh: RefreshReport = field(default_factory=RefreshReport)
+
+
+def inbox_tune_files(inbox: Path | str | None) -> list[Path]:
+    """The tune files in `inbox` (by name), sorted; an absent or unset inbox has none."""
+    if inbox is None or not Path(inbox).is_dir():
+        return []
+    return sorted(p for p in Path(inbox).iterdir() if p.is_file() and TUNE_NAME.match(p.name))
+
+
+def pending_tune_files(freeze_dir: Path | str, inbox: Path | str | None = None) -> list[Path]:
+    """Every tune file a fold would take: those beside the freeze and those in the inbox."""
+    d = Path(freeze_dir)
+    beside = freeze_dir_files(d)[1] if d.is_dir() else []
+    return sorted([*beside, *inbox_tune_files(inbox)], key=lambda p: (p.name, str(p)))
+
+
+def _digest(path: Path) -> str:
+    with path.open("rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def folder_digest(freeze_dir: Path | str) -> str:
+    """sha256 over the names and contents of the folder's freeze and tune files (other files ignored)."""
+    d = Path(freeze_dir)
+    freezes, tunes = freeze_dir_files(d) if d.is_dir() else ([], [])
+    text = "\n".join(f"{p.name}:{_digest(p)}" for p in sorted([*freezes, *tunes]))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _check_tune_file(path: Path) -> None:
+    """Refuses (SourceError) a file named like a tune file that is not one, or holds another card."""
+    with gc_paused():
+        kind, batch = load_source(path, MemoryStore())
+    if kind != "tune":
+        raise SourceError(str(path), "$", "format", f"a file named like a tune file holds a {kind}")
+    card = batch.cards[0].name
+    m = TUNE_NAME.match(path.name)
+    if m is None or card_file_slug(card) != m.group(1):
+        raise SourceError(str(path), "$.card", "name", f"card {card[:80]!r} belongs in {card_file_slug(card)}.* "
+                                                       f"files, not {path.name}")
+
+
+def _copy_in(src: Path, dest: Path) -> None:
+    """Copies `src` to `dest` through a temporary file in dest's folder and a rename (never half a file)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(src.read_bytes())
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def fold_tune_files(freeze_dir: Path | str, inbox: Path | str | None = None,
+                    progress: Progress | None = None) -> FoldReport:
+    """Moves the inbox's tune files beside the freeze, then folds every tune file there into the freeze.
+
+    Refuses (nothing moved, nothing folded) an inbox file that is not a tune file of the card its
+    name says, or whose name is taken beside the freeze by a file with other content.
+    """
+    d = Path(freeze_dir)
+    if not d.is_dir():
+        raise StoreError(f"{d} is not a folder")
+    incoming = inbox_tune_files(inbox)
+    todo: list[tuple[Path, Path]] = []
+    for src in incoming:
+        if progress is not None:
+            progress(src.name)
+        _check_tune_file(src)
+        dest = d / src.name
+        if dest.exists():
+            if not dest.is_file() or _digest(dest) != _digest(src):
+                raise SourceError(str(src), "", "", f"{dest} exists with other content: not overwritten")
+            continue
+        todo.append((src, dest))
+    for src, dest in todo:
+        _copy_in(src, dest)
+    for src in incoming:
+        src.unlink()
+    report = FoldReport(moved=[d / src.name for src in incoming])
+    report.refresh = refresh_freeze(d, progress)
+    return report

@@ -1,0 +1,97 @@
+"""`python -m pipelines` (what `make run` runs): the whole chain in this process, then what it found.
+
+Materializes freeze -> tuning database -> dataset -> prior -> evaluation through Dagster with
+the embedded defaults (DuckDB under `_data/`, MLflow at `_tune/mlflow.db`), on the Dagster
+instance of `dagster.yaml` when run from the repository root (so `dagster dev` shows the run
+afterwards), then prints the main job's report: the evaluation table, the model's forks with
+the evidence answering each, and the three ways to look further.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import dagster as dg
+
+from emmy_core.cli.main_job import DEFAULT_MODEL, DEFAULT_SHAPE, report
+from pipelines.definitions import chain_assets, defs
+from pipelines.jobs import CHAIN, run_chain
+
+SUMMARY = {  # what to say of each asset: its metadata keys worth a line
+    "freeze_files": ("freeze files", "tune files waiting"),
+    "refreshed_freeze": ("freeze files", "tune files folded", "rows read"),
+    "tuning_db": ("measurements", "goldens"),
+    "dataset": ("pools", "digest"),
+    "prior": ("cv top1", "cv tau", "mlflow_run_id"),
+    "evaluation": ("verdict", "mlflow_run_id"),
+}
+
+
+@contextmanager
+def repository_instance(root: Path) -> Iterator[dg.DagsterInstance]:
+    """The instance `dagster.yaml` at `root` configures (storage under .dagster/), else a throwaway one."""
+    if (root / "dagster.yaml").is_file():
+        with dg.DagsterInstance.from_config(str(root)) as instance:
+            yield instance
+    else:
+        with dg.DagsterInstance.ephemeral() as instance:
+            yield instance
+
+
+def _value(v: object) -> object:
+    value = getattr(v, "value", getattr(v, "text", getattr(v, "data", v)))
+    return f"{value:.4g}" if isinstance(value, float) else value
+
+
+def summarize(result: dg.ExecuteInProcessResult) -> None:
+    """One line per asset observed, materialized or checked, with the figures worth reading."""
+    for e in result.all_events:
+        kind = e.event_type_value
+        if kind in ("ASSET_MATERIALIZATION", "ASSET_OBSERVATION") and e.asset_key is not None:
+            data = e.event_specific_data
+            record = getattr(data, "materialization", None) or getattr(data, "asset_observation", None)
+            name = e.asset_key.to_user_string()
+            meta = record.metadata if record is not None else {}
+            shown = "; ".join(f"{k} {_value(meta[k])}" for k in SUMMARY.get(name, ()) if k in meta)
+            print(f"  {name:<17} {'observed' if kind == 'ASSET_OBSERVATION' else 'materialized'}: {shown}",
+                  flush=True)
+        elif kind == "ASSET_CHECK_EVALUATION":
+            data = e.event_specific_data
+            print(f"  check {data.check_name:<22} {'passed' if data.passed else 'FAILED'}: "  # type: ignore[union-attr]
+                  f"{data.description or ''}", flush=True)  # type: ignore[union-attr]
+        elif kind == "STEP_FAILURE":
+            error = e.event_specific_data.error  # type: ignore[union-attr]
+            print(f"  step {e.step_key} FAILED: {error.message.strip()[:600] if error else ''}", flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipelines", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="reference model whose forks are shown")
+    parser.add_argument("--shape", default=DEFAULT_SHAPE, help="model shape, e.g. B=1,S=128")
+    parser.add_argument("--setting", default="deploy", help="compile setting of the forks shown")
+    args = parser.parse_args(argv)
+    from emmy_core.ir import IRError, parse_sizes
+
+    try:
+        dims = parse_sizes(args.shape)
+    except IRError as exc:
+        parser.error(f"--shape {args.shape!r}: {exc}")
+    root = Path.cwd()
+    started = time.monotonic()
+    print(f"== the chain, in this process: {' -> '.join(CHAIN)}", flush=True)
+    with repository_instance(root) as instance:
+        result = run_chain(chain_assets(), dict(defs.resources), instance)
+    summarize(result)
+    print(f"  {'done' if result.success else 'STOPPED'} in {time.monotonic() - started:.0f} s "
+          f"(Dagster run {result.run_id})\n", flush=True)
+    report(args.model, dims, Path(defs.resources["paths"].data_dir), args.setting)  # type: ignore[union-attr]
+    return 0 if result.success else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

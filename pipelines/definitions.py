@@ -1,0 +1,51 @@
+"""The Dagster Definitions of the chain: `dagster dev -m pipelines.definitions` loads `defs`.
+
+`build_definitions` wires the assets, checks, jobs, schedules and the sensor to configured
+resources; `defs` is it with the embedded defaults (relative paths under the folder Dagster
+runs in, MLflow at `_tune/mlflow.db` unless `MLFLOW_TRACKING_URI` is set when a fit runs).
+The tune asset's partitions (one per card of the serving matrix, this machine's included)
+are read when the Definitions are built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import dagster as dg
+
+from assets.dataset import dataset, dataset_consistent
+from assets.evaluation import candidate_no_worse, evaluation, installed_prior
+from assets.freeze import freeze_files, refreshed_freeze
+from assets.prior import prior
+from assets.tune import build_tune_asset, card_partitions
+from assets.tuning_db import tuning_db, tuning_db_consistent
+from pipelines.jobs import fit_and_evaluate, nightly_refresh, tune_card
+from pipelines.resources import DuckDBStore, EmmyPaths, MLflowTracking
+from pipelines.schedules import nightly, weekly_fit
+from pipelines.sensors import new_tune_files
+
+CHECKS = (tuning_db_consistent, dataset_consistent, candidate_no_worse)
+
+
+def chain_assets(cards: Sequence[str] | None = None) -> list[dg.AssetsDefinition | dg.SourceAsset]:
+    """Every asset of the chain (the tune asset partitioned over `cards`, default the matrix's)."""
+    return [freeze_files, build_tune_asset(card_partitions(cards)), refreshed_freeze, tuning_db, dataset, prior,
+            evaluation, installed_prior]
+
+
+def build_definitions(*, paths: EmmyPaths | None = None, store: DuckDBStore | None = None,
+                      mlflow: MLflowTracking | None = None, cards: Sequence[str] | None = None) -> dg.Definitions:
+    """The Definitions with these resources (each defaults to its embedded configuration)."""
+    return dg.Definitions(
+        assets=chain_assets(cards),
+        asset_checks=list(CHECKS),
+        jobs=[nightly_refresh, fit_and_evaluate, tune_card],
+        schedules=[nightly, weekly_fit],
+        sensors=[new_tune_files],
+        resources={"paths": paths or EmmyPaths(), "store": store or DuckDBStore(),
+                   "mlflow": mlflow or MLflowTracking()},
+        executor=dg.multiprocess_executor.configured({"max_concurrent": 2}),
+    )
+
+
+defs = build_definitions()

@@ -1,0 +1,46 @@
+"""The jobs: the nightly refresh, the fit and evaluation, the per-card tune; and the chain `make run` runs."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from assets.tune import KEY as TUNE
+
+CHAIN = ("freeze_files", "refreshed_freeze", "tuning_db", "dataset", "prior", "evaluation")
+"""What `make run` materializes: tune files -> freeze -> import -> export -> fit -> evaluation (no install)."""
+
+NIGHTLY = (*CHAIN, "installed_prior")
+FIT_AND_EVALUATE = ("tuning_db", "dataset", "prior", "evaluation", "installed_prior")
+
+
+def selection(keys: tuple[str, ...]) -> dg.AssetSelection:
+    """The assets named, with their checks."""
+    return dg.AssetSelection.assets(*keys)
+
+
+nightly_refresh = dg.define_asset_job(
+    "nightly_refresh", selection=selection(NIGHTLY),
+    description="Fold the waiting tune files into the freeze, import it, export the dataset, fit a candidate "
+                "prior, evaluate it beside the installed one, install it when the check allows.")
+
+fit_and_evaluate = dg.define_asset_job(
+    "fit_and_evaluate", selection=selection(FIT_AND_EVALUATE),
+    description="Import the freeze as it stands, export, fit, evaluate, and install when the check allows.")
+
+tune_card = dg.define_asset_job(
+    "tune_card", selection=dg.AssetSelection.assets(TUNE),
+    description="Tune the serving matrix on one card (one partition per card; runs where the card is).")
+
+
+def run_chain(assets: list, resources: dict, instance: dg.DagsterInstance, keys: tuple[str, ...] = CHAIN, *,
+              ops: dict | None = None, log_level: str = "INFO") -> dg.ExecuteInProcessResult:
+    """Materializes `keys` (default the chain `make run` runs) with their checks, in this process;
+    failures are in the result. `ops` configures assets (`{"prior": {"config": {"folds": 2}}}`).
+
+    The console shows the assets' own progress lines (INFO) and any error, not Dagster's event stream.
+    """
+    from pipelines.definitions import CHECKS
+
+    return dg.materialize([*assets, *CHECKS], selection=dg.AssetSelection.assets(*keys), resources=resources,
+                          instance=instance, raise_on_error=False,
+                          run_config={"ops": ops or {}, "loggers": {"console": {"config": {"log_level": log_level}}}})

@@ -1,0 +1,137 @@
+"""The whole chain materializes in-process against a temporary DuckDB and the session's MLflow store;
+materialized again with no new input it changes no byte of the freeze and logs a new MLflow run whose
+metrics equal the first; the evaluation's check installs a candidate no worse than the installed prior
+and refuses one worse beyond the tolerance."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from pipelines.definitions import chain_assets
+from pipelines.jobs import CHAIN, run_chain
+from tests.pipelines.conftest import copy_freeze, events, make_resources, materialized
+
+FAST_FIT = {"prior": {"config": {"folds": 2}}}
+REFIT = ("freeze_files", "refreshed_freeze", "tuning_db", "dataset", "prior")
+
+
+@dataclass
+class Chain:
+    root: Path
+    resources: dict
+    instance: dg.DagsterInstance
+    first: dg.ExecuteInProcessResult
+    second: dg.ExecuteInProcessResult
+    freeze_before: dict[str, str]
+    freeze_after_first: dict[str, str]
+    freeze_after_second: dict[str, str]
+
+
+def freeze_bytes(root: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((root / "freezes").iterdir())}
+
+
+def materialize(assets: list, resources: dict, instance: dg.DagsterInstance,
+                keys: tuple[str, ...]) -> dg.ExecuteInProcessResult:
+    return run_chain(assets, resources, instance, keys, ops=FAST_FIT if "prior" in keys else None,
+                     log_level="WARNING")
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory: pytest.TempPathFactory, mlflow_uri: str) -> Iterator[Chain]:
+    root = tmp_path_factory.mktemp("chain")
+    copy_freeze(root)
+    resources = make_resources(root, mlflow_uri)
+    assets = chain_assets(["here"])
+    with dg.instance_for_test() as instance:
+        before = freeze_bytes(root)
+        first = materialize(assets, resources, instance, CHAIN)
+        after_first = freeze_bytes(root)
+        second = materialize(assets, resources, instance, REFIT)
+        yield Chain(root, resources, instance, first, second, before, after_first, freeze_bytes(root))
+
+
+def metadata(result: dg.ExecuteInProcessResult, key: str) -> dict:
+    for e in events(result, "ASSET_MATERIALIZATION"):
+        if e.asset_key == dg.AssetKey(key):
+            return {k: getattr(v, "value", v) for k, v in
+                    e.event_specific_data.materialization.metadata.items()}  # type: ignore[union-attr]
+    raise AssertionError(f"{key} not materialized")
+
+
+def test_the_whole_chain_materializes_in_process(chain: Chain) -> None:
+    assert chain.first.success
+    assert materialized(chain.first) == set(CHAIN) - {"freeze_files"}
+    checks = {e.event_specific_data.check_name: e.event_specific_data.passed  # type: ignore[union-attr]
+              for e in events(chain.first, "ASSET_CHECK_EVALUATION")}
+    assert checks == {"tuning_db_consistent": True, "dataset_consistent": True, "candidate_no_worse": True}
+    db = metadata(chain.first, "tuning_db")
+    assert db["measurements"] > 1000 and db["goldens"] > 0 and "Intel(R) Xeon(R) Processor x2" in db["cards"]
+    assert metadata(chain.first, "dataset")["pools"] > 0
+    fit = metadata(chain.first, "prior")
+    assert fit["mlflow_run_id"] != "none" and fit["mlflow_tracking_uri"] == chain.resources["mlflow"].tracking_uri
+    ev = metadata(chain.first, "evaluation")
+    assert "| measured top-1 slowdown (1.00 = best) |" in ev["table"]
+    assert ev["mlflow_run_id"] == fit["mlflow_run_id"]
+    assert (chain.root / "data" / "evaluation" / "top1_by_card.png").stat().st_size > 1000
+
+
+def test_freezing_the_same_store_twice_changes_no_byte(chain: Chain) -> None:
+    assert chain.freeze_before == chain.freeze_after_first == chain.freeze_after_second
+
+
+def test_a_frozen_snapshot_makes_a_fit_reproducible(chain: Chain) -> None:
+    """A second materialization with no new input logs a new MLflow run whose metrics equal the first's."""
+    from mlflow.tracking import MlflowClient
+
+    assert chain.second.success
+    a, b = metadata(chain.first, "prior")["mlflow_run_id"], metadata(chain.second, "prior")["mlflow_run_id"]
+    assert a != b
+    client = MlflowClient(tracking_uri=chain.resources["mlflow"].tracking_uri)
+    run_a, run_b = client.get_run(a), client.get_run(b)
+    assert run_a.data.metrics and run_a.data.metrics == run_b.data.metrics
+    assert run_a.data.tags["dagster_run_id"] == chain.first.run_id
+    assert run_b.data.tags["dagster_run_id"] == chain.second.run_id
+    assert run_a.data.tags["code_revision"]
+
+
+def test_the_evaluation_plot_is_an_artifact_of_the_fit_run(chain: Chain) -> None:
+    from mlflow.tracking import MlflowClient
+
+    run_id = metadata(chain.first, "prior")["mlflow_run_id"]
+    client = MlflowClient(tracking_uri=chain.resources["mlflow"].tracking_uri)
+    names = {f.path for f in client.list_artifacts(run_id, "evaluation")}
+    assert names == {"evaluation/top1_by_card.png", "evaluation/report.json"}
+
+
+def test_a_candidate_no_worse_is_installed_and_one_worse_beyond_the_tolerance_is_not(chain: Chain) -> None:
+    from emmy_core.prior import load_prior
+    from emmy_core.prior.artifact import write_artifact
+
+    paths = chain.resources["paths"]
+    installed = Path(paths.installed_prior)
+    assert not installed.exists()
+    assets = chain_assets(["here"])
+    ok = materialize(assets, chain.resources, chain.instance, ("evaluation", "installed_prior"))
+    assert ok.success and materialized(ok) == {"evaluation", "installed_prior"}
+    good = installed.read_bytes()
+    assert load_prior(installed).info["provenance"] == load_prior(paths.candidate).info["provenance"]
+
+    # A real but bad candidate: the good model with its scores reversed (it now ranks the slowest first).
+    doc = load_prior(paths.candidate).doc
+    scale, bias = doc["model"]["scale_and_bias"]
+    doc["model"]["scale_and_bias"] = [-scale, bias]
+    write_artifact(doc, paths.candidate)
+    bad = materialize(assets, chain.resources, chain.instance, ("evaluation", "installed_prior"))
+    assert not bad.success
+    (check,) = events(bad, "ASSET_CHECK_EVALUATION")
+    data = check.event_specific_data
+    assert not data.passed and "beyond the tolerance of 2.0%" in (data.description or "")  # type: ignore[union-attr]
+    assert materialized(bad) == {"evaluation"}
+    assert installed.read_bytes() == good

@@ -1,0 +1,58 @@
+"""The Definitions load and validate, with every job, schedule, sensor and check the chain promises."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from pipelines.definitions import defs
+from pipelines.jobs import CHAIN
+
+
+def test_the_definitions_load_and_validate() -> None:
+    dg.Definitions.validate_loadable(defs)
+    repo = defs.get_repository_def()
+    assert set(repo.job_names) >= {"nightly_refresh", "fit_and_evaluate", "tune_card"}
+    assert {s.name for s in repo.schedule_defs} == {"nightly", "weekly_fit"}
+    assert {s.name for s in repo.sensor_defs} == {"new_tune_files"}
+
+
+def test_schedules_and_the_sensor_run_by_default() -> None:
+    repo = defs.get_repository_def()
+    for s in repo.schedule_defs:
+        assert s.default_status == dg.DefaultScheduleStatus.RUNNING, s.name
+    for s in repo.sensor_defs:
+        assert s.default_status == dg.DefaultSensorStatus.RUNNING, s.name
+
+
+def test_the_nightly_job_is_the_whole_chain_with_its_checks() -> None:
+    job = defs.resolve_job_def("nightly_refresh")
+    keys = {k.to_user_string() for k in job.asset_layer.selected_asset_keys}
+    assert keys == {*CHAIN, "installed_prior"}
+    steps = set(job.graph.node_dict)
+    assert {"tuning_db_tuning_db_consistent", "dataset_dataset_consistent", "evaluation_candidate_no_worse"} <= steps
+
+
+def test_duckdb_writers_share_one_pool() -> None:
+    specs = {k.to_user_string(): a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition) for k in a.keys}
+    assert specs["tuning_db"].op.pool == specs["dataset"].op.pool == "duckdb"
+
+
+def test_the_tune_has_one_partition_per_matrix_card_and_this_machine() -> None:
+    from emmy_core.targets import local_card
+
+    tune = next(a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition) and dg.AssetKey("tune") in a.keys)
+    keys = tune.partitions_def.get_partition_keys()
+    assert local_card().name in keys and "NVIDIA H200" in keys and "local" not in keys
+
+
+def test_the_mlflow_uri_is_read_when_a_fit_runs_not_when_the_definitions_are_built(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipelines.resources import DEFAULT_TRACKING_URI
+
+    resource = defs.resources["mlflow"]
+    assert resource.tracking_uri == ""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert resource.uri() == DEFAULT_TRACKING_URI
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:////elsewhere.db")
+    assert resource.uri() == "sqlite:////elsewhere.db"
