@@ -77,9 +77,8 @@ def candidate_no_worse(paths: EmmyPaths) -> dg.AssetCheckResult:
     "The installed prior: the candidate copied over it (checked to load, written atomically) once the "
     "evaluation's check passed. A compile loads it."))
 def installed_prior(paths: EmmyPaths) -> dg.MaterializeResult:
-    from emmy_core.prior.artifact import write_artifact
-
     from emmy_core.prior import load_prior
+    from emmy_core.prior.artifact import write_artifact
 
     candidate = load_prior(paths.candidate)
     target = write_artifact(candidate.doc, paths.installed())

@@ -29,6 +29,7 @@ class TuneConfig(dg.Config):
     settings: list[str] = Field(default_factory=list)
     timeout_s: float = 120.0
     spread_limit: float = 0.5
+    max_busy: float = 0.5  # others' share of the CPUs above which a timing is measured again, then flagged
 
 
 def card_partitions(cards: Sequence[str] | None = None) -> dg.StaticPartitionsDefinition:
@@ -55,14 +56,19 @@ def run_tune(context: dg.AssetExecutionContext, config: TuneConfig, paths: EmmyP
     """Benches the matrix on the partition's card into a tune file in the inbox."""
     from emmy_core.bench.harness import BenchConfig, BenchError
     from emmy_core.bench.matrix import tune_matrix
-    from emmy_core.cli.tune_cmd import TuneFileRecorder
+    from emmy_core.store.recorders import TuneFileRecorder
 
     card = context.partition_key
     paths.inbox.mkdir(parents=True, exist_ok=True)
-    recorder = TuneFileRecorder(paths.inbox)
-    bench = BenchConfig(timeout_s=config.timeout_s, spread_limit=config.spread_limit, seed=config.seed)
+    recorders: dict[str, TuneFileRecorder] = {}
+
+    def recorder_for(setting: str) -> TuneFileRecorder:
+        return recorders.setdefault(setting, TuneFileRecorder(paths.inbox))
+
+    bench = BenchConfig(timeout_s=config.timeout_s, spread_limit=config.spread_limit, seed=config.seed,
+                        max_busy=config.max_busy)
     try:
-        report = tune_matrix(card, recorder, models=config.models, shapes=config.shapes,
+        report = tune_matrix(card, recorder_for, models=config.models, shapes=config.shapes,
                              settings=config.settings, budget=config.budget or None, seed=config.seed, config=bench,
                              on_setting=lambda s: context.log.info(f"benching the serving matrix on {card}, {s}"))
     except BenchError as exc:
@@ -73,7 +79,7 @@ def run_tune(context: dg.AssetExecutionContext, config: TuneConfig, paths: EmmyP
                                      f"at {unit.sizes_text}: {why[:300]}")
     return dg.MaterializeResult(metadata={
         "card": card,
-        "tune file": dg.MetadataValue.path(str(recorder.path)) if recorder.path else "none (nothing recorded)",
+        "tune files": dg.MetadataValue.json({s: str(r.path) for s, r in recorders.items() if r.path}),
         "cases": dg.MetadataValue.json(report.cases),
         "rows recorded": report.rows_recorded,
         "ok": report.count("ok"), "failed": report.count("failed"),

@@ -86,15 +86,16 @@ def matrix_units(matrix: ServingMatrix, models: Sequence[str] = (),
     return cases, units
 
 
-def tune_matrix(card_name: str, recorder: Recorder, *, matrix: ServingMatrix | None = None,
+def tune_matrix(card_name: str, recorder_for: Callable[[str], Recorder], *, matrix: ServingMatrix | None = None,
                 models: Sequence[str] = (), shapes: Sequence[str] = (), settings: Sequence[str] = (),
                 budget: int | None = None,
                 seed: int = 0, config: BenchConfig | None = None, backend: str | None = None,
                 on_setting: Callable[[str], None] | None = None) -> MatrixTuneReport:
     """Benches the serving matrix (or the models and shapes named) on `card_name`, this machine's card.
 
-    `budget` candidates per kernel (a seeded sample keeping the first option; None: all); `settings`
-    defaults to the matrix's. `config` gives the bench's other settings (its `setting` is replaced).
+    `recorder_for(setting)` gives the recorder of one setting's rows (a tune file holds one card and one
+    setting). `budget` candidates per kernel (a seeded sample keeping the first option; None: all);
+    `settings` defaults to the matrix's. `config` gives the bench's other settings (its `setting` is replaced).
     `on_setting(setting)` is called before each setting's bench (progress).
     """
     card: Card = present_card(card_name)
@@ -110,5 +111,6 @@ def tune_matrix(card_name: str, recorder: Recorder, *, matrix: ServingMatrix | N
     for setting in chosen:
         if on_setting is not None:
             on_setting(setting)
-        report.reports[setting] = bench(plan, card, backend, recorder, replace(base, setting=setting, source="tune"))
+        report.reports[setting] = bench(plan, card, backend, recorder_for(setting),
+                                        replace(base, setting=setting, source="tune"))
     return report

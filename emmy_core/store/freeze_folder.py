@@ -14,8 +14,6 @@ folded again, which changes nothing.
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +22,7 @@ from emmy_core.store.freeze import card_file_slug
 from emmy_core.store.importer import Progress, load_source
 from emmy_core.store.memory import MemoryStore
 from emmy_core.store.refresh import TUNE_NAME, RefreshReport, freeze_dir_files, refresh_freeze
+from emmy_core.store.safefile import atomic_write_text
 from emmy_core.store.sourcefile import SourceError, gc_paused
 
 
@@ -65,10 +64,10 @@ def folder_digest(freeze_dir: Path | str) -> str:
 def _check_tune_file(path: Path) -> None:
     """Refuses (SourceError) a file named like a tune file that is not one, or holds another card."""
     with gc_paused():
-        kind, batch = load_source(path, MemoryStore())
-    if kind != "tune":
-        raise SourceError(str(path), "$", "format", f"a file named like a tune file holds a {kind}")
-    card = batch.cards[0].name
+        loaded = load_source(path, MemoryStore())
+    if loaded.kind != "tune":
+        raise SourceError(str(path), "$", "format", f"a file named like a tune file holds a {loaded.kind}")
+    card = loaded.batch.cards[0].name
     m = TUNE_NAME.match(path.name)
     if m is None or card_file_slug(card) != m.group(1):
         raise SourceError(str(path), "$.card", "name", f"card {card[:80]!r} belongs in {card_file_slug(card)}.* "
@@ -76,17 +75,8 @@ def _check_tune_file(path: Path) -> None:
 
 
 def _copy_in(src: Path, dest: Path) -> None:
-    """Copies `src` to `dest` through a temporary file in dest's folder and a rename (never half a file)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(src.read_bytes())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Copies a checked tune file (canonical ASCII JSON) to `dest` through a temporary file and a rename."""
+    atomic_write_text(dest, src.read_text(encoding="ascii"))
 
 
 def fold_tune_files(freeze_dir: Path | str, inbox: Path | str | None = None,

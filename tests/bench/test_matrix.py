@@ -25,7 +25,7 @@ def test_an_absent_card_is_refused_at_once_naming_the_card_and_the_machine() -> 
         present_card("NVIDIA H200", here)
     assert "NVIDIA H200" in str(err.value) and here.name in str(err.value)
     with pytest.raises(CardAbsent):  # before anything is lowered or benched
-        tune_matrix("NVIDIA H200", recorder=None)  # type: ignore[arg-type]
+        tune_matrix("NVIDIA H200", recorder_for=None)  # type: ignore[arg-type]
 
 
 def test_the_matrix_units_are_every_model_at_every_shape() -> None:

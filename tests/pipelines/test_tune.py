@@ -15,7 +15,7 @@ from emmy_core.targets import local_card
 from tests.pipelines.conftest import events, make_resources, materialized
 
 TINY = {"ops": {"tune": {"config": {"budget": 1, "models": ["mlp"], "shapes": ["B=1,S=128"], "settings": ["deploy"],
-                                    "spread_limit": 100.0}}}}
+                                    "spread_limit": 100.0, "max_busy": 1.0}}}}
 
 
 def test_the_partition_of_an_absent_card_fails_naming_it_and_the_machine(root: Path,
