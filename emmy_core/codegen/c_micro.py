@@ -55,12 +55,6 @@ def micro_geometry(s: CSchedule, acc: str) -> MicroGeometry:
     return MicroGeometry(acc, s.unroll, s.vec, lanes, s.vec // lanes)
 
 
-def registers_needed(mr: int, vec: int, lanes: int) -> int:
-    """Vector registers an `mr` x `vec` tile holds at once: accumulators, one B row, one broadcast."""
-    vpr = max(1, vec // max(1, lanes))
-    return mr * vpr + vpr + 1
-
-
 def _fma_macro(g: MicroGeometry) -> str:
     fma = "__builtin_fmaf" if g.acc == "f32" else "__builtin_fma"
     if g.lanes == 1:
