@@ -253,3 +253,17 @@ def test_prepare_checks_what_it_binds_once(backend: CBackend) -> None:
     launch({"x": x, "y": y})
     torch.testing.assert_close(y, x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w)
 
+
+
+def test_the_bench_times_the_launch_a_compile_makes(backend: CBackend) -> None:
+    """Weights (inputs with no dynamic axis) are bound and packed once; activations go per call."""
+    prog = matmul(Dim("T", 16), 70, 45, dtype="f32", b_transposed=True, epilogue=("bias",))
+    built = backend.build(prog, candidates(prog, probe_cpu())[0], "rank")
+    a, b = operands("f32", 9, 70, 45, True, seed=2)
+    bias, y = torch.randn(70), torch.empty(9, 70)
+    run_it = backend.timed_launch(built, {"a": a, "b": b, "bias": bias, "y": y}, {"T": 9})
+    b.zero_()
+    bias.zero_()  # bound, not packed: read at each launch
+    run_it()
+    torch.testing.assert_close(y.double(), a.double() @ operands("f32", 9, 70, 45, True, seed=2)[1].double().T,
+                               rtol=1e-4, atol=1e-4)
