@@ -303,6 +303,7 @@ def main() -> int:
                     if op is not None:
                         fns["eager"] = op
                         if not args.no_compile:
+                            torch._dynamo.reset()  # one function compiled per kernel: no recompile limit reached
                             fns["compile"] = torch.compile(op, dynamic=False)
                     with torch.no_grad():
                         t = interleaved(fns, args.rounds)
@@ -324,6 +325,7 @@ def main() -> int:
                        "emmy tuned": chained(be, lowered, x, shape, lambda s, t=tuned_of: t[s.kernel_id]),
                        "torch eager": lambda m=module, x=x: m(x)}
                 if not args.no_compile:
+                    torch._dynamo.reset()
                     compiled = torch.compile(module, dynamic=False)
                     fns["torch.compile"] = lambda c=compiled, x=x: c(x)
                 with torch.no_grad():
