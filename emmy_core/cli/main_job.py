@@ -29,7 +29,7 @@ def main_job(
     """Run the main job on the embedded defaults: compile, import the freeze, check, export, evidence."""
     from emmy_core.bench.plan import model_units
     from emmy_core.cli.common import fail
-    from emmy_core.graph.forks import forks
+    from emmy_core.graph.forks import ForkKey, forks
     from emmy_core.graph.pipeline import compile_model
     from emmy_core.ir import format_sizes, kernel_id, parse_sizes
     from emmy_core.store import open_store
@@ -85,7 +85,7 @@ def main_job(
             seen.add(key)
             if key in golden:
                 tier = "golden"
-            elif store.fastest(key[0], key[1], card.name, setting) is not None:
+            elif store.fastest(ForkKey(key[0], key[1], card.name, setting)) is not None:
                 tier = "measured"
             else:
                 tier = "safe default (first option)"

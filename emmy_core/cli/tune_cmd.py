@@ -17,6 +17,7 @@ import typer
 
 from emmy_core.bench.harness import BenchConfig, BenchError, BenchReport, Outcome
 from emmy_core.cli.common import fail
+from emmy_core.graph.forks import ForkKey
 from emmy_core.ir import Program, kernel_id
 from emmy_core.targets import Card
 
@@ -63,9 +64,9 @@ class StoreRecorder:
         finally:
             store.close()
 
-    def measured_ok(self, kernel_id: str, sizes: str, card: str, setting: str) -> set[str]:
-        rows = self._use(lambda s: s.measurements(kernel_id=kernel_id, card=card, setting=setting))
-        return {m.schedule_id for m in rows if m.sizes == sizes and m.status == "ok"}
+    def measured_ok(self, key: ForkKey) -> set[str]:
+        rows = self._use(lambda s: s.measurements(kernel_id=key.kernel_id, card=key.card, setting=key.setting))
+        return {m.schedule_id for m in rows if m.sizes == key.sizes and m.status == "ok"}
 
     def record(self, program: Program, card: Card, outcomes: Sequence[Outcome]) -> None:
         rows = [measurement_row(o) for o in outcomes if o.recordable]
@@ -87,7 +88,7 @@ class TuneFileRecorder:
         self.kernels: dict[str, Program] = {}
         self.rows: list[Any] = []
 
-    def measured_ok(self, kernel_id: str, sizes: str, card: str, setting: str) -> set[str]:
+    def measured_ok(self, key: ForkKey) -> set[str]:
         return set()
 
     def record(self, program: Program, card: Card, outcomes: Sequence[Outcome]) -> None:
