@@ -16,7 +16,7 @@ torch (the evidence layer and the release gate use it on machines that resolve o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -95,15 +95,40 @@ class StructuralOption:
 ForkOption = ScheduleOption | StructuralOption
 
 
-@dataclass(frozen=True)
 class Fork:
-    kernel: Program
-    rule: str  # schedule | split | cut:<seam>
-    options: tuple[ForkOption, ...]
+    """(kernel, rule, ordered options); a schedule fork may enumerate its options on first use.
+
+    The rule's first option is known without enumerating (`first`); the whole pool is built only
+    when something needs it (the prior ranks it; a blocked first option moves to the next).
+    """
+
+    __slots__ = ("_enumerate", "_first", "_options", "kernel", "rule")
+
+    def __init__(self, kernel: Program, rule: str, options: tuple[ForkOption, ...] | None = None, *,
+                 enumerator: Callable[[], tuple[ForkOption, ...]] | None = None,
+                 first: ForkOption | None = None) -> None:
+        if options is None and enumerator is None:
+            raise ValueError("a fork needs its options or a way to enumerate them")
+        self.kernel = kernel
+        self.rule = rule
+        self._options = options
+        self._enumerate = enumerator
+        self._first = first
+
+    @property
+    def options(self) -> tuple[ForkOption, ...]:
+        if self._options is None:
+            assert self._enumerate is not None
+            self._options = tuple(self._enumerate())
+        return self._options
+
+    @property
+    def enumerated(self) -> bool:
+        return self._options is not None
 
     @property
     def default(self) -> ForkOption:
-        return self.options[0]
+        return self._first if self._first is not None and self._options is None else self.options[0]
 
     @property
     def structural(self) -> bool:
@@ -115,12 +140,24 @@ class Fork:
     def key(self, sizes: Mapping[str, int], card: str, setting: str) -> ForkKey:
         return ForkKey.of(self.kernel, sizes, card, setting)
 
+    def __repr__(self) -> str:
+        n = len(self._options) if self._options is not None else "?"
+        return f"Fork({self.kernel.name}, {self.rule}, {n} options)"
 
-def schedule_fork(kernel: Program, card: Card) -> Fork:
-    """The schedule fork of `kernel` on `card`: its candidates in rule order (first: the safe default)."""
-    from emmy_core.knobs import candidates
 
-    return Fork(kernel, SCHEDULE, tuple(ScheduleOption.of(k) for k in candidates(kernel, card)))
+def schedule_fork(kernel: Program, card: Card, lazy: bool = False) -> Fork:
+    """The schedule fork of `kernel` on `card`: its candidates in rule order (first: the safe default).
+
+    `lazy`: the candidates are enumerated only when something reads `options`.
+    """
+    from emmy_core.knobs import candidates, first_option, view
+
+    def enumerate_() -> tuple[ForkOption, ...]:
+        return tuple(ScheduleOption.of(k) for k in candidates(kernel, card))
+
+    if lazy:
+        return Fork(kernel, SCHEDULE, enumerator=enumerate_, first=ScheduleOption.of(first_option(view(kernel), card)))
+    return Fork(kernel, SCHEDULE, enumerate_())
 
 
 def structural_forks(kernel: Program, cuts: tuple[decisions.Decision, ...] = ()) -> tuple[Fork, ...]:
