@@ -6,7 +6,7 @@ the store's one writer into a DuckDB file: the resolver reads exactly what a use
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,6 +89,14 @@ def write_db(path: Path, setup: Setup, card: Card = CARD) -> Path:
     with open_store(path, "w") as store:
         setup.write(store, card)
     return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def build_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One fresh build cache for the session: builds are real, and reused between tests."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EMMY_BUILD_CACHE", str(tmp_path_factory.mktemp("evidence_build_cache")))
+        yield
 
 
 @pytest.fixture(scope="session")
