@@ -32,9 +32,15 @@ def show(
     shape: Annotated[str, typer.Option("--shape", help="dynamic axis sizes, e.g. B=8,S=128")] = "B=8,S=128",
     card: Annotated[str | None, typer.Option("--card", help="card for schedule forks: local or a table name")] = None,
     dtype: Annotated[str, typer.Option("--dtype", help="model data type: f32, f16 or bf16")] = "f16",
+    stage: Annotated[str | None, typer.Option("--stage", help="the graph after this pass (capture, canonicalize, "
+                                                              "...; 'all' for every one); default: the final graph")]
+    = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
-    """Print the graph after each pass, the kernels (deduped by identity, with counts) and each fork."""
+    """Print the graph (after the last pass, or --stage), the kernels (deduped, with counts) and each fork.
+
+    The model is captured at small sizes and specialised to --shape: no tensor of that shape is made.
+    """
     import torch
 
     from emmy_core.graph.errors import GraphError
@@ -76,16 +82,25 @@ def show(
     from emmy_core.graph.pipeline import PASSES
 
     offers = {p.name: p.forks for p in PASSES}
+    names = [name for name, _ in lowered.stages]
+    if stage is None:
+        stages = [lowered.stages[-1]]
+    elif stage == "all":
+        stages = list(lowered.stages)
+    elif stage in names:
+        stages = [s for s in lowered.stages if s[0] == stage]
+    else:
+        fail(f"--stage {stage!r}: the stages are {', '.join(names)} (or all)")
     if as_json:
         out = {
             "model": model, "shape": sizes, "dtype": dtype, "card": resolved.name if resolved else None,
             "stages": [{"pass": name, "nodes": len(g.nodes), "graph": g.text(), "offers": list(offers.get(name, ()))}
-                       for name, g in lowered.stages],
+                       for name, g in stages],
             "kernels": kernels, "kernel_count": len(lowered.kernels), "forks": fork_rows,
         }
         typer.echo(json.dumps(out, indent=2, sort_keys=True))
         return
-    for name, g in lowered.stages:
+    for name, g in stages:
         forks_note = f"; offers {', '.join(offers[name])}" if offers.get(name) else ""
         typer.echo(f"== after {name} ({sum(1 for _ in g.compute())} compute nodes{forks_note}) ==")
         typer.echo(g.text())

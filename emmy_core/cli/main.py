@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import typer
 
-from emmy_core.cli import db_cmd, db_files_cmd, graph_cmd, ir_cmd, main_job, run_cmd, tune_cmd
+from emmy_core.cli import (
+    compile_cmd,
+    db_cmd,
+    db_files_cmd,
+    explain_cmd,
+    gate_cmd,
+    graph_cmd,
+    ir_cmd,
+    main_job,
+    run_cmd,
+    tune_cmd,
+)
 
 app = typer.Typer(
     name="emmy",
@@ -20,6 +31,9 @@ app.add_typer(graph_cmd.app, name="graph")
 app.command("main")(main_job.main_job)
 app.command("tune")(tune_cmd.tune)
 app.command("run")(run_cmd.run)
+app.command("explain")(explain_cmd.explain_command)
+app.command("compile")(compile_cmd.compile_command)
+app.command("gate")(gate_cmd.gate_command)
 
 
 def main() -> None:

@@ -2,9 +2,10 @@
 
 It walks the chain that exists today, each step a library call: compile a reference model
 (kernels and forks), import the repository freeze into a fresh dataset database, check it,
-count it, export it, and say which evidence would settle each of the model's schedule forks
-on this machine's card (golden, local measurement, or the rule's safe first option; the
-prior is not built yet). It writes only under `_data/` and never fails on a fresh machine.
+count it, export it, and settle every fork of the model on this machine's card with the
+evidence resolver (the freeze's goldens, the local tuning database, the prior, the rule's
+first option), printing the resolution record. It writes only under `_data/` and never fails
+on a fresh machine.
 """
 
 from __future__ import annotations
@@ -27,12 +28,10 @@ def main_job(
     setting: Annotated[str, typer.Option("--setting", help="compile setting")] = "deploy",
 ) -> None:
     """Run the main job on the embedded defaults: compile, import the freeze, check, export, evidence."""
-    from emmy_core.bench.plan import model_units
     from emmy_core.cli.common import fail
-    from emmy_core.graph.forks import ForkKey, forks
+    from emmy_core.graph.forks import forks
     from emmy_core.graph.pipeline import compile_model
-    from emmy_core.ir import format_sizes, kernel_id, parse_sizes
-    from emmy_core.store import open_store
+    from emmy_core.ir import parse_sizes
     from emmy_core.store.check import check_db
     from emmy_core.store.export import export_db
     from emmy_core.store.importer import import_db
@@ -73,26 +72,21 @@ def main_job(
     manifest = export_db(db, data / "dataset")
     typer.echo(f"  exported to {data / 'dataset'} (digest {str(manifest.get('digest', ''))[:16]})")
 
-    typer.echo(f"\n== 4. evidence for each schedule fork on {card.name}, setting {setting}")
-    tiers: Counter[str] = Counter()
-    with open_store(db, "r") as store:
-        golden = {(g.kernel_id, g.sizes) for g in store.goldens(card=card.name) if g.setting == setting}
-        seen: set[tuple[str, str]] = set()
-        for unit in model_units(model, dims):
-            key = (kernel_id(unit.program), format_sizes(unit.sizes))
-            if key in seen:
-                continue
-            seen.add(key)
-            if key in golden:
-                tier = "golden"
-            elif store.fastest(ForkKey(key[0], key[1], card.name, setting)) is not None:
-                tier = "measured"
-            else:
-                tier = "safe default (first option)"
-            tiers[tier] += 1
-            typer.echo(f"  {key[0][:12]}  {key[1]:<10} {tier}")
-    typer.echo("  " + ", ".join(f"{n} {t}" for t, n in tiers.most_common()))
-    if "golden" not in tiers:
+    typer.echo(f"\n== 4. evidence for each fork on {card.name}, setting {setting} (the resolver)")
+    from emmy_core.evidence.context import open_sources
+    from emmy_core.evidence.model import ModelResolver, resolutions_of
+    from emmy_core.evidence.render import render_record
+    from emmy_core.evidence.resolution import ResolutionRecord
+
+    sources = open_sources(card, setting, freezes=freezes)  # golden: the freeze; local: the tuning database
+    try:
+        plans = ModelResolver(sources).model(lowered, dims)
+    finally:
+        skipped = sources.close()
+    record = ResolutionRecord(model, card.name, setting, resolutions_of(plans), [*sources.notes, *skipped],
+                              sizes=[shape])
+    typer.echo("\n".join(f"  {line}" for line in render_record(record).splitlines()))
+    if not record.tiers()["golden"]:
         typer.echo("  (the freeze holds no golden for this card; `emmy tune` measures this machine)")
     if not report.ok or any(not o.ok for o in outcomes):
         raise typer.Exit(1)

@@ -32,7 +32,7 @@ from emmy_core.evidence.context import PriorArg, PriorUnavailableWarning, open_s
 from emmy_core.evidence.freeze import FreezesArg
 from emmy_core.evidence.model import KernelPlan, ModelResolver, resolutions_of, stale_recordings
 from emmy_core.evidence.resolution import Resolution, ResolutionRecord, StrictEvidenceError
-from emmy_core.evidence.sources import LocalSource, Sources
+from emmy_core.evidence.sources import Sources
 from emmy_core.graph.errors import GraphError
 from emmy_core.graph.execute import graph_sizes
 from emmy_core.graph.lower import Lowered
@@ -85,10 +85,8 @@ class Compiled:
         try:
             plans = resolver.model(self.lowered, sizes)
         finally:
-            for s in self.sources.items:
-                if isinstance(s, LocalSource) and s.skipped:
-                    self.record.add_note(s.skipped)
-                s.close()
+            for note in self.sources.close():
+                self.record.add_note(note)
         text = format_sizes(sizes)
         resolutions = resolutions_of(plans)
         keys = {(r.key, r.rule) for r in resolutions}
@@ -113,6 +111,10 @@ class Compiled:
             self._plans[text] = self._settle(sizes, self._built)
             return self._plans[text]
         return self._settle(sizes, self._static)
+
+    def prepare(self, sizes: Mapping[str, int] | str) -> list[Resolution]:
+        """Settles every fork at `sizes` with each chosen kernel built (nothing allocated); cached per size."""
+        return resolutions_of(self._planned(self._sizes(sizes), build=True))
 
     def resolve(self, sizes: Mapping[str, int] | str) -> list[Resolution]:
         """Settles every fork at the model's `sizes` (e.g. `B=8,S=128`) without building or allocating."""
@@ -216,7 +218,10 @@ def compile(module: nn.Module, example_inputs: Sequence[torch.Tensor], *, card: 
     """
     compiled, sizes = _prepare(module, example_inputs, card, setting, strict_evidence=strict_evidence,
                                tuning_db=tuning_db, freezes=freezes, prior=prior, build=True)
-    compiled._planned(sizes, build=compiled.builder is not None)
+    if compiled.builder is not None:
+        compiled.prepare(sizes)
+    else:
+        compiled.resolve(sizes)
     return compiled
 
 

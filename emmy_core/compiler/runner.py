@@ -79,9 +79,11 @@ class Layout:
     aliases: dict[str, tuple[Ref, tuple[int, ...]]] = field(default_factory=dict)  # pool views of pool values
     refs: dict[str, Ref] = field(default_factory=dict)  # graph value -> where it lives
     ops: list[LaunchSpec | CopySpec | ViewSpec] = field(default_factory=list)
+    input_nbytes: int = 0  # the inputs' own bytes (the caller's tensors; not allocated here)
 
     @property
     def nbytes(self) -> int:
+        """Bytes this layout allocates: the pool once, the fresh values per call."""
         return sum(s.nbytes for s in self.pool.values()) + sum(s.nbytes for s in self.fresh.values())
 
 
@@ -101,6 +103,7 @@ def plan_layout(lowered: Lowered, sizes: Mapping[str, int], plans: Sequence[Kern
     inputs = tuple(n.name for n in graph.nodes if n.op == "input")
     params = {n.name: str(n.attr("path")) for n in graph.nodes if n.op == "param"}
     layout = Layout(dict(sizes), inputs, graph.outputs)
+    layout.input_nbytes = sum(index[n].type.numel(dict(sizes)) * WIDTH[index[n].type.dtype] for n in inputs)
     made_by = {s.node: s for s in lowered.steps}
     fresh: set[str] = set()
     for out in graph.outputs:  # an output, and what it is a view of, is made anew on every call

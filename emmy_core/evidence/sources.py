@@ -99,9 +99,15 @@ class Sources:
                     return m
         return None
 
-    def close(self) -> None:
+    def close(self) -> list[str]:
+        """Releases what the sources hold open (the database's lock); returns why any source was skipped."""
+        skipped = []
         for s in self.items:
+            why = getattr(s, "skipped", None)
+            if why:
+                skipped.append(why)
             s.close()
+        return skipped
 
 
 class Source(ABC):
