@@ -198,6 +198,7 @@ class Runner:
             pool[name] = self._fixed(src, pool, weights).view(shape)
         self._fresh = [(v, s.shape, TORCH_DTYPES[s.dtype]) for v, s in layout.fresh.items()]
         self._ops: list[Callable[[dict[str, torch.Tensor]], None]] = []
+        self.labels: list[tuple[str, str]] = []  # (kernel | copy | view, what) of each op, for profiles
         launchers: dict[int, Launcher] = {}
         for op in layout.ops:
             if isinstance(op, LaunchSpec):
@@ -205,10 +206,13 @@ class Runner:
                 if key not in launchers:
                     launchers[key] = launcher_for(op.plan)
                 self._ops.append(self._launch(op, launchers[key], pool, weights))
+                self.labels.append(("kernel", op.plan.program.name))
             elif isinstance(op, CopySpec):
                 self._ops.append(self._copy(op, pool, weights))
+                self.labels.append(("copy", f"permute{op.perm} -> {op.out[1]}"))
             else:
                 self._ops.append(self._view(op, pool, weights))
+                self.labels.append(("view", op.out))
         self._pool = pool
         self._weights = weights
 
@@ -260,12 +264,38 @@ class Runner:
 
         return run
 
-    def run(self, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    def _env(self, inputs: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
         env: dict[str, torch.Tensor] = {}
         for name, t in zip(self.layout.inputs, inputs, strict=True):
             env[name] = t if t.is_contiguous() else t.contiguous()
         for value, shape, dtype in self._fresh:
             env[value] = torch.empty(shape, dtype=dtype, device=self.device)
+        return env
+
+    def profile(self, inputs: Sequence[torch.Tensor], repeats: int = 10) -> list[tuple[str, str, float]]:
+        """Median microseconds of every op over `repeats` calls: (kind, what, us), in order, then ('call', ...)."""
+        import statistics
+        import time
+
+        sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+        times: list[list[float]] = [[] for _ in self._ops]
+        setup: list[float] = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            env = self._env(inputs)
+            setup.append(time.perf_counter() - t0)
+            for i, op in enumerate(self._ops):
+                sync()
+                t0 = time.perf_counter()
+                op(env)
+                sync()
+                times[i].append(time.perf_counter() - t0)
+        out = [(kind, what, 1e6 * statistics.median(ts)) for (kind, what), ts in zip(self.labels, times, strict=True)]
+        out.append(("call", "inputs and fresh outputs", 1e6 * statistics.median(setup)))
+        return out
+
+    def run(self, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        env = self._env(inputs)
         for op in self._ops:
             op(env)
         out = []

@@ -16,6 +16,7 @@ from emmy_core.evidence.resolution import Resolution, ResolutionError
 from emmy_core.evidence.sources import Answer, Sources, option_id
 from emmy_core.graph.forks import Fork, ForkKey, ForkOption, ScheduleOption
 
+MAX_PASSES = 100_000  # a bound that is never reached: the options and measured rows of a fork are finite
 Check = Callable[[Fork, ForkOption], str | None]  # why an option cannot be used (None: it can)
 
 
@@ -35,8 +36,7 @@ def resolve(fork: Fork, key: ForkKey, sources: Sources, check: Check | None = No
     """The resolution of `fork` at `key`: the first source's checked answer (blocked options resolved again)."""
     blocked: dict[str, str] = {}
     labels: dict[str, str] = {}
-    limit = len(fork.options) + 64  # every pass blocks one more option; measured rows add a few more
-    for _ in range(limit):
+    for _ in range(MAX_PASSES):  # every pass blocks one more option, so the rule's options run out
         tried: list[tuple[str, str]] = []
         for source in sources.items:
             why = source.unavailable()

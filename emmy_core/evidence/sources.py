@@ -288,13 +288,15 @@ class StoreSource(MeasuredSource):
     """A measured source over an open `Store` (a `MemoryStore` holding a freeze, or any store in tests)."""
 
     def __init__(self, tier: str, label: str, store: Any, card: str, setting: str, *,
-                 answers_with_rows: bool, measured_at: bool = True) -> None:
+                 answers_with_rows: bool, measured_at: bool = True, read_all: bool = False) -> None:
         super().__init__(card, setting)
         self.tier = tier
         self.label = label
         self.store = store
         self.answers_with_rows = answers_with_rows
         self._with_time = measured_at
+        self._read_all = read_all  # an in-memory store: index every row of the card and setting in one pass
+        self._by_kernel: dict[str, list[Any]] | None = None
         self._goldens: dict[str, dict[str, tuple[str | None, str | None]]] | None = None
         self._knob_cache: dict[str, dict[str, object] | None] = {}
 
@@ -309,7 +311,15 @@ class StoreSource(MeasuredSource):
 
     def _load_kernel(self, kernel_id: str) -> tuple[dict[str, list[Row]], dict[str, tuple[str | None, str | None]]]:
         rows: dict[str, list[Row]] = {}
-        for m in self.store.measurements(kernel_id=kernel_id, card=self.card, setting=self.setting):
+        if self._read_all:
+            if self._by_kernel is None:
+                self._by_kernel = {}
+                for m in self.store.measurements(card=self.card, setting=self.setting):
+                    self._by_kernel.setdefault(m.kernel_id, []).append(m)
+            stored = self._by_kernel.get(kernel_id, [])
+        else:
+            stored = self.store.measurements(kernel_id=kernel_id, card=self.card, setting=self.setting)
+        for m in stored:
             if m.status == "ok" and math.isfinite(m.median_us):
                 when = m.measured_at.isoformat(timespec="seconds") if self._with_time and m.measured_at else ""
                 rows.setdefault(m.sizes, []).append(Row(m.schedule_id, float(m.median_us), when))
@@ -333,7 +343,8 @@ class GoldenSource(StoreSource):
     """Tier 1: the goldens of the freeze (reviewed choices), in memory; its rows give times and runners-up."""
 
     def __init__(self, store: Any, label: str, card: str, setting: str) -> None:
-        super().__init__("golden", label, store, card, setting, answers_with_rows=False, measured_at=False)
+        super().__init__("golden", label, store, card, setting, answers_with_rows=False, measured_at=False,
+                         read_all=True)
 
 
 class LocalSource(StoreSource):
