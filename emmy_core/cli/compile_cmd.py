@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from emmy_core.cli.common import fail
+from emmy_core.cli.common import fail, shape_of
 
 Opt = typer.Option
 ModelOpt = Annotated[str, Opt("--model", help="a reference model (emmy graph models) or package.module:Class")]
@@ -52,18 +52,6 @@ def model_and_inputs(model: str, dtype: str, inputs: list[str] | None) -> tuple[
                           inputs or ())
     except GraphError as exc:
         fail(str(exc))
-
-
-def shape_of(text: str) -> dict[str, int]:
-    from emmy_core.ir import IRError, parse_sizes
-
-    try:
-        sizes = parse_sizes(text)
-    except IRError as exc:
-        fail(f"--shape: {exc}")
-    if set(sizes) != {"B", "S"}:
-        fail(f"--shape must give exactly B and S (e.g. B=8,S=128), got {text!r}")
-    return sizes
 
 
 def prior_arg(prior: Path | None, no_prior: bool) -> Any:

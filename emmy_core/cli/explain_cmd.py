@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from emmy_core.cli.common import fail
+from emmy_core.cli.common import fail, shape_of
 from emmy_core.cli.compile_cmd import (
     SMALL,
     CardOpt,
@@ -23,7 +23,6 @@ from emmy_core.cli.compile_cmd import (
     StrictOpt,
     model_and_inputs,
     prior_arg,
-    shape_of,
 )
 
 

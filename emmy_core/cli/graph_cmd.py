@@ -7,23 +7,11 @@ from typing import Annotated
 
 import typer
 
-from emmy_core.cli.common import fail
+from emmy_core.cli.common import fail, shape_of
 
 app = typer.Typer(help="Model graphs: capture, passes, kernels, forks; the serving matrix.", no_args_is_help=True)
 
 _DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
-
-
-def _shape(text: str) -> dict[str, int]:
-    from emmy_core.ir import IRError, parse_sizes
-
-    try:
-        sizes = parse_sizes(text)
-    except IRError as exc:
-        fail(f"--shape: {exc}")
-    if set(sizes) != {"B", "S"}:
-        fail(f"--shape must give exactly B and S (e.g. B=8,S=128), got {text!r}")
-    return sizes
 
 
 @app.command("show")
@@ -53,7 +41,7 @@ def show(
         fail(f"unknown model {model!r}; known models: {', '.join(MODEL_NAMES)}")
     if dtype not in _DTYPES:
         fail(f"--dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
-    sizes = _shape(shape)
+    sizes = shape_of(shape)
     resolved = None
     if card is not None:
         from emmy_core.targets.resolve import UnknownCard, resolve_card
