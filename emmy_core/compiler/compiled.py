@@ -129,7 +129,8 @@ class Compiled:
 
     def _launcher(self, plan: KernelPlan) -> Launcher:
         assert self.builder is not None and plan.schedule is not None
-        return Launcher(self.builder.build(plan.program, plan.schedule), plan.sizes, plan.program.name)
+        return Launcher(self.builder.build(plan.program, plan.schedule), plan.sizes, plan.program.name,
+                        self.card.target)
 
     def _weights_on_device(self) -> dict[str, torch.Tensor]:
         if self._weights is None:

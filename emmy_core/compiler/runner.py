@@ -227,16 +227,19 @@ class Runner:
 
     def _launch(self, op: LaunchSpec, launcher: Launcher, pool: Mapping[str, torch.Tensor],
                 weights: Mapping[str, torch.Tensor]) -> Callable[[dict[str, torch.Tensor]], None]:
-        fixed = {b: self._fixed(ref, pool, weights).view(shape) for b, ref, shape in op.buffers if ref[0] != "env"}
+        constants = {b: self._fixed(ref, pool, weights).view(shape) for b, ref, shape in op.buffers
+                     if ref[0] == "weight"}
+        fixed = {b: self._fixed(ref, pool, weights).view(shape) for b, ref, shape in op.buffers if ref[0] == "pool"}
         per_call = [(b, ref[1], shape) for b, ref, shape in op.buffers if ref[0] == "env"]
+        launch = launcher.bind(constants)
         if not per_call:
-            return lambda env: launcher(fixed)
+            return lambda env: launch(fixed)
 
         def run(env: dict[str, torch.Tensor]) -> None:
             buffers = dict(fixed)
             for b, value, shape in per_call:
                 buffers[b] = env[value].view(shape)
-            launcher(buffers)
+            launch(buffers)
 
         return run
 
