@@ -11,12 +11,18 @@ conversions (round to nearest even) written out in integer operations.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
 from emmy_core.codegen.backend import BuildError, get_setting
 from emmy_core.codegen.c_build import CBuilt, CCompiler
 from emmy_core.codegen.c_emit import kernel_source
 from emmy_core.codegen.c_schedule import schedule_of
 from emmy_core.ir.check import validate
 from emmy_core.ir.nodes import Program
+
+if TYPE_CHECKING:
+    import torch
 
 
 class CBackend:
@@ -44,3 +50,16 @@ class CBackend:
         src = self.source(program, knobs, setting)
         flags = get_setting(setting).c_flags
         return CBuilt(program, self.compiler.library(src, flags, program.name))
+
+    @staticmethod
+    def timed_launch(built: CBuilt, buffers: Mapping[str, torch.Tensor], sizes: Mapping[str, int]) -> Callable[[], None]:
+        """The launch a compiled model makes, for timing: prepared at `sizes` with its weights bound.
+
+        Weights are the inputs whose shape has no dynamic axis (a kernel's activations carry
+        the token or batch axis): a matmul's B then is packed once, as a compile packs it.
+        """
+        static = {b.name for b in built.program.inputs
+                  if all(built.program.axis(a).extent is not None for a in b.shape)}
+        launch = built.prepare(sizes, {n: buffers[n] for n in static})
+        rest = {n: t for n, t in buffers.items() if n not in static}
+        return lambda: launch(rest)

@@ -6,8 +6,11 @@ read at each build) by the sha256 of the source, the flags and the compiler's id
 (its version line, and with `-march=native` the target it resolves to, so a cache shared
 between machines never loads code built for another CPU). A build is written to a
 temporary name and renamed into place, so a concurrent builder never sees half a file.
-A compiler failure raises `BuildError` carrying its first lines; a launch on tensors
-that do not fit the kernel raises `LaunchError` naming the buffer or size at fault.
+A compiler failure raises `BuildError` carrying its first lines; a checked launch on
+tensors that do not fit the kernel raises `LaunchError` naming the buffer or size at fault.
+`CBuilt.prepare(sizes, constants)` checks once and returns a `Launch` that calls straight
+through (a few microseconds of Python), with constant operands bound and a matmul's B
+packed once (interface of the compile path).
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from typing import TYPE_CHECKING
 
 from emmy_core.codegen.backend import BuildError, LaunchError
 from emmy_core.codegen.c_emit import ENTRY
-from emmy_core.ir.nodes import Program
+from emmy_core.codegen.c_matmul import PACK_BYTES_ENTRY, PACK_ENTRY, packed_operand
+from emmy_core.ir.nodes import Buffer, Program
 from emmy_core.ir.sizes import MAX_SIZE, extents
 
 if TYPE_CHECKING:
@@ -32,8 +36,9 @@ if TYPE_CHECKING:
 
 CACHE_ENV = "EMMY_BUILD_CACHE"
 # Neither errno nor the floating-point exception flags are ever read, so loops with math calls
-# and with the f16 conversions' selects can vectorise; values are computed as written either way.
-BASE_FLAGS = ("-fopenmp", "-shared", "-fPIC", "-fno-math-errno", "-fno-trapping-math")
+# and with the f16 conversions' selects can vectorise; values are computed as written either way:
+# no multiply-add is fused unless the source asks for it (the matmul's micro-kernel does).
+BASE_FLAGS = ("-fopenmp", "-shared", "-fPIC", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off")
 LIBS = ("-lm",)
 COMPILE_TIMEOUT_S = 300
 ERROR_LINES = 20
@@ -115,8 +120,37 @@ TORCH_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "
                 "i64": "int64"}
 
 
+class Launch:
+    """A prepared launch: `launch(buffers)` runs the kernel at the sizes `CBuilt.prepare` checked.
+
+    Nothing is checked per call: the buffers must be the non-constant ones `prepare` named,
+    CPU tensors of the shapes and dtypes it checked, contiguous, outputs overlapping
+    nothing. The constants stay bound (a matmul's B as panels packed once: a later change
+    to the constant tensor is not seen).
+    """
+
+    __slots__ = ("_dyn", "_fn", "_keep", "_name", "_ptrs", "_slots")
+
+    def __init__(self, fn: ctypes._CFuncPtr, ptrs: ctypes.Array, dyn: ctypes.Array,  # type: ignore[name-defined]
+                 slots: tuple[tuple[int, str], ...], keep: tuple[object, ...], name: str) -> None:
+        self._fn, self._ptrs, self._dyn, self._slots, self._keep, self._name = fn, ptrs, dyn, slots, keep, name
+
+    @property
+    def buffers(self) -> tuple[str, ...]:
+        """The names a call takes, in the kernel's buffer order."""
+        return tuple(n for _, n in self._slots)
+
+    def __call__(self, buffers: Mapping[str, torch.Tensor]) -> None:
+        ptrs = self._ptrs
+        for i, name in self._slots:
+            ptrs[i] = buffers[name].data_ptr()
+        if self._fn(ptrs, self._dyn):
+            raise LaunchError(f"{self._name}: a thread could not allocate its working memory")
+
+
 class CBuilt:
-    """A compiled kernel: call it with CPU tensors by buffer name and the dynamic sizes."""
+    """A compiled kernel: call it with CPU tensors by buffer name and the dynamic sizes (checked), or
+    `prepare` it once per size for launches without checks."""
 
     def __init__(self, program: Program, path: Path) -> None:
         self.program = program
@@ -129,6 +163,17 @@ class CBuilt:
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64)]
         self._fn = fn
+        self._packed = packed_operand(program)
+        if self._packed is not None:
+            try:
+                self._pack = getattr(self._lib, PACK_ENTRY)
+                self._pack_bytes = getattr(self._lib, PACK_BYTES_ENTRY)
+            except AttributeError as exc:
+                raise BuildError(f"{program.name}: the build {path.name} has no packing entry: {exc}") from None
+            self._pack.restype = ctypes.c_int
+            self._pack.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64), ctypes.c_void_p]
+            self._pack_bytes.restype = ctypes.c_int64
+            self._pack_bytes.argtypes = [ctypes.POINTER(ctypes.c_int64)]
 
     def _sizes(self, sizes: Mapping[str, int]) -> dict[str, int]:
         name = self.program.name
@@ -146,9 +191,28 @@ class CBuilt:
                 raise LaunchError(f"{name}: size of {ax!r} must be an integer in 1..{MAX_SIZE}, got {v!r}")
         return extents(self.program, dict(sizes))
 
-    def _check(self, buffers: Mapping[str, torch.Tensor], ext: dict[str, int]) -> list[int]:
+    def _tensor(self, b: Buffer, t: object, ext: dict[str, int]) -> torch.Tensor:
+        """`t` checked as the tensor of buffer `b` at extents `ext`; LaunchError naming what does not fit."""
         import torch
 
+        name = self.program.name
+        if t is None:
+            raise LaunchError(f"{name}: missing {b.role} buffer {b.name!r}")
+        if not isinstance(t, torch.Tensor):
+            raise LaunchError(f"{name}: buffer {b.name!r} must be a torch tensor, not {type(t).__name__}")
+        want = getattr(torch, TORCH_DTYPES[b.dtype])
+        shape = tuple(ext[a] for a in b.shape)
+        if t.device.type != "cpu":
+            raise LaunchError(f"{name}: buffer {b.name!r} is on {t.device}, the cpu backend needs cpu tensors")
+        if t.dtype != want:
+            raise LaunchError(f"{name}: buffer {b.name!r} has dtype {t.dtype}, the kernel declares {b.dtype}")
+        if tuple(t.shape) != shape:
+            raise LaunchError(f"{name}: buffer {b.name!r} has shape {tuple(t.shape)}, expected {shape}")
+        if not t.is_contiguous():
+            raise LaunchError(f"{name}: buffer {b.name!r} is not contiguous")
+        return t
+
+    def _check(self, buffers: Mapping[str, torch.Tensor], ext: dict[str, int]) -> list[int]:
         name = self.program.name
         if not isinstance(buffers, Mapping):
             raise LaunchError(f"{name}: buffers must be a mapping of tensors by buffer name")
@@ -158,21 +222,7 @@ class CBuilt:
         ptrs: list[int] = []
         spans: list[tuple[int, int, str, str]] = []
         for b in self.program.buffers:
-            t = buffers.get(b.name)
-            if t is None:
-                raise LaunchError(f"{name}: missing {b.role} buffer {b.name!r}")
-            if not isinstance(t, torch.Tensor):
-                raise LaunchError(f"{name}: buffer {b.name!r} must be a torch tensor, not {type(t).__name__}")
-            want = getattr(torch, TORCH_DTYPES[b.dtype])
-            shape = tuple(ext[a] for a in b.shape)
-            if t.device.type != "cpu":
-                raise LaunchError(f"{name}: buffer {b.name!r} is on {t.device}, the cpu backend needs cpu tensors")
-            if t.dtype != want:
-                raise LaunchError(f"{name}: buffer {b.name!r} has dtype {t.dtype}, the kernel declares {b.dtype}")
-            if tuple(t.shape) != shape:
-                raise LaunchError(f"{name}: buffer {b.name!r} has shape {tuple(t.shape)}, expected {shape}")
-            if not t.is_contiguous():
-                raise LaunchError(f"{name}: buffer {b.name!r} is not contiguous")
+            t = self._tensor(b, buffers.get(b.name), ext)
             ptrs.append(t.data_ptr())
             spans.append((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size(), b.name, b.role))
         for lo, hi, bname, role in spans:
@@ -183,12 +233,50 @@ class CBuilt:
                     raise LaunchError(f"{name}: out buffer {bname!r} overlaps buffer {other!r} in memory")
         return ptrs
 
+    def _dyn(self, ext: dict[str, int]) -> ctypes.Array:  # type: ignore[type-arg]
+        dyn = [ext[a.name] for a in self.program.dynamic_axes]
+        return (ctypes.c_int64 * max(1, len(dyn)))(*dyn)
+
     def __call__(self, buffers: Mapping[str, torch.Tensor], sizes: Mapping[str, int]) -> None:
         ext = self._sizes(sizes)
         ptrs = self._check(buffers, ext)
-        dyn = [ext[a.name] for a in self.program.dynamic_axes]
-        c_ptrs = (ctypes.c_void_p * len(ptrs))(*ptrs)
-        c_dyn = (ctypes.c_int64 * max(1, len(dyn)))(*dyn)
-        rc = self._fn(c_ptrs, c_dyn)
+        c_ptrs = (ctypes.c_void_p * (len(ptrs) + 1))(*ptrs, None)  # + the slot of a B packed beforehand
+        rc = self._fn(c_ptrs, self._dyn(ext))
         if rc != 0:
             raise LaunchError(f"{self.program.name}: a thread could not allocate its tile (status {rc})")
+
+    def prepare(self, sizes: Mapping[str, int], constants: Mapping[str, torch.Tensor] | None = None) -> Launch:
+        """A launch at `sizes` with `constants` (input buffers by name, e.g. weights) bound once, checked here.
+
+        A matmul's B among the constants is packed into its panels now, once, instead of at
+        every launch. The returned `Launch` takes the other buffers and checks nothing.
+        """
+        import torch
+
+        name = self.program.name
+        ext = self._sizes(sizes)
+        constants = {} if constants is None else constants
+        if not isinstance(constants, Mapping):
+            raise LaunchError(f"{name}: constants must be a mapping of tensors by input buffer name")
+        inputs = {b.name: b for b in self.program.inputs}
+        bad = sorted((str(n) for n in constants if n not in inputs), key=str)
+        if bad:
+            raise LaunchError(f"{name}: constants must be input buffers; {', '.join(n[:40] for n in bad)} "
+                              f"{'is' if len(bad) == 1 else 'are'} not")
+        bound = {n: self._tensor(inputs[n], t, ext) for n, t in constants.items()}
+        dyn = self._dyn(ext)
+        buffers = self.program.buffers
+        ptrs = (ctypes.c_void_p * (len(buffers) + 1))()
+        keep: list[object] = list(bound.values())
+        if self._packed is not None and self._packed in bound:
+            ptrs[[b.name for b in buffers].index(self._packed)] = bound[self._packed].data_ptr()
+            packed = torch.empty(int(self._pack_bytes(dyn)), dtype=torch.uint8)
+            if self._pack(ptrs, dyn, packed.data_ptr()) != 0:
+                raise LaunchError(f"{name}: packing {self._packed!r} could not allocate its working memory")
+            ptrs[len(buffers)] = (packed.data_ptr() + 63) // 64 * 64  # where emmy_pack wrote: 64-byte aligned
+            keep.append(packed)
+        for i, b in enumerate(buffers):
+            if b.name in bound:
+                ptrs[i] = bound[b.name].data_ptr()
+        slots = tuple((i, b.name) for i, b in enumerate(buffers) if b.name not in bound)
+        return Launch(self._fn, ptrs, dyn, slots, tuple(keep), name)

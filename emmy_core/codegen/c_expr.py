@@ -20,6 +20,7 @@ infinity, f16 and bf16 as their rounded bit patterns computed here.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from fractions import Fraction
 
 from emmy_core.codegen.backend import BuildError
@@ -114,6 +115,45 @@ static inline int64_t em_add_i64(int64_t a, int64_t b) { return (int64_t)((uint6
 static inline int64_t em_sub_i64(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }
 static inline int64_t em_mul_i64(int64_t a, int64_t b) { return (int64_t)((uint64_t)a * (uint64_t)b); }
 static inline int64_t em_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Whole runs converted at once: with F16C (and AVX-512) eight or sixteen halves per instruction,
+   rounding to nearest even as em_f2h does; elsewhere the exact integer forms above, vectorised. */
+#if defined(__F16C__) || defined(__FMA__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+static inline void em_h2f_run(const uint16_t *restrict s, float *restrict d, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__) && defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + i))));
+#endif
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+#endif
+#pragma omp simd
+  for (int64_t j = i; j < n; ++j) d[j] = em_h2f(s[j]);
+}
+static inline void em_f2h_run(const float *restrict s, uint16_t *restrict d, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__) && defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256((__m256i *)(d + i), _mm512_cvtps_ph(_mm512_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+#pragma omp simd
+  for (int64_t j = i; j < n; ++j) d[j] = em_f2h(s[j]);
+}
+static inline void em_bf2f_run(const uint16_t *restrict s, float *restrict d, int64_t n) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) d[j] = em_bf2f(s[j]);
+}
+static inline void em_f2bf_run(const float *restrict s, uint16_t *restrict d, int64_t n) {
+  /* integer rounding (AVX-512 BF16's VCVTNEPS2BF16 flushes subnormals, so it is not used) */
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) d[j] = em_f2bf(s[j]);
+}
 """
 
 
@@ -232,15 +272,20 @@ def cast_c(code: str, src: str, dst: str) -> str:
     """`code` of type `src` converted to `dst`, rounded once (nearest even) for floats."""
     if src == dst:
         return code
+    return cast_computed(to_compute(code, src), src, dst)
+
+
+def cast_computed(cc: str, src: str, dst: str) -> str:
+    """A value of `src`, given as `cc` in its compute type, converted to `dst` (src != dst)."""
     if dst == "f32" and src in ("f16", "bf16"):
-        return to_compute(code, src)
+        return cc
     if dst in ("f32", "f64"):
-        return f"(({C_TYPES[dst]}){to_compute(code, src)})"
+        return f"(({C_TYPES[dst]}){cc})"
     if dst in INT_RANGE:  # truncation toward zero, as torch's .to(int)
-        return f"(({C_TYPES[dst]}){to_compute(code, src)})"
-    wide = code if src == "f64" else f"((double){to_compute(code, src)})"
+        return f"(({C_TYPES[dst]}){cc})"
     if src == "f32":
-        return f"em_f2h({code})" if dst == "f16" else f"em_f2bf({code})"
+        return f"em_f2h({cc})" if dst == "f16" else f"em_f2bf({cc})"
+    wide = cc if src == "f64" else f"((double){cc})"
     if dst == "f16":
         return f"em_d2h({wide})"
     return f"em_d2bf({wide})"
@@ -297,19 +342,55 @@ def binary_c(op: str, a: str, b: str, ct: str) -> str:
 
 def offset_c(program: Program, buffer: str, index: tuple[str, ...]) -> str:
     """Row-major element offset of `buffer[index]` (contiguous storage)."""
+    return offset_of(program, buffer, tuple(var_c(v) for v in index))
+
+
+def offset_of(program: Program, buffer: str, positions: tuple[str, ...]) -> str:
+    """Row-major element offset of `buffer` at the given C index expressions, one per axis."""
     shape = program.buffer(buffer).shape
-    code = var_c(index[0])
-    for var, axis in zip(index[1:], shape[1:], strict=True):
-        code = f"({code} * {axis_c(axis)} + {var_c(var)})"
+    code = positions[0]
+    for pos, axis in zip(positions[1:], shape[1:], strict=True):
+        code = f"({code} * {axis_c(axis)} + {pos})"
     return code
 
 
+HALF_RUNS = {"f16": ("em_h2f_run", "em_f2h_run"), "bf16": ("em_bf2f_run", "em_f2bf_run")}
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A 16-bit buffer read or written through a run of f32 scratch converted all at once.
+
+    A load (store) of the buffer whose index, less its last variable, is `prefix` reads
+    (writes) `scratch[position]`, where `position` is C text, or None for the last index
+    variable itself. The run holds exactly the values the buffer holds (a widening is
+    exact); a written run holds values whose rounding is what the store would write.
+    """
+
+    prefix: tuple[str, ...]
+    scratch: str
+    position: str | None = None
+
+    def at(self, index: tuple[str, ...]) -> str | None:
+        if index[:-1] != self.prefix:
+            return None
+        return f"{self.scratch}[{self.position or var_c(index[-1])}]"
+
+
 class ExprC:
-    """Translates expressions of one program; `values` maps each value name in scope to its data type."""
+    """Translates expressions of one program; `values` maps each value name in scope to its data type.
+
+    `staged` maps 16-bit buffers to the f32 runs their loads read instead (`Staged`);
+    `reuse` maps expressions already computed into a scratch run (f32/f64 values) to the C
+    text that reads them back, so an expression a reduction computed per element is not
+    computed again by the loop after it.
+    """
 
     def __init__(self, program: Program) -> None:
         self.program = program
         self.values: dict[str, str] = {}
+        self.staged: dict[str, Staged] = {}
+        self.reuse: dict[Expr, str] = {}
 
     def dtype(self, e: Expr) -> str:
         if isinstance(e, Load):
@@ -326,9 +407,33 @@ class ExprC:
             return self.dtype(e.a)
         raise BuildError(f"not an expression: {type(e).__name__}")
 
+    def _staged_at(self, e: Expr) -> str | None:
+        if isinstance(e, Load) and e.buffer in self.staged:
+            return self.staged[e.buffer].at(e.index)
+        return None
+
+    def compute(self, e: Expr) -> str:
+        """C text of `e` in the type it is computed in (a staged load reads its f32 run)."""
+        run = self._staged_at(e)
+        if run is not None:
+            return run
+        return to_compute(self.code(e), self.dtype(e))
+
+    def _operation(self, e: Unary | Binary) -> str:
+        """An operator's result in its compute type, before rounding into the storage type."""
+        t = self.dtype(e)
+        if isinstance(e, Unary):
+            return unary_c(e.op, self.compute(e.x), COMPUTE[t])
+        return binary_c(e.op, self.compute(e.a), self.compute(e.b), COMPUTE[t])
+
     def code(self, e: Expr) -> str:
         """C text of `e`, a value of its storage type."""
+        if e in self.reuse:
+            return self.reuse[e]
         if isinstance(e, Load):
+            run = self._staged_at(e)
+            if run is not None:
+                return from_compute(run, self.dtype(e))
             return f"{buffer_c(e.buffer)}[{offset_c(self.program, e.buffer, e.index)}]"
         if isinstance(e, Ref):
             return value_c(e.name)
@@ -337,15 +442,23 @@ class ExprC:
         if isinstance(e, Extent):
             return axis_c(e.axis)
         if isinstance(e, Cast):
-            return cast_c(self.code(e.x), self.dtype(e.x), e.dtype)
-        if isinstance(e, Unary):
-            t = self.dtype(e)
-            return from_compute(unary_c(e.op, to_compute(self.code(e.x), t), COMPUTE[t]), t)
-        if isinstance(e, Binary):
-            t = self.dtype(e)
-            a, b = to_compute(self.code(e.a), t), to_compute(self.code(e.b), t)
-            return from_compute(binary_c(e.op, a, b, COMPUTE[t]), t)
+            src = self.dtype(e.x)
+            return self.code(e.x) if src == e.dtype else cast_computed(self.compute(e.x), src, e.dtype)
+        if isinstance(e, Unary | Binary):
+            return from_compute(self._operation(e), self.dtype(e))
         raise BuildError(f"not an expression: {type(e).__name__}")
+
+    def unrounded(self, e: Expr, dtype: str) -> str:
+        """f32 C text whose rounding into `dtype` (f16 or bf16) is the value of `e` stored as `dtype`."""
+        if isinstance(e, Cast) and e.dtype == dtype and e not in self.reuse:
+            src = self.dtype(e.x)
+            if src == "f32":
+                return self.compute(e.x)
+            if src == "f64":
+                return f"em_d2odd({self.code(e.x)})"  # em_d2h/em_d2bf round this way, then to 16 bits
+        if isinstance(e, Unary | Binary) and self.dtype(e) == dtype and e not in self.reuse:
+            return self._operation(e)
+        return self.compute(e)
 
     def combine(self, op: str, acc: str, x: str, dtype: str) -> str:
         """One step of a reduction: `acc` op `x`, both of storage type `dtype`, rounded into it."""

@@ -1,30 +1,56 @@
-"""The tiled C form of a matmul-family kernel: where the CPU tile knobs act.
+"""The packed, register-blocked C form of a matmul-family kernel: where the CPU tile knobs act.
 
-Once per launch, inside the parallel region, B is packed into panels of `tile_n` columns
-(`[batch][panel][k][tile_n]`, converted to the accumulator type), and A is converted into
-an accumulator-typed copy when its load is cast (otherwise it is read in place). Then the
-output is cut into `tile_m` x `tile_n` tiles; the (batch.., parts.., tile) loops are one
-`omp for collapse(n)`, each thread owning an accumulator tile. For each k step (`tile_k`
-at a time, inside the reduction's window when it has one) the tile is updated by
-register blocks of `unroll` rows x `vec` columns held in gcc vector registers (f32/f64
-accumulators, `vec` > 1), else one row at a time over a simd loop. Every element adds its
-products in increasing k, so the sum is the IR's sequential sum (the compiler may fuse a
-multiply-add). The epilogue lets and stores run per element of the tile through the
-generic translator, with the reduction's name bound to its accumulator. The operand
-expressions (a load, maybe cast to the accumulator type) come from the reduction's body
-and are evaluated while packing, so nothing is copied per kernel.
+The structure is BLIS's, written for loop programs:
+
+- B is packed into panels of N_r columns (`vec`) over the whole k axis, converted to the
+  accumulator type once (`[batch][panel][k][N_r]`, zero columns past N). A launch packs it
+  in parallel before computing, unless it was packed once beforehand (a constant operand,
+  `emmy_pack`: see `CBuilt.prepare`); then the launch only reads the packed panels.
+- The threads share out blocks along `par_axis` (`m`: M_c = `tile_m` rows; `n`: N_c =
+  `tile_n` columns), one at a time (dynamic schedule), over the batch (and split-K parts)
+  axes too. A block sweeps the other axis in steps of M_c or N_c.
+- For each K_c (`tile_k`) deep pass, the block's rows of A are packed (converted once,
+  `[M_r rows][k][M_r]`, zero rows past M) and the micro-kernel (`c_micro.py`) runs on each
+  M_r x N_r tile: B micro-panels outer, A micro-panels inner. A tile's partial sums wait
+  in a per-thread block between passes; after the last pass the epilogue (the program's
+  own lets and stores, bias, activation, residual, gate, scale) runs on the accumulator
+  tile, a row at a time in a simd loop, before anything is stored. 16-bit epilogue inputs
+  and outputs are converted a row of the tile at a time (F16C where the build has it).
+- Every element's sum adds its products in increasing k (the reduction's window when it
+  has one), one multiply-add per step, whatever the knobs: padding rows and columns take
+  part in no real element's sum. Products are fused with the addition where the build
+  has FMA; the IR's product of 16-bit operands is exact in f32, so fusing changes nothing
+  there.
+
+Matmuls accumulating in f32 or f64 take this form; others (integer sums) are translated
+as written by the generic translator.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from emmy_core.codegen.c_emit import Emitter, affine_c, independent
-from emmy_core.codegen.c_expr import C_TYPES, axis_c, buffer_c, reduce_init, value_c, var_c
+from emmy_core.codegen.c_expr import C_TYPES, HALF_RUNS, Staged, axis_c, buffer_c, cast_c, offset_c, var_c
+from emmy_core.codegen.c_micro import ELEMENT_BITS, MicroGeometry, micro_geometry, micro_kernel_c
+from emmy_core.codegen.c_schedule import CSchedule
 from emmy_core.ir.errors import IRError
 from emmy_core.ir.family import MatmulShape, classify
-from emmy_core.ir.nodes import Binary, Cast, Expr, Load, Loop, Reduce, Stmt
+from emmy_core.ir.nodes import Binary, Cast, Expr, Load, Loop, Program, Reduce, Stmt
 
-VECTOR_TYPES = {"f32": 4, "f64": 8}  # accumulator types held in gcc vector registers: element bytes
-MAX_VECTOR_BYTES = 64  # one vector variable at most this wide (AVX-512); wider `vec` takes several
+PACK_ENTRY = "emmy_pack"
+PACK_BYTES_ENTRY = "emmy_pack_bytes"
+ALIGN = 64  # bytes: packed panels and per-thread blocks start on a cache line
+
+
+@dataclass(frozen=True)
+class MatmulPlan:
+    """A matmul the packed form applies to: its shape, reduction and the two operand expressions."""
+
+    shape: MatmulShape
+    red: Reduce
+    a: Expr  # a[batch.., m, k], maybe cast to the accumulator type
+    b: Expr  # b[batch.., k, n] or b[batch.., n, k]
 
 
 def _load_of(e: Expr) -> Load:
@@ -33,200 +59,407 @@ def _load_of(e: Expr) -> Load:
     return inner
 
 
-def _tileable(em: Emitter) -> tuple[MatmulShape, Reduce, Expr, Expr] | None:
+def matmul_plan(program: Program) -> MatmulPlan | None:
+    """The packed-form reading of `program`, or None when it is not a matmul accumulating in f32/f64."""
     try:
-        shape = classify(em.program)
+        shape = classify(program)
     except IRError:
         return None
     if not isinstance(shape, MatmulShape):
         return None
-    body: tuple[Stmt, ...] = em.program.body
+    body: tuple[Stmt, ...] = program.body
     while len(body) == 1 and isinstance(body[0], Loop):
         if not independent(body[0].var, body[0].body):
             return None  # a loop that is not independent: the generic form keeps its order
         body = body[0].body
     red = body[0]
     assert isinstance(red, Reduce) and isinstance(red.body, Binary)
-    a_index = (*shape.batch_vars, shape.m_var, shape.k_var)
+    if red.dtype not in ELEMENT_BITS:
+        return None
     x, y = red.body.a, red.body.b
-    if _load_of(x).index == a_index and _load_of(x).buffer == shape.a:
-        return shape, red, x, y
-    return shape, red, y, x
+    a_index = (*shape.batch_vars, shape.m_var, shape.k_var)
+    if not (_load_of(x).index == a_index and _load_of(x).buffer == shape.a):
+        x, y = y, x
+    return MatmulPlan(shape, red, x, y)
 
 
-def _row_steps(em: Emitter, dtype: str, a_at: str, b_row: str, m: str, k: str, tn: int) -> None:
-    """One row of the tile at a time: `acc[j] += a[m, k] * panel[k, j]` over a simd loop (any dtype)."""
-    acc_t, s = C_TYPES[dtype], em.sched
-    with em.block(f"for (int64_t {m} = em_tm; {m} < em_me; ++{m})"):
-        em.line(f"{acc_t} *restrict em_row = em_acc + ({m} - em_tm) * {tn};")
-        if s.unroll > 1:
-            em.line(f"#pragma GCC unroll {s.unroll}")
-        with em.block(f"for (int64_t {k} = em_tk; {k} < em_kend; ++{k})"):
-            em.line(f"const {acc_t} em_a = {a_at};")
-            em.line(f"const {acc_t} *restrict em_b = {b_row};")
-            if s.vec > 1:
-                em.line(f"#pragma omp simd simdlen({s.vec})")
-            step = em.x.combine("sum", "em_row[em_j]", em.x.combine("mul", "em_a", "em_b[em_j]", dtype), dtype)
-            em.line(f"for (int64_t em_j = 0; em_j < em_nw; ++em_j) em_row[em_j] = {step};")
+def packed_operand(program: Program) -> str | None:
+    """The buffer a launch packs into panels (the matmul's b), which `emmy_pack` can pack once; else None."""
+    plan = matmul_plan(program)
+    return plan.shape.b if plan is not None else None
 
 
-def _register_blocks(em: Emitter, dtype: str, a_at: str, b_row: str, m: str, k: str, tn: int) -> None:
-    """`unroll` rows x `vec` columns of accumulators held in vector registers across the k step.
-
-    Each register block loads its accumulators once, then per k broadcasts a[m + r, k] and
-    adds its product with one panel row (gcc vector extensions, so no vectoriser is needed at
-    -O1); columns past the last whole block, and rows past the last whole group, take the
-    same step one element at a time. Every element still adds its products in k order.
-    """
-    acc_t, s = C_TYPES[dtype], em.sched
-    width = min(s.vec, MAX_VECTOR_BYTES // VECTOR_TYPES[dtype])  # lanes of one vector variable
-    subs = s.vec // width  # vectors per row of the block
-    vt = f"em_v{dtype}x{width}"
-    em.preamble.add(f"typedef {acc_t} {vt} __attribute__((vector_size({width * VECTOR_TYPES[dtype]})));")
-    em.line("int64_t em_i0 = em_tm;")
-    for rows in sorted({s.unroll, 1}, reverse=True):
-        step = "++em_i0" if rows == 1 else f"em_i0 += {rows}"
-        with em.block(f"for (; em_i0 + {rows} <= em_me; {step})"):
-            em.line("int64_t em_j0 = 0;")
-            with em.block(f"for (; em_j0 + {s.vec} <= em_nw; em_j0 += {s.vec})"):
-                for r in range(rows):
-                    em.line(f"{acc_t} *em_p{r} = em_acc + (em_i0 + {r} - em_tm) * {tn} + em_j0;")
-                    for q in range(subs):
-                        em.line(f"{vt} em_c{r}_{q};")
-                        em.line(f"memcpy(&em_c{r}_{q}, em_p{r} + {q * width}, sizeof em_c{r}_{q});")
-                with em.block(f"for (int64_t {k} = em_tk; {k} < em_kend; ++{k})"):
-                    for q in range(subs):
-                        em.line(f"{vt} em_bv{q};")
-                        em.line(f"memcpy(&em_bv{q}, {b_row} + em_j0 + {q * width}, sizeof em_bv{q});")
-                    for r in range(rows):
-                        updates = " ".join(f"em_c{r}_{q} = em_c{r}_{q} + em_a * em_bv{q};" for q in range(subs))
-                        em.line(f"{{ const int64_t {m} = em_i0 + {r}; const {acc_t} em_a = {a_at}; {updates} }}")
-                for r in range(rows):
-                    for q in range(subs):
-                        em.line(f"memcpy(em_p{r} + {q * width}, &em_c{r}_{q}, sizeof em_c{r}_{q});")
-            with em.block("for (; em_j0 < em_nw; ++em_j0)"):
-                for r in range(rows):
-                    with em.block(""):
-                        em.line(f"const int64_t {m} = em_i0 + {r};")
-                        em.line(f"{acc_t} *em_p = em_acc + ({m} - em_tm) * {tn} + em_j0;")
-                        em.line(f"for (int64_t {k} = em_tk; {k} < em_kend; ++{k}) "
-                                f"*em_p = *em_p + ({a_at}) * ({b_row})[em_j0];")
+# ---- geometry ------------------------------------------------------------------------------------
 
 
-def _tile(knob: int, extent: int | None) -> int:
-    return min(knob, extent) if extent is not None else knob
+@dataclass(frozen=True)
+class Blocking:
+    micro: MicroGeometry
+    mc: int  # rows of A per block: a multiple of M_r
+    nc: int  # columns per block: a multiple of N_r
+    kc: int  # depth of one pass
 
 
-def _batch_index(em: Emitter, shape: MatmulShape) -> str:
-    code = "INT64_C(0)"
-    for v, a in zip(shape.batch_vars, shape.batch, strict=True):
-        code = f"({code} * {axis_c(a)} + {var_c(v)})"
-    return code
+def _round_up(x: int, step: int) -> int:
+    return -(-x // step) * step
 
 
-def _fail_and_return(em: Emitter, cond: str, frees: list[str]) -> None:
-    em.line(f"if ({cond}) {{")
-    for f in frees:
-        em.line(f"  free({f});")
-    em.line("  return 1;")
+def blocking(em: Emitter, plan: MatmulPlan) -> Blocking:
+    s, p, shape = em.sched, em.program, plan.shape
+    g = micro_geometry(s, plan.red.dtype)
+    m_ext, n_ext, k_ext = (p.axis(a).extent for a in (shape.m, shape.n, shape.k))
+    if shape.window is not None:
+        k_ext = min(k_ext, shape.window.length) if k_ext is not None else shape.window.length
+    mc = _round_up(max(s.tile_m, 1), g.mr)
+    if m_ext is not None:
+        mc = min(mc, _round_up(m_ext, g.mr))
+    nc = _round_up(max(s.tile_n, g.nr), g.nr)
+    if n_ext is not None:
+        nc = min(nc, _round_up(n_ext, g.nr))
+    kc = min(s.tile_k, k_ext) if k_ext is not None else s.tile_k
+    return Blocking(g, mc, nc, max(1, kc))
+
+
+# ---- packing -------------------------------------------------------------------------------------
+
+
+def _converter(name: str, src: str, acc: str) -> str:
+    """A C function converting a contiguous run of `src` values into the accumulator type."""
+    st, at = C_TYPES[src], C_TYPES[acc]
+    head = f"static inline void {name}(const {st} *restrict em_s, {at} *restrict em_d, int64_t em_n) {{"
+    if src == acc:
+        return f"{head} memcpy(em_d, em_s, sizeof({at}) * (size_t)em_n); }}"
+    if acc == "f32" and src in HALF_RUNS:
+        return f"{head} {HALF_RUNS[src][0]}(em_s, em_d, em_n); }}"
+    return (f"{head}\n#pragma omp simd\n  for (int64_t em_i = 0; em_i < em_n; ++em_i) "
+            f"em_d[em_i] = {cast_c('em_s[em_i]', src, acc)};\n}}")
+
+
+def _packers(em: Emitter, plan: MatmulPlan, g: MicroGeometry) -> tuple[str, str]:
+    """Declares the packing functions; returns the source types of A and B."""
+    p, shape = em.program, plan.shape
+    acc = plan.red.dtype
+    at = C_TYPES[acc]
+    a_src, b_src = p.buffer(shape.a).dtype, p.buffer(shape.b).dtype
+    em.declare(_converter("em_cvt_a", a_src, acc))
+    em.declare(_converter("em_cvt_b", b_src, acc))
+    sa, sb = C_TYPES[a_src], C_TYPES[b_src]
+    direct = a_src == acc
+    em.declare("\n".join([
+        "/* rows [0, avail) of A (row stride lda), k [0, kc), into M_r-row panels; rows up to `rows` are zero */",
+        f"static void em_pack_a(const {sa} *restrict em_a, int64_t em_lda, int64_t em_avail, int64_t em_rows,",
+        f"                      int64_t em_kc, {at} *restrict em_ap, {at} *restrict em_tmp) {{",
+        "  for (int64_t em_r = 0; em_r < em_rows; ++em_r) {",
+        f"    {at} *restrict em_d = em_ap + (em_r / {g.mr}) * em_kc * {g.mr} + em_r % {g.mr};",
+        "    if (em_r < em_avail) {",
+        ("      const " + at + " *restrict em_s = em_a + em_r * em_lda;" if direct else
+         "      em_cvt_a(em_a + em_r * em_lda, em_tmp, em_kc);\n      const " + at + " *restrict em_s = em_tmp;"),
+        f"      for (int64_t em_k = 0; em_k < em_kc; ++em_k) em_d[em_k * {g.mr}] = em_s[em_k];",
+        "    } else {",
+        f"      for (int64_t em_k = 0; em_k < em_kc; ++em_k) em_d[em_k * {g.mr}] = 0;",
+        "    }",
+        "  }",
+        "}"]))
+    if shape.b_transposed:  # b[.., n, k]: each column of the panel is a contiguous run along k
+        body = [
+            f"  for (int64_t em_c = 0; em_c < {g.nr}; ++em_c) {{",
+            "    if (em_c < em_cols) {",
+            "      em_cvt_b(em_b + (em_n0 + em_c) * em_kn, em_tmp, em_kn);",
+            f"      for (int64_t em_k = 0; em_k < em_kn; ++em_k) em_bp[em_k * {g.nr} + em_c] = em_tmp[em_k];",
+            "    } else {",
+            f"      for (int64_t em_k = 0; em_k < em_kn; ++em_k) em_bp[em_k * {g.nr} + em_c] = 0;",
+            "    }",
+            "  }"]
+    else:  # b[.., k, n]: each row of the panel is a contiguous run along n
+        body = [
+            "  for (int64_t em_k = 0; em_k < em_kn; ++em_k) {",
+            f"    {at} *restrict em_d = em_bp + em_k * {g.nr};",
+            "    em_cvt_b(em_b + em_k * em_nn + em_n0, em_d, em_cols);",
+            f"    for (int64_t em_c = em_cols; em_c < {g.nr}; ++em_c) em_d[em_c] = 0;",
+            "  }"]
+    em.declare("\n".join([
+        "/* one panel (columns [n0, n0 + N_r), every k) of one batch of B, zero columns past n */",
+        f"static void em_pack_b(const {sb} *restrict em_b, int64_t em_nn, int64_t em_kn, int64_t em_n0,",
+        f"                      {at} *restrict em_bp, {at} *restrict em_tmp) {{",
+        f"  const int64_t em_cols = em_min64({g.nr}, em_nn - em_n0);",
+        "  (void)em_tmp;",
+        *body,
+        "}"]))
+    return sa, sb
+
+
+def _pack_all_b(em: Emitter, plan: MatmulPlan, g: MicroGeometry, dst: str) -> None:
+    """Lines packing every panel of every batch of B into `dst` (inside or outside a parallel region)."""
+    shape = plan.shape
+    at = C_TYPES[plan.red.dtype]
+    nn, nk = axis_c(shape.n), axis_c(shape.k)
+    em.line(f"{at} *em_btmp = ({at} *)malloc(sizeof({at}) * (size_t)({nk} + 1));")
+    em.line("if (!em_btmp) {")
+    if em.parallel:
+        em.line("#pragma omp atomic write")
+    em.line("  em_err = 1;")
     em.line("}")
+    if em.parallel:
+        em.line("#pragma omp for collapse(2) schedule(static)")
+    em.line("for (int64_t em_g = 0; em_g < em_nbatch; ++em_g)")
+    with em.block("for (int64_t em_p = 0; em_p < em_np; ++em_p)"):
+        em.line("if (!em_btmp) continue;")
+        em.line(f"em_pack_b({buffer_c(shape.b)} + em_g * {nk} * {nn}, {nn}, {nk}, em_p * {g.nr}, "
+                f"{dst} + (em_g * em_np + em_p) * {nk} * {g.nr}, em_btmp);")
+    em.line("free(em_btmp);")
+
+
+def _common_lines(em: Emitter, plan: MatmulPlan, g: MicroGeometry) -> None:
+    shape = plan.shape
+    batches = " * ".join(["INT64_C(1)", *(axis_c(a) for a in shape.batch)])
+    em.line(f"const int64_t em_np = ({axis_c(shape.n)} + {g.nr - 1}) / {g.nr};")
+    em.line(f"const int64_t em_nbatch = {batches};")
+
+
+def _packed_bytes(plan: MatmulPlan, g: MicroGeometry) -> str:
+    return (f"(int64_t)sizeof({C_TYPES[plan.red.dtype]}) * em_nbatch * em_np * {axis_c(plan.shape.k)} * {g.nr}"
+            f" + {ALIGN}")
+
+
+def pack_entries(program: Program, schedule: CSchedule) -> str:
+    """`emmy_pack_bytes(dyn)` and `emmy_pack(bufs, dyn, out)`: B packed once, for a prepared launch."""
+    plan = matmul_plan(program)
+    assert plan is not None
+    g = micro_geometry(schedule, plan.red.dtype)
+    at = C_TYPES[plan.red.dtype]
+    sizes = Emitter(program, schedule)
+    sizes.depth = 1
+    sizes.axes_header()
+    _common_lines(sizes, plan, g)
+    packer = Emitter(program, schedule)
+    packer.depth = 1
+    packer.header()
+    _common_lines(packer, plan, g)
+    packer.line(f"{at} *em_dst = ({at} *)(((uintptr_t)em_out + {ALIGN - 1}) & ~(uintptr_t){ALIGN - 1});")
+    if packer.parallel:
+        packer.line(f"#pragma omp parallel{packer.threads_clause()}")
+    with packer.block(""):
+        _pack_all_b(packer, plan, g, "em_dst")
+    return "\n".join([
+        "/* the bytes of B packed once, and that packing (constant operands) */",
+        f"int64_t {PACK_BYTES_ENTRY}(const int64_t *em_dyn) {{",
+        "  (void)em_dyn;",
+        *sizes.lines,
+        f"  return {_packed_bytes(plan, g)};",
+        "}",
+        f"int {PACK_ENTRY}(void *const *em_bufs, const int64_t *em_dyn, void *em_out) {{",
+        "  (void)em_bufs; (void)em_dyn;",
+        *packer.lines,
+        "  return em_err;",
+        "}"])
+
+
+# ---- the epilogue on a finished tile --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EpilogueRuns:
+    """16-bit epilogue buffers read or written through f32 runs of one tile row (or the tile's columns)."""
+
+    staged_in: dict[str, Staged]
+    staged_out: dict[str, Staged]
+    per_tile: tuple[str, ...]  # inputs indexed by n alone (a bias): converted once per tile
+    index: dict[str, tuple[str, ...]]  # the one index each staged buffer is read or written at
+
+    @property
+    def runs(self) -> int:
+        return len(self.staged_in) + len(self.staged_out)
+
+
+def _loads(e: Expr, into: dict[str, set[tuple[str, ...]]]) -> None:
+    if isinstance(e, Load):
+        into.setdefault(e.buffer, set()).add(e.index)
+    for f in ("x", "a", "b"):
+        sub = getattr(e, f, None)
+        if isinstance(sub, Expr):
+            _loads(sub, into)
+
+
+def epilogue_runs(program: Program, plan: MatmulPlan) -> EpilogueRuns:
+    """Which epilogue buffers go through f32 runs: 16-bit, read (written) at one index ending in n."""
+    shape = plan.shape
+    row_vars = {*shape.batch_vars, shape.m_var, *((shape.parts_var,) if shape.parts_var else ())}
+    loads: dict[str, set[tuple[str, ...]]] = {}
+    for st in (*shape.epilogue, *shape.stores):
+        _loads(st.value, loads)
+
+    def runnable(buffer: str, index: tuple[str, ...]) -> bool:
+        return (program.buffer(buffer).dtype in HALF_RUNS and index[-1] == shape.n_var
+                and set(index[:-1]) <= row_vars)
+
+    staged_in: dict[str, Staged] = {}
+    staged_out: dict[str, Staged] = {}
+    index: dict[str, tuple[str, ...]] = {}
+    for name in sorted(loads):
+        if len(loads[name]) == 1 and runnable(name, next(iter(loads[name]))):
+            (index[name],) = loads[name]
+            staged_in[name] = Staged(index[name][:-1], f"em_s{len(index) - 1}", "em_c")
+    for st in shape.stores:
+        if runnable(st.buffer, st.index) and st.buffer not in loads and st.buffer not in index:
+            index[st.buffer] = st.index
+            staged_out[st.buffer] = Staged(st.index[:-1], f"em_s{len(index) - 1}", "em_c")
+    per_tile = tuple(n for n in staged_in if not index[n][:-1])
+    return EpilogueRuns(staged_in, staged_out, per_tile, index)
+
+
+def _run_at(em: Emitter, plan: MatmulPlan, buffer: str, index: tuple[str, ...], fn: str, to_run: bool,
+            run: str) -> None:
+    """Converts one run of `buffer` (its index with n at the tile's first column) to or from f32 `run`."""
+    with em.block(""):
+        em.line(f"const int64_t {var_c(plan.shape.n_var)} = em_jr;")
+        at = f"{buffer_c(buffer)} + {offset_c(em.program, buffer, index)}"
+        em.line(f"{fn}({at}, {run}, em_cols);" if to_run else f"{fn}({run}, {at}, em_cols);")
+
+
+def _emit_epilogue(em: Emitter, plan: MatmulPlan, g: MicroGeometry, runs: EpilogueRuns, tile: str,
+                   ld: str) -> None:
+    shape, p = plan.shape, em.program
+
+    def convert(name: str, to_run: bool) -> None:
+        st = runs.staged_in.get(name) or runs.staged_out[name]
+        fn = HALF_RUNS[p.buffer(name).dtype][0 if to_run else 1]
+        _run_at(em, plan, name, runs.index[name], fn, to_run, st.scratch)
+
+    with em.block(""):
+        em.line(f"const int64_t em_rows = em_min64({g.mr}, {axis_c(shape.m)} - em_ir);")
+        em.line(f"const int64_t em_cols = em_min64({g.nr}, {axis_c(shape.n)} - em_jr);")
+        for name in runs.per_tile:
+            convert(name, True)
+        with em.block("for (int64_t em_r = 0; em_r < em_rows; ++em_r)"):
+            em.line(f"const int64_t {var_c(shape.m_var)} = em_ir + em_r;")
+            for name in runs.staged_in:
+                if name not in runs.per_tile:
+                    convert(name, True)
+            em.line("#pragma omp simd")
+            with em.block("for (int64_t em_c = 0; em_c < em_cols; ++em_c)"):
+                em.line(f"const int64_t {var_c(shape.n_var)} = em_jr + em_c;")
+                em.line(f"const {C_TYPES[plan.red.dtype]} v_{plan.red.name} = {tile}[em_r * {ld} + em_c];")
+                em.x.values[plan.red.name] = plan.red.dtype
+                em.x.staged, em.staged_out = runs.staged_in, runs.staged_out
+                try:
+                    em.stmts((*shape.epilogue, *shape.stores), True)
+                finally:
+                    em.x.staged, em.staged_out = {}, {}
+            for name in runs.staged_out:
+                convert(name, False)
+
+
+# ---- the kernel ----------------------------------------------------------------------------------
+
+
+def _fail(em: Emitter) -> None:
+    if em.parallel:
+        em.line("#pragma omp atomic write")
+    em.line("em_err = 1;")
+
+
+def _block_body(em: Emitter, plan: MatmulPlan, bl: Blocking, runs: EpilogueRuns) -> None:
+    """One block of rows [em_m0, em_me) x columns [em_n0, em_ne): every pass, micro-kernel and epilogue."""
+    shape, g = plan.shape, bl.micro
+    at = C_TYPES[plan.red.dtype]
+    nm, nk = axis_c(shape.m), axis_c(shape.k)
+    with em.block(f"for (int64_t em_pc = em_kb; em_pc < em_ke; em_pc += {bl.kc})"):
+        em.line(f"const int64_t em_kc = em_min64({bl.kc}, em_ke - em_pc);")
+        em.line("const int em_first = em_pc == em_kb, em_last = em_pc + em_kc >= em_ke;")
+        with em.block("if (em_apk[0] != em_bi || em_apk[1] != em_m0 || em_apk[2] != em_pc || em_apk[3] != em_kc)"):
+            em.line(f"em_pack_a({buffer_c(shape.a)} + (em_bi * {nm} + em_m0) * {nk} + em_pc, {nk}, em_me - em_m0, "
+                    f"em_min64({bl.mc}, ({nm} - em_m0 + {g.mr - 1}) / {g.mr} * {g.mr}), em_kc, em_ap, em_atmp);")
+            em.line("em_apk[0] = em_bi; em_apk[1] = em_m0; em_apk[2] = em_pc; em_apk[3] = em_kc;")
+        with em.block(f"for (int64_t em_jr = em_n0; em_jr < em_ne; em_jr += {g.nr})"):
+            em.line(f"const {at} *em_bp = em_B + ((em_bi * em_np + em_jr / {g.nr}) * {nk} + em_pc) * {g.nr};")
+            with em.block(f"for (int64_t em_ir = em_m0; em_ir < em_me; em_ir += {g.mr})"):
+                em.line(f"const {at} *em_ap1 = em_ap + (em_ir - em_m0) / {g.mr} * em_kc * {g.mr};")
+                em.line(f"const {at} *em_t;")
+                em.line("int64_t em_ld;")
+                with em.block("if (em_first && em_last)"):  # one pass: the tile stays in registers, then here
+                    em.line(f"em_micro(em_kc, em_ap1, em_bp, 0, 0, em_ct, {g.nr});")
+                    em.line(f"em_t = em_ct; em_ld = {g.nr};")
+                with em.block("else"):  # partial sums wait in the block between passes
+                    em.line(f"{at} *em_cw1 = em_cw + (em_ir - em_m0) * {bl.nc} + (em_jr - em_n0);")
+                    em.line(f"em_micro(em_kc, em_ap1, em_bp, em_first ? 0 : em_cw1, {bl.nc}, em_cw1, {bl.nc});")
+                    em.line("if (!em_last) continue;")
+                    em.line(f"em_t = em_cw1; em_ld = {bl.nc};")
+                _emit_epilogue(em, plan, g, runs, "em_t", "em_ld")
 
 
 def emit_matmul(em: Emitter) -> bool:
-    """Emits the tiled form when the program is a matmul the tiling applies to; False otherwise."""
-    found = _tileable(em)
-    if found is None:
+    """Emits the packed form when the program is a matmul it applies to; False otherwise."""
+    plan = matmul_plan(em.program)
+    if plan is None:
         return False
-    shape, red, op_a, op_b = found
-    p, s = em.program, em.sched
-    acc_t = C_TYPES[red.dtype]
-    tm = _tile(s.tile_m, p.axis(shape.m).extent)
-    tn = _tile(s.tile_n, p.axis(shape.n).extent)
-    k_len = p.axis(shape.k).extent
-    if shape.window is not None:
-        k_len = min(k_len, shape.window.length) if k_len is not None else shape.window.length
-    tk = _tile(s.tile_k, k_len)
-    outer = [(v, a) for v, a in shape.loops if v not in (shape.m_var, shape.n_var)]
-    m, n, k = var_c(shape.m_var), var_c(shape.n_var), var_c(shape.k_var)
+    shape, s = plan.shape, em.sched
+    bl = blocking(em, plan)
+    g = bl.micro
+    runs = epilogue_runs(em.program, plan)
+    at = C_TYPES[plan.red.dtype]
+    em.declare(micro_kernel_c(g))
+    _packers(em, plan, g)
     nm, nn, nk = axis_c(shape.m), axis_c(shape.n), axis_c(shape.k)
-    batch = list(zip(shape.batch_vars, shape.batch, strict=True))
-    a_in_place = isinstance(op_a, Load) and p.buffer(op_a.buffer).dtype == red.dtype
-    bidx = _batch_index(em, shape)
-    batches = " * ".join(["INT64_C(1)", *(axis_c(a) for a in shape.batch)])
+    outer = [(v, a) for v, a in shape.loops if v not in (shape.m_var, shape.n_var)]
+    bidx = "INT64_C(0)"
+    for v, a in zip(shape.batch_vars, shape.batch, strict=True):
+        bidx = f"({bidx} * {axis_c(a)} + {var_c(v)})"
+    k_len = nk if shape.window is None else f"em_min64({shape.window.length}, {nk})"
+    nb = len(em.program.buffers)
     with em.block(""):
-        em.line(f"const int64_t em_nb = ({nn} + {tn - 1}) / {tn};")
-        em.line(f"const int64_t em_nbatch = {batches};")
-        em.line(f"{acc_t} *em_pb = ({acc_t} *)malloc(sizeof({acc_t}) * em_nbatch * em_nb * {nk} * {tn});")
-        frees = ["em_pb"]
-        if a_in_place:
-            em.line(f"const {acc_t} *em_A = {buffer_c(shape.a)};")
-        else:
-            em.line(f"{acc_t} *em_pa = ({acc_t} *)malloc(sizeof({acc_t}) * em_nbatch * {nm} * {nk});")
-            em.line("const " + acc_t + " *em_A = em_pa;")
-            frees.append("em_pa")
-        _fail_and_return(em, " || ".join(f"!{f}" for f in frees), frees)
+        _common_lines(em, plan, g)
+        em.line(f"const {at} *em_B = (const {at} *)em_bufs[{nb}];")  # B packed beforehand, or NULL
+        em.line(f"{at} *em_own = 0;")
+        with em.block("if (!em_B)"):
+            em.line(f"em_own = ({at} *)aligned_alloc({ALIGN}, (size_t)(({_packed_bytes(plan, g)}) / {ALIGN} + 1)"
+                    f" * {ALIGN});")
+            em.line("if (!em_own) return 1;")
+            em.line("em_B = em_own;")
+        em.line(f"const int em_multipass = {k_len} > {bl.kc};")
         if em.parallel:
             em.line(f"#pragma omp parallel{em.threads_clause()}")
         with em.block(""):
-            # pack B: [batch][panel][k][tile_n], reading b along its contiguous axis
-            slot = f"em_pb[(({bidx} * em_nb + {n} / {tn}) * {nk} + {k}) * {tn} + {n} % {tn}]"
-            inner, other = ((n, shape.n), (k, shape.k)) if shape.b_transposed else ((k, shape.k), (n, shape.n))
+            with em.block("if (em_own)"):
+                _pack_all_b(em, plan, g, "em_own")
+            em.line(f"{at} *em_ap = ({at} *)aligned_alloc({ALIGN}, sizeof({at}) * {_round_up(bl.mc * bl.kc, 16)});")
+            em.line(f"{at} *em_atmp = ({at} *)malloc(sizeof({at}) * {bl.kc});")
+            em.line(f"{at} *em_cw = em_multipass ? ({at} *)aligned_alloc({ALIGN}, sizeof({at}) * "
+                    f"{_round_up(bl.mc * bl.nc, 16)}) : 0;")
+            em.line(f"{at} em_ct[{g.mr * g.nr}] __attribute__((aligned({ALIGN})));")
+            for i in range(runs.runs):
+                em.line(f"float em_s{i}[{g.nr}];")
+            em.line("int64_t em_apk[4] = {-1, -1, -1, -1};")  # which block of A em_ap holds
+            em.line("const int em_ok = em_ap && em_atmp && (em_cw || !em_multipass);")
+            with em.block("if (!em_ok)"):
+                _fail(em)
+            blocks = f"({nm} + {bl.mc - 1}) / {bl.mc}" if s.par_axis == "m" else f"({nn} + {bl.nc - 1}) / {bl.nc}"
             if em.parallel:
-                em.line(f"#pragma omp for collapse({len(batch) + 1}) schedule(static)")
-            for v, a in batch:
-                em.line(f"for (int64_t {var_c(v)} = 0; {var_c(v)} < {axis_c(a)}; ++{var_c(v)})")
-            em.line(em.for_head(shape.n_var if shape.b_transposed else shape.k_var, inner[1]))
-            em.line(f"  {em.for_head(shape.k_var if shape.b_transposed else shape.n_var, other[1])} "
-                    f"{slot} = {em.x.code(op_b)};")
-            if not a_in_place:
-                if em.parallel:
-                    em.line(f"#pragma omp for collapse({len(batch) + 1}) schedule(static)")
-                for v, a in batch:
-                    em.line(f"for (int64_t {var_c(v)} = 0; {var_c(v)} < {axis_c(a)}; ++{var_c(v)})")
-                em.line(em.for_head(shape.m_var, shape.m))
-                em.line(f"  {em.for_head(shape.k_var, shape.k)} "
-                        f"em_pa[({bidx} * {nm} + {m}) * {nk} + {k}] = {em.x.code(op_a)};")
-            em.line(f"{acc_t} *em_acc = ({acc_t} *)malloc(sizeof({acc_t}) * {tm * tn});")
-            if em.parallel:
-                em.line(f"#pragma omp for collapse({len(outer) + 2}) schedule(static)")
+                em.line(f"#pragma omp for collapse({len(outer) + 1}) schedule(dynamic, 1)")
             for v, a in outer:
                 em.line(em.for_head(v, a))
-            em.line(f"for (int64_t em_tm = 0; em_tm < {nm}; em_tm += {tm})")
-            with em.block(f"for (int64_t em_tn = 0; em_tn < {nn}; em_tn += {tn})"):
-                em.line("if (!em_acc) {")
-                if em.parallel:
-                    em.line("#pragma omp atomic write")
-                em.line("  em_err = 1;")
-                em.line("  continue;")
-                em.line("}")
-                em.line(f"const int64_t em_me = em_min64(em_tm + {tm}, {nm});")
-                em.line(f"const int64_t em_ne = em_min64(em_tn + {tn}, {nn});")
-                em.line("const int64_t em_nw = em_ne - em_tn;")
+            with em.block(f"for (int64_t em_blk = 0; em_blk < {blocks}; ++em_blk)"):
+                em.line("if (!em_ok) continue;")
                 em.line(f"const int64_t em_bi = {bidx};")
-                em.line(f"const {acc_t} *em_panel = em_pb + (em_bi * em_nb + em_tn / {tn}) * {nk} * {tn};")
-                em.line(f"const {acc_t} *em_arows = em_A + em_bi * {nm} * {nk};")
                 if shape.window is None:
                     em.line("const int64_t em_kb = 0;")
                     em.line(f"const int64_t em_ke = {nk};")
                 else:
                     em.line(f"const int64_t em_kb = {affine_c(shape.window.start)};")
                     em.line(f"const int64_t em_ke = em_min64(em_kb + {shape.window.length}, {nk});")
-                em.line(f"for (int64_t em_x = 0; em_x < (em_me - em_tm) * {tn}; ++em_x) "
-                        f"em_acc[em_x] = {reduce_init('sum', red.dtype)};")
-                with em.block(f"for (int64_t em_tk = em_kb; em_tk < em_ke; em_tk += {tk})"):
-                    em.line(f"const int64_t em_kend = em_min64(em_tk + {tk}, em_ke);")
-                    a_at = f"em_arows[{m} * {nk} + {k}]"
-                    b_row = f"(em_panel + {k} * {tn})"
-                    if red.dtype in VECTOR_TYPES and s.vec > 1:
-                        _register_blocks(em, red.dtype, a_at, b_row, m, k, tn)
-                    else:
-                        _row_steps(em, red.dtype, a_at, b_row, m, k, tn)
-                with em.block(f"for (int64_t {m} = em_tm; {m} < em_me; ++{m})"):
-                    with em.block(f"for (int64_t {n} = em_tn; {n} < em_ne; ++{n})"):
-                        em.line(f"const {acc_t} {value_c(red.name)} = em_acc[({m} - em_tm) * {tn} + ({n} - em_tn)];")
-                        em.x.values[red.name] = red.dtype
-                        em.stmts((*shape.epilogue, *shape.stores), True)
-            em.line("free(em_acc);")
-        for f in frees:
-            em.line(f"free({f});")
+                if s.par_axis == "m":
+                    em.line(f"const int64_t em_m0 = em_blk * {bl.mc}, em_me = em_min64(em_m0 + {bl.mc}, {nm});")
+                    with em.block(f"for (int64_t em_n0 = 0; em_n0 < {nn}; em_n0 += {bl.nc})"):
+                        em.line(f"const int64_t em_ne = em_min64(em_n0 + {bl.nc}, {nn});")
+                        _block_body(em, plan, bl, runs)
+                else:
+                    em.line(f"const int64_t em_n0 = em_blk * {bl.nc}, em_ne = em_min64(em_n0 + {bl.nc}, {nn});")
+                    with em.block(f"for (int64_t em_m0 = 0; em_m0 < {nm}; em_m0 += {bl.mc})"):
+                        em.line(f"const int64_t em_me = em_min64(em_m0 + {bl.mc}, {nm});")
+                        _block_body(em, plan, bl, runs)
+            em.line("free(em_ap); free(em_atmp); free(em_cw);")
+        em.line("free(em_own);")
     return True
+
+
+__all__ = ["PACK_BYTES_ENTRY", "PACK_ENTRY", "MatmulPlan", "emit_matmul", "matmul_plan", "pack_entries",
+           "packed_operand"]

@@ -2,18 +2,25 @@
 
 A knob the kernel's family does not use is ignored; a missing one takes its default:
 
-- `tile_m` 32, `tile_n` 64, `tile_k` 256: the matmul output tile and reduction depth
-  (clipped to a static extent or a window length; other families ignore them).
-- `vec` 1: matmul: the columns of a register block (a gcc vector of `vec` accumulators);
-  elsewhere the `simdlen` of `#pragma omp simd` on innermost independent loops and row
-  reductions. 1 means no simd pragma, so a reduction adds in sequential order; above 1 a
-  float row reduction is a simd reduction (reassociated).
-- `unroll` 1: matmul: the rows of a register block (with `vec` > 1; else `#pragma GCC
-  unroll` on the k loop); elsewhere `#pragma GCC unroll` on innermost loops and
-  reductions that are not simd loops (gcc accepts no unroll pragma beside `omp simd`, so
-  there `vec` > 1 takes precedence and `unroll` has no effect).
-- `threads` None: the `num_threads` of the outermost parallel loops; None leaves the
-  OpenMP runtime's default (OMP_NUM_THREADS or all cores); 1 emits no parallel region.
+- matmul (the packed, register-blocked form of `c_matmul.py`):
+  - `unroll` 1 x `vec` 1: the micro-kernel, `unroll` rows (M_r) by `vec` columns (N_r) of
+    accumulators held in vector registers across the k loop;
+  - `simd` None: the width in bits of one accumulator register; None keeps a register at
+    most 512 bits (what rows measured before the knob existed ran). A row of the
+    micro-kernel is `vec` elements in registers of min(simd, vec x element bits) bits;
+  - `tile_m` 32 (M_c), `tile_n` 64 (N_c), `tile_k` 256 (K_c): the rows of A packed as one
+    block (rounded up to a multiple of `unroll`), the columns one block of work sweeps (a
+    multiple of `vec`), and the depth of the packed panels one pass of the micro-kernel
+    streams; tiles past an axis's extent are clipped to it;
+  - `par_axis` "m": the threads share out row blocks (each sweeps every column); "n":
+    column blocks (each sweeps every row), for matmuls with few rows.
+- row reductions and elementwise chains: `vec` 1 is the `simdlen` of `#pragma omp simd` on
+  innermost independent loops and row reductions (1: no simd pragma, so a reduction adds
+  in sequential order; above 1 a float row reduction is a simd reduction, reassociated);
+  `unroll` 1 is `#pragma GCC unroll` on innermost loops and reductions that are not simd
+  loops (gcc accepts no unroll pragma beside `omp simd`, so `vec` > 1 takes precedence).
+- `threads` None: the `num_threads` of the parallel region; None leaves the OpenMP
+  runtime's default (OMP_NUM_THREADS or all cores); 1 emits no parallel region.
 
 Only knobs of the cpu vocabulary with valid values are accepted; anything else (a cuda
 knob, an extern knob, a structural decision) is refused with `BuildError`.
@@ -26,7 +33,9 @@ from dataclasses import dataclass
 from emmy_core.codegen.backend import BuildError
 from emmy_core.knobs.vocab import SCHEDULE_KNOBS, knobs_problem
 
-DEFAULTS: dict[str, int | None] = {"tile_m": 32, "tile_n": 64, "tile_k": 256, "vec": 1, "unroll": 1, "threads": None}
+DEFAULTS: dict[str, int | str | None] = {"tile_m": 32, "tile_n": 64, "tile_k": 256, "vec": 1, "unroll": 1,
+                                         "threads": None, "simd": None, "par_axis": "m"}
+LEGACY_SIMD_BITS = 512  # the widest single vector variable when `simd` is not decided
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,8 @@ class CSchedule:
     vec: int
     unroll: int
     threads: int | None
+    simd: int | None
+    par_axis: str
 
 
 def schedule_of(knobs: dict[str, object]) -> CSchedule:

@@ -5,8 +5,8 @@ function both the fit and the compile rank over: the same kernel and card give t
 list in any process (tuples and fixed loop orders only; no set or hash order). Its FIRST
 option is the safe default: for a GPU kernel the same assignment on every card of the
 table (a 64x64x32 tile, 4 warps, 2 stages, fp32 accumulation, the instruction left to
-the compiler), for a CPU kernel a modest tile on all usable cores; the rest follow in a
-fixed order. Options are knob dicts in the card's target vocabulary. Options a card
+the compiler), for a CPU kernel one sized from the card (its SIMD width, vector registers
+and L2: see `_cpu_first_matmul`) on all usable cores; the rest follow in a fixed order. Options are knob dicts in the card's target vocabulary. Options a card
 cannot build are dropped (`include_invalid=True` keeps them; `candidate_options` returns
 each marked with its problem). The pool depends on the kernel's static extents and the
 card only, never on a dynamic axis's expected size: kernels that share an identity share
@@ -25,6 +25,7 @@ from emmy_core.knobs.validity import view_problem
 from emmy_core.knobs.view import KernelView, view
 from emmy_core.knobs.vocab import canonical_knobs
 from emmy_core.targets.card import Card
+from emmy_core.targets.cpu import register_count
 
 Knobs = dict[str, object]
 
@@ -42,11 +43,16 @@ ROW_WARPS = (1, 2, 4, 8, 16, 32)
 EW_BLOCKS = (256, 512, 1024, 2048, 4096, 8192)
 EW_WARPS = (1, 2, 4, 8, 16)
 MAX_PER_THREAD = 64
-# CPU matmul space.
-CPU_TILE_M = (4, 8, 16, 32, 64)
-CPU_TILE_N = (32, 64, 128, 256)
-CPU_TILE_K = (64, 128, 256)
-CPU_UNROLL_MM = (1, 4)
+# CPU matmul space: micro-kernels of 1, 2 or 4 registers a row (as many rows as the registers
+# allow), panel depths, row blocks, column blocks (all of N, or 256), both thread splits.
+CPU_MICRO_VECTORS = (1, 2, 4)
+CPU_MIN_CHAINS = 8  # independent FMA chains a micro-kernel needs to keep two pipes busy (Zen: 2 x 4 cycles)
+CPU_TILE_M = (32, 64, 128)
+CPU_TILE_N_PART = 256
+CPU_TILE_K = (128, 256, 512)
+CPU_MAX_TILE_K = 1024
+CPU_FIRST_TILE_M = 64
+CPU_PAR_AXES = ("m", "n")
 CPU_UNROLL_ROW = (1, 2, 4, 8)
 
 
@@ -96,13 +102,54 @@ def first_option(kernel_view: KernelView, card: Card) -> Knobs:
         return {"block": block, "num_warps": max(1, min(4, block // 256))}
     cores = card.cores or 1
     if v.family == "matmul":
-        tn = min(64, v.cap("n") or 64)
-        return {"tile_m": min(8, v.cap("m") or 8), "tile_n": tn, "tile_k": min(128, v.cap("k") or 128),
-                "vec": min(4, tn), "unroll": 1, "threads": cores}
-    vec = min(4, v.cap("row" if v.family == "row" else "inner") or 4)
+        return _cpu_first_matmul(v, card)
+    vec = min(_lanes(v, card), v.cap("row" if v.family == "row" else "inner") or 64, 64)
     if v.family == "row":
         return {"vec": vec, "unroll": 1, "threads": cores}
     return {"vec": vec, "threads": cores}
+
+
+def _micro(v: KernelView, card: Card, simd: int, vectors: int) -> tuple[int, int] | None:
+    """The micro-kernel of `vectors` registers a row of `simd` bits: (rows, columns), None if N is narrower.
+
+    Rows are as many as the card's vector registers hold beside one B row and a broadcast
+    (at most 16, the `unroll` range, and at most a static M); columns are `vectors` registers' lanes.
+    """
+    lanes = simd // v.compute_bits
+    nr = lanes * vectors
+    cap_n = v.cap("n")
+    if nr > 64 or (cap_n is not None and nr > cap_n):
+        return None
+    rows = min(16, v.cap("m") or 16, (register_count(card.arch, card.simd_bits or 128) - vectors - 1) // vectors)
+    return (rows, nr) if rows >= 1 else None
+
+
+def _depth(v: KernelView, card: Card, nr: int) -> int:
+    """The first option's panel depth: the B micro-panel (depth x N_r) in half the L2, at most 1024."""
+    l2 = (card.l2_kib or 256) * 1024
+    kc = CPU_MAX_TILE_K
+    while kc > 16 and kc * nr * v.compute_bits // 8 > l2 // 2:
+        kc //= 2
+    return min(kc, v.cap("k") or kc)
+
+
+def _cpu_first_matmul(v: KernelView, card: Card) -> Knobs:
+    """A micro-kernel as wide as the registers allow (4 registers a row with 32 of them, else 2), the
+    card's SIMD width, a deep panel, 64-row blocks (two per thread at 128 rows), all of N per block."""
+    simd = card.simd_bits or 128
+    vectors = 4 if register_count(card.arch, simd) >= 32 else 2
+    shape = _micro(v, card, simd, vectors)
+    while shape is None and vectors > 1:
+        vectors //= 2
+        shape = _micro(v, card, simd, vectors)
+    if shape is None:  # N narrower than one register: one register of N's width, as many rows as fit
+        nr = v.cap("n") or 1
+        shape = (min(16, v.cap("m") or 16, register_count(card.arch, simd) - 2), nr)
+    mr, nr = shape
+    tn = min(v.cap("n") or 1024, 1024)
+    return {"tile_m": min(CPU_FIRST_TILE_M, v.cap("m") or CPU_FIRST_TILE_M), "tile_n": tn,
+            "tile_k": _depth(v, card, nr), "vec": nr, "unroll": mr, "threads": card.cores or 1, "simd": simd,
+            "par_axis": "m"}
 
 
 def _gpu_matmul(v: KernelView, card: Card) -> list[Knobs]:
@@ -163,30 +210,40 @@ def _gpu_blocked(v: KernelView, card: Card) -> list[Knobs]:
     return out
 
 
+def _cpu_matmul(v: KernelView, card: Card) -> list[Knobs]:
+    top = card.simd_bits or 128
+    widths = (top, top // 2) if top >= 512 else (top,)  # AVX-512 cards may run 256-bit registers too
+    cm, cn, ck = v.cap("m"), v.cap("n"), v.cap("k")
+    l2 = (card.l2_kib or 256) * 1024
+    tks = tuple(t for t in CPU_TILE_K if _fits(t, ck)) or ((ck,) if ck is not None else ())
+    tms = tuple(t for t in CPU_TILE_M if _fits(t, cm)) or ((cm,) if cm is not None else ())
+    whole = min(cn or 1024, 1024)
+    out: list[Knobs] = []
+    for simd in widths:
+        for vectors in CPU_MICRO_VECTORS:
+            shape = _micro(v, card, simd, vectors)
+            if shape is None or shape[0] * vectors < CPU_MIN_CHAINS:
+                continue
+            mr, nr = shape
+            tns = tuple(t for t in (whole, CPU_TILE_N_PART) if t >= nr and t <= whole)
+            for tk in tks:
+                for tm in tms:
+                    if tm * tk * v.compute_bits // 8 > l2 // 2:
+                        continue
+                    for tn in dict.fromkeys(tns):
+                        for par in CPU_PAR_AXES:
+                            for t in _thread_counts(card):
+                                out.append({"tile_m": tm, "tile_n": tn, "tile_k": tk, "vec": nr, "unroll": mr,
+                                            "threads": t, "simd": simd, "par_axis": par})
+    return out
+
+
 def _cpu_options(v: KernelView, card: Card) -> list[Knobs]:
     lanes = _lanes(v, card)
     threads = _thread_counts(card)
     out: list[Knobs] = []
     if v.family == "matmul":
-        cm, cn, ck = v.cap("m"), v.cap("n"), v.cap("k")
-        l2 = (card.l2_kib or 1024) * 1024
-        tms = tuple(t for t in CPU_TILE_M if _fits(t, cm)) or (cm,)
-        tns = tuple(t for t in CPU_TILE_N if _fits(t, cn)) or (cn,)
-        tks = tuple(t for t in CPU_TILE_K if _fits(t, ck)) or (ck,)
-        vecs = tuple(sorted({max(1, lanes // 2), lanes}))
-        for tm in tms:
-            for tn in tns:
-                for tk in tks:
-                    if (tm * tk + tk * tn + tm * tn) * v.compute_bits // 8 > l2 // 2:
-                        continue
-                    for vec in vecs:
-                        if tn % vec:
-                            continue
-                        for unroll in CPU_UNROLL_MM:
-                            for t in threads:
-                                out.append({"tile_m": tm, "tile_n": tn, "tile_k": tk, "vec": vec,
-                                            "unroll": unroll, "threads": t})
-        return out
+        return _cpu_matmul(v, card)
     cap = v.cap("row" if v.family == "row" else "inner")
     vecs = tuple(x for x in sorted({max(1, lanes // 2), lanes, lanes * 2}) if _fits(x, cap) and x <= 64)
     for vec in vecs or (1,):

@@ -8,8 +8,10 @@ plus operand tiles where the instruction reads them from registers, or the row c
 per thread and per SM) within the register file; the tensor-core instruction offered by
 the architecture and fitting the tile; the accumulator type fitting the operands.
 CPU (C + OpenMP): nothing unbuildable: threads within the usable cores, tiles within
-extents, a vector width that divides the tile it runs over, an accumulator tile that
-fits on a thread's stack.
+extents, a vector width that divides the tile it runs over; for a matmul, registers no
+wider than the card's SIMD width (`simd`: a build for an instruction set the card lacks)
+and a micro-kernel whose accumulators, B row and broadcast fit the card's vector
+registers (more would spill every step).
 A limit that only a build can reveal is found by the build: the option is blocked and
 the fork resolved again (DESIGN 4).
 """
@@ -21,10 +23,10 @@ from emmy_core.knobs.instructions import instruction_problem, tile_instruction
 from emmy_core.knobs.view import FAMILY_KNOBS, OPTIONAL_KNOBS, KernelView, view
 from emmy_core.knobs.vocab import SCHEDULE_KNOBS, knobs_problem
 from emmy_core.targets.card import Card
+from emmy_core.targets.cpu import register_count
 
 REG_RESERVE = 64  # registers per thread kept for addresses, operands and the epilogue
 REG_OVERHEAD = 48  # per-thread registers beyond the estimate, for the per-SM check (an H200 spilled at 32)
-CPU_STACK_TILE_BYTES = 256 * 1024  # largest accumulator tile kept on an OpenMP thread's stack
 
 
 def pipeline_buffers(card: Card, path: str, stages: int) -> int:
@@ -120,11 +122,33 @@ def _cpu_problem(v: KernelView, card: Card, k: dict[str, object]) -> str | None:
                 return p
         if tn % vec:
             return f"vec={vec} does not divide tile_n={tn}"
-        acc_bytes = tm * tn * v.compute_bits // 8
-        if acc_bytes > CPU_STACK_TILE_BYTES:
-            return f"accumulator tile {tm}x{tn} ({acc_bytes // 1024} KiB) is too large for a thread's stack"
-        return None
+        return _micro_problem(v, card, k)
     return _within("vec", vec, v.cap("row" if v.family == "row" else "inner"), "innermost")
+
+
+def registers_needed(mr: int, vec: int, lanes: int) -> int:
+    """Vector registers an `mr` x `vec` micro-kernel holds at once: accumulators, one B row, one broadcast."""
+    vpr = max(1, vec // max(1, lanes))
+    return mr * vpr + vpr + 1
+
+
+def _micro_problem(v: KernelView, card: Card, k: dict[str, object]) -> str | None:
+    """A matmul micro-kernel the card cannot hold: registers too wide, or too many of them."""
+    card_bits = card.simd_bits or 128
+    simd = k.get("simd")
+    if simd is not None:
+        assert isinstance(simd, int)
+        if simd > card_bits:
+            return f"simd={simd} needs {simd}-bit vector registers; {card.name} has {card_bits}-bit ones"
+    vec, unroll = k["vec"], k["unroll"]
+    assert isinstance(vec, int) and isinstance(unroll, int)
+    width = min(simd if isinstance(simd, int) else card_bits, vec * v.compute_bits)
+    lanes = max(1, width // v.compute_bits)
+    need, have = registers_needed(unroll, vec, lanes), register_count(card.arch, card_bits)
+    if need > have:
+        return (f"micro-kernel {unroll}x{vec} needs {need} vector registers of {width} bits (accumulators, a B row "
+                f"and a broadcast); {card.name} has {have}: it would spill")
+    return None
 
 
 def option_problem(kernel: Kernel, card: Card, knobs: dict[str, object],

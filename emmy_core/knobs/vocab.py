@@ -8,7 +8,8 @@ strings) or `bool`. Knobs of kernels defined outside Emmy (Kernel Tuner) live in
 Structural decisions change which kernels exist: `cut:<seam>` (a fusion seam cut) and
 `split:<axis>=<parts>` (a reduction split across blocks). They are never schedule knobs;
 `decision_in_knobs` finds a knob assignment that spells one, which the store refuses.
-Raising `KNOB_VOCAB_VERSION` is required for any incompatible change of names or types.
+Raising `KNOB_VOCAB_VERSION` is required for any incompatible change of names or types; knobs
+are only ever appended (a knob keeps its name, type and meaning), which needs no new version.
 """
 
 from __future__ import annotations
@@ -82,6 +83,12 @@ SCHEDULE_KNOBS: dict[str, KnobSpec] = {
         _k("vec", "cpu", "pow2", 1, 64, doc="vector width of the innermost loop"),
         _k("unroll", "cpu", "int", 1, 16, doc="unroll factor of the innermost loop"),
         _k("threads", "cpu", "int", 1, 512, doc="OpenMP threads"),
+        # appended: a matmul's micro-kernel register width and how its blocks are shared among threads
+        _k("simd", "cpu", "pow2", 128, 512,
+           doc="width in bits of the vector registers a matmul micro-kernel keeps its accumulators in "
+               "(128 SSE/NEON, 256 AVX2, 512 AVX-512); more than the card's SIMD width is refused"),
+        _k("par_axis", "cpu", "enum", choices=("m", "n"),
+           doc="which blocks of a matmul the threads share out: m (row blocks) or n (column blocks)"),
     )
 }
 

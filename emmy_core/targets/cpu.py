@@ -1,7 +1,8 @@
 """The CPU probe: what this machine's CPU is, read from /proc/cpuinfo, sysfs and lscpu.
 
 The parse functions are pure (text in, values out) and tested on sample text; `probe_cpu`
-reads the machine. The card's name is the model name plus the number of CPUs this
+reads the machine and `probe_isa` its instruction-set features (FMA, F16C, AVX-512 BF16,
+vector registers), which the card's numeric description leaves out. The card's name is the model name plus the number of CPUs this
 process may run on (`Intel(R) Xeon(R) Processor x2`): two slices of one host with
 different core counts are different cards, since their measurements differ.
 """
@@ -12,6 +13,7 @@ import os
 import platform
 import re
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from emmy_core.targets.card import Card
@@ -70,6 +72,47 @@ def simd_bits(flags: str, machine: str = "x86_64") -> int:
     if {"sse2", "asimd", "neon"} & words or machine in ("x86_64", "aarch64", "arm64"):
         return 128
     return 64
+
+
+@dataclass(frozen=True)
+class IsaFeatures:
+    """What the instruction set offers generated code, read from the CPU's flags.
+
+    The card's `simd_bits` is the width; the rest says which conversions and fused
+    operations the compiler may use (with `-march=native` it uses them where present) and
+    feeds the nominal peak: `f32_flops_per_cycle` counts two FMA pipes of the full width.
+    """
+
+    simd_bits: int
+    fma: bool
+    f16c: bool  # f16 <-> f32 conversions in hardware (x86 F16C; Arm's are part of its SIMD)
+    avx512bf16: bool  # f32 -> bf16 conversion in hardware (not used: it flushes subnormals)
+    vector_registers: int
+
+    def f32_flops_per_cycle(self) -> int:
+        """Nominal f32 flops one core issues per cycle: two vector pipes, an FMA counting two."""
+        return 2 * (2 if self.fma else 1) * self.simd_bits // 32
+
+
+def isa_features(flags: str, machine: str = "x86_64") -> IsaFeatures:
+    """The features in a flags line of /proc/cpuinfo (`flags` on x86, `Features` on Arm)."""
+    words = set(flags.split())
+    bits = simd_bits(flags, machine)
+    arm = machine in ("aarch64", "arm64") or "asimd" in words
+    return IsaFeatures(
+        simd_bits=bits,
+        fma="fma" in words or arm,
+        f16c="f16c" in words or arm,
+        avx512bf16="avx512_bf16" in words or "avx512bf16" in words,
+        vector_registers=register_count(machine if not arm else "aarch64", bits),
+    )
+
+
+def register_count(machine: str, simd: int) -> int:
+    """Vector registers the compiler can use: 32 on AVX-512 (any width, with AVX-512VL) and on Arm, else 16."""
+    if machine in ("aarch64", "arm64"):
+        return 32
+    return 32 if simd >= 512 else 16
 
 
 def parse_sysfs_caches(entries: list[tuple[str, str, str]]) -> dict[str, float]:
@@ -144,6 +187,12 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def probe_isa() -> IsaFeatures:
+    """This machine's instruction-set features (the first processor's flags)."""
+    info = parse_cpuinfo(_read(Path("/proc/cpuinfo")) or "")
+    return isa_features(info.get("flags") or info.get("Features") or "", platform.machine() or "unknown")
 
 
 def probe_cpu() -> Card:

@@ -26,6 +26,10 @@ CPUS = (
     Card("Tiny Arm Core x1", "cpu", "aarch64", "", (), "test card", cores=1, simd_bits=128, l2_kib=256.0),
     Card("Big x86 Part x64", "cpu", "x86_64", "", (), "test card", cores=64, simd_bits=512, l1d_kib=48.0,
          l2_kib=2048.0, l3_kib=262144.0, freq_mhz=3000.0),
+    Card("AVX2 Only Part x2", "cpu", "x86_64", "", (), "test card (Zen 3: AVX2 + FMA, no AVX-512)", cores=2,
+         simd_bits=256, l1d_kib=32.0, l2_kib=512.0, freq_mhz=2445.0),
+    Card("SSE Only Part x4", "cpu", "x86_64", "", (), "test card (128-bit, 16 registers)", cores=4, simd_bits=128),
+    Card("Undescribed CPU", "cpu", "x86_64", "", (), "test card: nothing known but the target"),
 )
 KERNELS = (
     *(k for _, k in day_one_kernels()),
@@ -79,6 +83,29 @@ def test_first_option_is_valid_on_every_card(kernel) -> None:
         if card.target == "cuda":
             firsts.add(canonical_knobs(pool[0]))
     assert len(firsts) == 1  # the GPU default is one assignment, whatever the card
+
+
+ATTENTION = (matmul(Dim("S", 128), Dim("S", 128), 64, batch=(Dim("B", 8), 4), b_transposed=True,
+                    epilogue=("scale:0.125",)),
+             matmul(Dim("S", 128), 64, Dim("S", 128), batch=(Dim("B", 8), 4)))
+
+
+@pytest.mark.parametrize("kernel", [*KERNELS, *ATTENTION], ids=lambda k: k.name)
+def test_the_first_cpu_option_is_valid_on_every_cpu_card_and_keeps_the_fma_pipes_busy(kernel) -> None:
+    """The default an untuned machine runs: valid on AVX-512, AVX2-only, 128-bit and undescribed CPUs, sized
+    from the card (its registers as wide as the card's SIMD, at least 8 accumulator registers where N allows)."""
+    v = view(kernel)
+    for card in CPUS:
+        first = candidates(kernel, card)[0]
+        assert option_problem(kernel, card, first) is None, (card.name, first)
+        if v.family != "matmul":
+            continue
+        simd = card.simd_bits or 128
+        assert first["simd"] == simd
+        lanes = min(simd, first["vec"] * v.compute_bits) // v.compute_bits
+        wide_n = (v.cap("n") or 1024) >= 2 * simd // v.compute_bits
+        if wide_n and (v.cap("m") or 16) >= 8:
+            assert first["unroll"] * first["vec"] // lanes >= 8, (card.name, first)
 
 
 def test_every_option_is_in_the_cards_target_vocabulary() -> None:
@@ -168,13 +195,15 @@ def test_cpu_candidates_use_the_cpu_vocabulary_within_the_cores() -> None:
     k = matmul(Dim("T", 128), 256, 256, dtype="f32")
     for card in CPUS:
         pool = candidates(k, card)
-        assert pool[0]["threads"] == card.cores
-        assert {o["threads"] for o in pool} <= set(range(1, card.cores + 1))
+        assert pool[0]["threads"] == (card.cores or 1)
+        assert {o["threads"] for o in pool} <= set(range(1, (card.cores or 1) + 1))
         assert 1 in {o["threads"] for o in pool}
         assert all(o["tile_n"] % o["vec"] == 0 for o in pool)
-    wide = {o["vec"] for o in candidates(k, CPUS[2])}
-    assert max(wide) == 16  # 512-bit registers hold 16 f32
-    assert max(o["vec"] for o in candidates(k, CPUS[1])) == 4
+    big = candidates(k, CPUS[2])
+    assert {o["simd"] for o in big} == {512, 256}  # AVX-512 registers, or 256-bit ones
+    assert max(o["vec"] for o in big) == 64  # four 512-bit registers of 16 f32 a row
+    assert {o["simd"] for o in candidates(k, CPUS[1])} == {128}
+    assert max(o["vec"] for o in candidates(k, CPUS[1])) == 16
 
 
 def test_sample_candidates_is_seeded_ordered_and_keeps_the_first() -> None:

@@ -10,11 +10,14 @@ from emmy_core.targets import probe_cpu
 from emmy_core.targets.cpu import (
     cpu_card,
     frequency_mhz,
+    isa_features,
     model_name,
     parse_cpuinfo,
     parse_lscpu_caches,
     parse_size_kib,
     parse_sysfs_caches,
+    probe_isa,
+    register_count,
     simd_bits,
 )
 
@@ -87,3 +90,31 @@ def test_probe_describes_this_machine() -> None:
     assert card.name.endswith(f" x{len(os.sched_getaffinity(0))}")
     assert card.simd_bits in (64, 128, 256, 512)
     assert card == probe_cpu()  # stable between calls: the name and numbers key measurements
+
+
+ZEN3 = "fpu sse sse2 ssse3 fma cx16 sse4_1 sse4_2 movbe popcnt aes xsave avx f16c rdrand avx2 bmi2 erms"
+ZEN4 = ZEN3 + " avx512f avx512dq avx512cd avx512bw avx512vl avx512_bf16 avx512vbmi avx512_vnni"
+OLD_XEON = "fpu sse sse2 ssse3 sse4_1 sse4_2 popcnt avx"  # Sandy Bridge: AVX without FMA or F16C
+
+
+def test_instruction_set_features_from_flags() -> None:
+    zen3 = isa_features(ZEN3)
+    assert (zen3.simd_bits, zen3.fma, zen3.f16c, zen3.avx512bf16, zen3.vector_registers) == (256, True, True, False, 16)
+    assert zen3.f32_flops_per_cycle() == 32  # two 8-lane FMA pipes: the Zen 3 figure (156 GFLOP/s on 2 cores)
+    zen4 = isa_features(ZEN4)
+    assert (zen4.simd_bits, zen4.fma, zen4.f16c, zen4.avx512bf16, zen4.vector_registers) == (512, True, True, True, 32)
+    old = isa_features(OLD_XEON)
+    assert (old.simd_bits, old.fma, old.f16c, old.vector_registers) == (128, False, False, 16)
+    assert old.f32_flops_per_cycle() == 8  # a multiply and an add pipe of 4 lanes
+    arm = isa_features(parse_cpuinfo(ARM)["Features"], "aarch64")
+    assert (arm.simd_bits, arm.fma, arm.f16c, arm.vector_registers) == (128, True, True, 32)
+    assert isa_features(parse_cpuinfo(X86)["flags"]).simd_bits == 256  # the first processor's flags only
+
+
+def test_register_count_follows_the_architecture_and_width() -> None:
+    assert register_count("x86_64", 512) == 32 and register_count("x86_64", 256) == 16
+    assert register_count("x86_64", 128) == 16 and register_count("aarch64", 128) == 32
+
+
+def test_probe_isa_agrees_with_the_card() -> None:
+    assert probe_isa().simd_bits == probe_cpu().simd_bits

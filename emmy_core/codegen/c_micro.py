@@ -1,0 +1,113 @@
+"""The register-blocked micro-kernel of the C matmul: an M_r x N_r accumulator tile in vector registers.
+
+`micro_geometry(schedule, acc)` reads the shape from the knobs (`unroll` rows, `vec`
+columns held in registers of `simd` bits); `micro_kernel_c(geometry)` writes the C:
+
+- a vector type of the register width (gcc vector extensions, so the same source builds
+  for SSE, AVX2, AVX-512 or NEON; the compiler's target decides the instructions);
+- `em_micro(kc, ap, bp, ci, ldi, co, ldo)`: the tile starts from `ci` (or zero), then for
+  each of `kc` steps broadcasts M_r values of the packed A panel (`ap`, `k`-major, M_r
+  per step) and adds their products with N_r values of the packed B panel (`bp`, N_r per
+  step), and is stored to `co`. Every element adds its products in increasing k, one
+  multiply-add per step: fused where the build has FMA (AVX-512, AVX2+FMA, Arm), by the
+  target's own instruction; unfused (a product rounded, then a sum rounded) elsewhere.
+  The order is the same for every micro-kernel shape, panel size and thread count, so
+  those knobs never change a result bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from emmy_core.codegen.c_expr import C_TYPES
+from emmy_core.codegen.c_schedule import LEGACY_SIMD_BITS, CSchedule
+
+ELEMENT_BITS = {"f32": 32, "f64": 64}  # accumulator types the micro-kernel holds in vector registers
+# (element type, register bytes) -> (the macro that enables it, the fused multiply-add, its vector type)
+FMA_INTRINSICS = {
+    ("f32", 64): ("__AVX512F__", "_mm512_fmadd_ps", "__m512"),
+    ("f64", 64): ("__AVX512F__", "_mm512_fmadd_pd", "__m512d"),
+    ("f32", 32): ("__FMA__", "_mm256_fmadd_ps", "__m256"),
+    ("f64", 32): ("__FMA__", "_mm256_fmadd_pd", "__m256d"),
+    ("f32", 16): ("__FMA__", "_mm_fmadd_ps", "__m128"),
+    ("f64", 16): ("__FMA__", "_mm_fmadd_pd", "__m128d"),
+}
+
+
+@dataclass(frozen=True)
+class MicroGeometry:
+    acc: str  # f32 | f64
+    mr: int  # rows of the tile
+    nr: int  # columns of the tile
+    lanes: int  # elements per vector register
+    vpr: int  # vector registers per row of the tile
+
+    @property
+    def register_bytes(self) -> int:
+        return self.lanes * ELEMENT_BITS[self.acc] // 8
+
+
+def micro_geometry(s: CSchedule, acc: str) -> MicroGeometry:
+    """The micro-kernel the schedule spells for accumulators of type `acc`."""
+    bits = ELEMENT_BITS[acc]
+    width = min(s.simd or LEGACY_SIMD_BITS, s.vec * bits)
+    lanes = max(1, width // bits)
+    return MicroGeometry(acc, s.unroll, s.vec, lanes, s.vec // lanes)
+
+
+def _fma_macro(g: MicroGeometry) -> str:
+    fma = "__builtin_fmaf" if g.acc == "f32" else "__builtin_fma"
+    if g.lanes == 1:
+        return (f"#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)\n"
+                f"#define EM_FMA(c, a, b) ((c) = {fma}((a), (b), (c)))\n"
+                f"#else\n#define EM_FMA(c, a, b) ((c) = (c) + (a) * (b))\n#endif")
+    lane_loop = (f"#define EM_FMA(c, a, b) do {{ for (int em_l = 0; em_l < {g.lanes}; ++em_l) "
+                 f"(c)[em_l] = {fma}((a)[em_l], (b)[em_l], (c)[em_l]); }} while (0)")
+    lines = []
+    known = FMA_INTRINSICS.get((g.acc, g.register_bytes))
+    if known is not None:
+        guard, fn, vt = known
+        lines += [f"#if defined({guard})",
+                  f"#define EM_FMA(c, a, b) ((c) = (em_vec){fn}(({vt})(a), ({vt})(b), ({vt})(c)))",
+                  "#elif defined(__FMA__) || defined(__ARM_FEATURE_FMA)"]
+    else:
+        lines.append("#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)")
+    lines += [lane_loop, "#else", "#define EM_FMA(c, a, b) ((c) = (c) + (a) * (b))", "#endif"]
+    return "\n".join(lines)
+
+
+def micro_kernel_c(g: MicroGeometry) -> str:
+    """C declarations of the micro-kernel: its vector type, multiply-add and `em_micro` function."""
+    t = C_TYPES[g.acc]
+    vec_type = (f"typedef {t} em_vec;" if g.lanes == 1 else
+                f"typedef {t} em_vec __attribute__((vector_size({g.register_bytes})));")
+    acc = [[f"em_c{r}_{q}" for q in range(g.vpr)] for r in range(g.mr)]
+    out = [f"/* micro-kernel: {g.mr} x {g.nr} {g.acc} accumulators in {g.mr * g.vpr} registers of {g.lanes} lanes */",
+           vec_type, _fma_macro(g),
+           f"static void em_micro(int64_t em_kc, const {t} *restrict em_ap, const {t} *restrict em_bp,",
+           f"                     const {t} *em_ci, int64_t em_ldi, {t} *em_co, int64_t em_ldo) {{",
+           "  em_vec " + ", ".join(v for row in acc for v in row) + ";",
+           "  if (em_ci) {"]
+    for r in range(g.mr):
+        for q in range(g.vpr):
+            out.append(f"    memcpy(&{acc[r][q]}, em_ci + {r} * em_ldi + {q * g.lanes}, sizeof {acc[r][q]});")
+    out.append("  } else {")
+    zero = "(em_vec){0}" if g.lanes > 1 else "0"
+    for r in range(g.mr):
+        out.append("    " + " ".join(f"{v} = {zero};" for v in acc[r]))
+    out += ["  }", "  for (int64_t em_k = 0; em_k < em_kc; ++em_k) {",
+            f"    const {t} *restrict em_b = em_bp + em_k * {g.nr};",
+            f"    const {t} *restrict em_a = em_ap + em_k * {g.mr};",
+            "    em_vec " + ", ".join(f"em_b{q}" for q in range(g.vpr)) + ";"]
+    for q in range(g.vpr):
+        out.append(f"    memcpy(&em_b{q}, em_b + {q * g.lanes}, sizeof em_b{q});")
+    bcast = "(em_vec){0} + " if g.lanes > 1 else ""
+    for r in range(g.mr):
+        fmas = " ".join(f"EM_FMA({acc[r][q]}, em_x, em_b{q});" for q in range(g.vpr))
+        out.append(f"    {{ const em_vec em_x = {bcast}em_a[{r}]; {fmas} }}")
+    out.append("  }")
+    for r in range(g.mr):
+        for q in range(g.vpr):
+            out.append(f"  memcpy(em_co + {r} * em_ldo + {q * g.lanes}, &{acc[r][q]}, sizeof {acc[r][q]});")
+    out.append("}")
+    return "\n".join(out)
