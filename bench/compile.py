@@ -188,16 +188,19 @@ def models_vs_torch(args: argparse.Namespace) -> None:
                 print(line, flush=True)
                 for name, why in result.failed.items():
                     print(f"    {name} failed: {why}")
-                prof = compiled.runner(sizes).profile(x, repeats=max(5, args.repeats // 3))
-                total = sum(us for *_, us in prof)
+                runner = compiled.runner(sizes)
+                prof = runner.profile(x, repeats=max(5, args.repeats // 3))
+                calls = {what: us for kind, what, us in prof if kind == "call"}
                 by_kind: dict[str, float] = {}
                 for kind, _, us in prof:
-                    by_kind[kind] = by_kind.get(kind, 0.0) + us
-                overhead = med["emmy"] - total
-                print(f"    where the time goes: kernels {by_kind.get('kernel', 0):.1f} us "
-                      f"({sum(1 for k, *_ in prof if k == 'kernel')} launches, each through the checked call), "
-                      f"layout copies {by_kind.get('copy', 0):.1f} us, views {by_kind.get('view', 0):.1f} us, "
-                      f"inputs and outputs {by_kind.get('call', 0):.1f} us, Python between ops {overhead:.1f} us")
+                    if kind != "call":
+                        by_kind[kind] = by_kind.get(kind, 0.0) + us
+                overhead = calls["whole"] - calls["setup"] - sum(by_kind.values())
+                how = "prepared launches" if runner.prepared else "each through the checked call"
+                print(f"    where the time goes (a whole call {calls['whole']:.1f} us in the same rounds): kernels "
+                      f"{by_kind.get('kernel', 0):.1f} us ({sum(1 for k, *_ in prof if k == 'kernel')} launches, "
+                      f"{how}), layout copies {by_kind.get('copy', 0):.1f} us, views {by_kind.get('view', 0):.1f} us, "
+                      f"inputs and outputs {calls['setup']:.1f} us, the rest (Python between ops) {overhead:.1f} us")
                 lowered = compiled.lowered
                 emmy_us: dict[str, list[float]] = {}
                 for kind, what, us in prof:

@@ -200,6 +200,7 @@ class Runner:
         self._ops: list[Callable[[dict[str, torch.Tensor]], None]] = []
         self.labels: list[tuple[str, str]] = []  # (kernel | copy | view, what) of each op, for profiles
         launchers: dict[int, Launcher] = {}
+        self._launchers = launchers.values()
         for op in layout.ops:
             if isinstance(op, LaunchSpec):
                 key = id(op.plan)
@@ -275,15 +276,27 @@ class Runner:
             env[value] = torch.empty(shape, dtype=dtype, device=self.device)
         return env
 
+    @property
+    def prepared(self) -> bool:
+        """Whether the kernels launch prepared (checked once) rather than checked on every call."""
+        return all(launcher.prepared for launcher in self._launchers)
+
     def profile(self, inputs: Sequence[torch.Tensor], repeats: int = 10) -> list[tuple[str, str, float]]:
-        """Median microseconds of every op over `repeats` calls: (kind, what, us), in order, then ('call', ...)."""
+        """Median microseconds of every op over `repeats` calls: (kind, what, us) in order; then ('call', 'setup')
+        for making the inputs' and outputs' tensors and ('call', 'whole') for a whole call timed in the same round."""
         import statistics
         import time
 
         sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
         times: list[list[float]] = [[] for _ in self._ops]
         setup: list[float] = []
+        whole: list[float] = []
         for _ in range(repeats):
+            sync()
+            t0 = time.perf_counter()
+            self.run(inputs)
+            sync()
+            whole.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             env = self._env(inputs)
             setup.append(time.perf_counter() - t0)
@@ -294,7 +307,8 @@ class Runner:
                 sync()
                 times[i].append(time.perf_counter() - t0)
         out = [(kind, what, 1e6 * statistics.median(ts)) for (kind, what), ts in zip(self.labels, times, strict=True)]
-        out.append(("call", "inputs and fresh outputs", 1e6 * statistics.median(setup)))
+        out.append(("call", "setup", 1e6 * statistics.median(setup)))
+        out.append(("call", "whole", 1e6 * statistics.median(whole)))
         return out
 
     def run(self, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
