@@ -26,7 +26,6 @@ from typing import Any
 from emmy_core.evidence.resolution import MEASURED_TIERS, Measured
 from emmy_core.graph.forks import Fork, ForkKey, ForkOption, ScheduleOption, StructuralOption, schedule_fork
 from emmy_core.ir.nodes import Program
-from emmy_core.ir.sizes import parse_sizes
 from emmy_core.targets.card import Card
 
 LOCAL_LOCK_TIMEOUT_S = 0.5  # a compile does not wait on a tune holding the database
@@ -59,7 +58,8 @@ def option_id(option: ForkOption) -> str:
 
 
 def sizes_of(key: ForkKey) -> dict[str, int]:
-    return parse_sizes(key.sizes)
+    """The key's sizes as a mapping (made by `format_sizes`, so no check; a product may pass 2**31)."""
+    return {name: int(value) for name, value in (item.split("=") for item in key.sizes.split(",") if item)}
 
 
 def piece_key(piece: Program, key: ForkKey) -> ForkKey:
