@@ -9,10 +9,12 @@ from emmy_core.cli import (
     db_cmd,
     db_files_cmd,
     explain_cmd,
+    fit_cmd,
     gate_cmd,
     graph_cmd,
     ir_cmd,
     main_job,
+    prior_cmd,
     run_cmd,
     tune_cmd,
 )
@@ -31,6 +33,8 @@ app.add_typer(graph_cmd.app, name="graph")
 app.command("main")(main_job.main_job)
 app.command("tune")(tune_cmd.tune)
 app.command("run")(run_cmd.run)
+app.command("fit")(fit_cmd.fit)
+app.add_typer(prior_cmd.app, name="prior")
 app.command("explain")(explain_cmd.explain_command)
 app.command("compile")(compile_cmd.compile_command)
 app.command("gate")(gate_cmd.gate_command)

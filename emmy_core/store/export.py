@@ -10,8 +10,10 @@ other versions, naming both, and an export whose files do not match their digest
 Pools: for every (kernel, sizes, card, setting) with measurements, the measured schedules;
 for Emmy kernels also the options `emmy_core.knobs.candidates(kernel, card)` enumerates
 (with their rank; `measured` says which were measured). Extern kernels have no rule: their
-pool is what was measured. A card the GPU table (or this machine) does not describe gets
-measured pools only; the manifest counts those.
+pool is what was measured. Candidates are enumerated for the card as the store's own
+`cards` table describes it (`CardRow.to_card`), never for the host's table or probe, so
+the same store exports the same pools on every machine. A card the store does not
+describe (no numbers) gets measured pools only; the manifest counts those.
 """
 
 from __future__ import annotations
@@ -68,6 +70,17 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _described(row: Any) -> Any:
+    """The Card a store row describes, or None when it describes nothing a rule can enumerate for
+    (no numbers, or a number a Card refuses, such as a zero): such pools are counted, not guessed."""
+    if not row.described:
+        return None
+    try:
+        return row.to_card()
+    except ValueError:
+        return None
+
+
 def _candidate_table(store: Any) -> tuple[Any, dict[str, int]]:
     """Candidate options per measured (Emmy kernel, card) as an Arrow table, and counts of pools by kind.
 
@@ -78,13 +91,12 @@ def _candidate_table(store: Any) -> tuple[Any, dict[str, int]]:
     from emmy_core.ir import Extern, parse
     from emmy_core.knobs import candidates
     from emmy_core.knobs.vocab import canonical_knobs, schedule_id
-    from emmy_core.targets import UnknownCard, resolve_card
 
     pairs = store.arrow("SELECT g.kernel_id, g.card, count(*) AS pools, any_value(k.loop_program) AS text FROM "
                         "(SELECT DISTINCT kernel_id, sizes, card, setting FROM measurements) g JOIN kernels k "
                         "ON k.kernel_id = g.kernel_id GROUP BY g.kernel_id, g.card ORDER BY 1, 2").to_pydict()
     cols: dict[str, list] = {n: [] for n in ("kernel_id", "card", "schedule_id", "knobs", "candidate_rank")}
-    cards: dict[str, Any] = {}
+    cards = {row.name: _described(row) for row in store.cards()}
     stats = {"pools": 0, "enumerated": 0, "extern": 0, "unknown_card": 0}
     for kid, card, pools, text in zip(pairs["kernel_id"], pairs["card"], pairs["pools"], pairs["text"],
                                       strict=True):
@@ -93,12 +105,7 @@ def _candidate_table(store: Any) -> tuple[Any, dict[str, int]]:
         if isinstance(kernel, Extern):
             stats["extern"] += pools
             continue
-        if card not in cards:
-            try:
-                cards[card] = resolve_card(card)
-            except UnknownCard:
-                cards[card] = None
-        if cards[card] is None:
+        if cards.get(card) is None:
             stats["unknown_card"] += pools
             continue
         stats["enumerated"] += pools

@@ -67,6 +67,7 @@ CARD_FIELDS_FROM_TARGETS: dict[str, str] = {
     "l2_kb": "l2_kib", "l3_kb": "l3_kib", "simd_bits": "simd_bits",
 }
 _TAG = re.compile(r"[a-z0-9_]{1,40}\Z")
+AMD_ARCH_PREFIXES = ("cdna", "rdna", "gcn")  # arch tags of AMD GPUs (their compute capability is a gfx id)
 
 
 class KnobError(ValueError):
@@ -182,6 +183,37 @@ class CardRow:
         if cc is not None:
             numbers["cc_major"], numbers["cc_minor"] = cc
         return cls(card.name, card.target, numbers, card.arch, tuple(card.tensor_cores))
+
+    @property
+    def described(self) -> bool:
+        """Whether the row says anything about the hardware (a name alone describes nothing)."""
+        return any(v is not None for v in self.numbers.values())
+
+    def to_card(self) -> Any:
+        """The `emmy_core.targets.Card` this row describes: the inverse of `from_card`.
+
+        Pools and features are built from the store's own description of a card, never from the
+        host's table or probe, so an export is the same on every machine. The store keeps no
+        AMD `gfx` identifier: a GPU whose arch tag is an AMD family (cdna*, rdna*, gcn*) gets
+        the bare compute capability `gfx` (vendor AMD, exact id unknown). A number the Card
+        refuses (zero) raises ValueError naming the card and the field.
+        """
+        from emmy_core.targets.card import Card
+
+        kwargs: dict[str, Any] = {}
+        for col, fname in CARD_FIELDS_FROM_TARGETS.items():
+            v = self.value(col)
+            if v is not None:
+                kwargs[fname] = v
+        major, minor = self.value("cc_major"), self.value("cc_minor")
+        if self.target == "cpu":
+            cc = ""
+        elif self.arch.startswith(AMD_ARCH_PREFIXES):
+            cc = "gfx"
+        else:
+            cc = f"{major}.{minor or 0}" if major is not None else ""
+        return Card(name=self.name, target=self.target, arch=self.arch, compute_capability=cc,
+                    tensor_cores=tuple(self.tensor_cores), source="the store's cards table", **kwargs)
 
     def problem(self) -> str | None:
         if not isinstance(self.name, str) or not CARD_NAME_PATTERN.match(self.name):

@@ -101,8 +101,8 @@ class Card:
 
     @property
     def cc(self) -> tuple[int, int] | None:
-        """NVIDIA compute capability as (major, minor); None for AMD and CPUs."""
-        if self.vendor != "nvidia":
+        """NVIDIA compute capability as (major, minor); None for AMD, CPUs and a GPU whose capability is unknown."""
+        if self.vendor != "nvidia" or not self.compute_capability:
             return None
         major, _, minor = self.compute_capability.partition(".")
         return int(major), int(minor)

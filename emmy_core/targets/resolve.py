@@ -1,7 +1,8 @@
 """Naming a card: `local` (this machine's), a name from the GPU table, or this machine's CPU by name.
 
 `resolve_card("local")` is the card this machine compiles for: its GPU when torch sees
-one, else its CPU. A GPU missing from the table is described from torch's device
+one, else its CPU. Names are looked up in the packaged table plus the user's card file
+(`$EMMY_CARDS`, see `emmy_core.targets.user_cards`). A GPU missing from the table is described from torch's device
 properties (bandwidth and peak rates then unknown) with a warning saying so. Any other
 name must be in the table or be this machine's own device; otherwise `UnknownCard`
 lists the names Emmy knows.
@@ -14,7 +15,7 @@ import warnings
 
 from emmy_core.targets.card import Card
 from emmy_core.targets.cpu import probe_cpu
-from emmy_core.targets.table import load_table
+from emmy_core.targets.user_cards import known_table
 
 LOCAL = "local"
 
@@ -24,8 +25,8 @@ class UnknownCard(ValueError):
 
 
 def known_cards() -> tuple[str, ...]:
-    """Names of the cards in the GPU table, in table order."""
-    return tuple(load_table())
+    """Names of the cards in the table (and the user's card file, $EMMY_CARDS), in table order."""
+    return tuple(known_table())
 
 
 def card_slug(name: str) -> str:
@@ -91,7 +92,7 @@ def local_card() -> Card:
     gpu = _local_gpu_name()
     if gpu is None:
         return probe_cpu()
-    table = load_table()
+    table = known_table()
     if gpu in table:
         return table[gpu]
     import torch
@@ -107,7 +108,7 @@ def resolve_card(name: str = LOCAL) -> Card:
         raise UnknownCard(f"card name must be text, not {type(name).__name__}")
     if name == LOCAL:
         return local_card()
-    table = load_table()
+    table = known_table()
     if name in table:
         return table[name]
     here = local_card()

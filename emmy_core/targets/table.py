@@ -1,10 +1,14 @@
-"""The table of known GPUs (gpus.json beside this module), loaded strictly.
+"""The table of known cards (gpus.json beside this module, and user card files), loaded strictly.
 
 The table lets Emmy describe a card that is not present (the prior builds compile
-contexts for the card a golden was recorded on, never the host). Every entry must carry
-every field with the right type; an unknown field, a duplicate name, a tensor-core
-instruction outside the knob vocabulary or a non-positive number is refused with the
-file, the card and the field named. Nothing half-read is returned.
+contexts for the card a golden was recorded on, never the host). Every entry carries the
+text fields (`name`, `target`, `arch`, `compute_capability`, `source`), `tensor_cores` and
+every numeric field of its target: `cuda` entries the GPU fields, `cpu` entries the CPU
+fields (`cores`, `l1d_kib`, `l2_kib`, `l3_kib`, `simd_bits`, `freq_mhz`) with an empty
+`compute_capability` and no tensor cores. A number may be `null` (unknown: a feature
+reads it as missing), never 0. An unknown field, a field of the other target, a duplicate
+name, a tensor-core instruction outside the knob vocabulary or a non-positive number is
+refused with the file, the card and the field named. Nothing half-read is returned.
 """
 
 from __future__ import annotations
@@ -14,21 +18,25 @@ import math
 from functools import lru_cache
 from pathlib import Path
 
-from emmy_core.targets.card import GPU_FIELDS, Card
+from emmy_core.targets.card import CPU_FIELDS, GPU_FIELDS, TARGETS, Card
 
 TABLE_PATH = Path(__file__).with_name("gpus.json")
 TABLE_FORMAT = "emmy-gpu-table"
 TABLE_VERSION = 1
 _TEXT_FIELDS = ("name", "target", "arch", "compute_capability", "source")
-_ALLOWED = frozenset((*_TEXT_FIELDS, "tensor_cores", *GPU_FIELDS))
+_NUMBERS_OF = {"cuda": GPU_FIELDS, "cpu": CPU_FIELDS}
+_ALLOWED = {t: frozenset((*_TEXT_FIELDS, "tensor_cores", *fields)) for t, fields in _NUMBERS_OF.items()}
 _MAX_TEXT = 600
+MAX_TABLE_BYTES = 4 * 1024 * 1024
 
 
 class CardTableError(ValueError):
-    """The GPU table is malformed; the message names the file, the card and the field."""
+    """A card table is malformed; the message names the file, the card and the field."""
 
 
-def _number(where: str, field: str, value: object, kind: type) -> int | float:
+def _number(where: str, field: str, value: object, kind: type) -> int | float | None:
+    if value is None:
+        return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise CardTableError(f"{where}: field {field!r} must be a number, not {type(value).__name__}")
     if kind is int and not isinstance(value, int):
@@ -53,11 +61,15 @@ def _card(file: str, index: int, entry: object) -> Card:
             raise CardTableError(f"{where}: field {field!r} must be non-empty text under {_MAX_TEXT} characters")
     if name != name.strip() or "  " in name or any(not c.isprintable() for c in name):
         raise CardTableError(f"{where}: field 'name' has stray whitespace or unprintable characters")
-    if entry["target"] != "cuda":
-        raise CardTableError(f"{where}: field 'target' must be 'cuda' in the GPU table")
-    extra = sorted(set(entry) - _ALLOWED, key=str)
+    target = entry["target"]
+    if target not in TARGETS:
+        raise CardTableError(f"{where}: field 'target' must be one of {', '.join(TARGETS)}, not {target[:20]!r}")
+    extra = sorted(set(entry) - _ALLOWED[target], key=str)
     if extra:
-        raise CardTableError(f"{where}: unknown field {extra[0]!r}")
+        if any(extra[0] in f for f in _NUMBERS_OF.values()):
+            raise CardTableError(f"{where}: field {extra[0]!r} is not a field of a {target} card "
+                                 f"(field 'target' says {target!r})")
+        raise CardTableError(f"{where}: unknown field {str(extra[0])[:40]!r}")
     tcs = entry.get("tensor_cores")
     if not isinstance(tcs, list) or not all(isinstance(t, str) for t in tcs):
         raise CardTableError(f"{where}: field 'tensor_cores' must be a list of instruction names")
@@ -69,35 +81,44 @@ def _card(file: str, index: int, entry: object) -> Card:
                                  f"of the knob vocabulary")
     if len(set(tcs)) != len(tcs):
         raise CardTableError(f"{where}: field 'tensor_cores' names an instruction twice")
-    numbers: dict[str, int | float] = {}
-    for field, (kind, _doc) in GPU_FIELDS.items():
+    numbers: dict[str, int | float | None] = {}
+    for field, (kind, _doc) in _NUMBERS_OF[target].items():
         if field not in entry:
-            raise CardTableError(f"{where}: field {field!r} is missing")
+            raise CardTableError(f"{where}: field {field!r} is missing (write null when it is unknown)")
         numbers[field] = _number(where, field, entry[field], kind)
-    if numbers["smem_per_block_kib"] > numbers["smem_per_sm_kib"]:
-        raise CardTableError(f"{where}: field 'smem_per_block_kib' exceeds smem_per_sm_kib")
     cc = entry["compute_capability"]
-    if not (cc.startswith("gfx") or (cc.count(".") == 1 and cc.replace(".", "").isdigit())):
-        raise CardTableError(f"{where}: field 'compute_capability' must be MAJOR.MINOR or a gfx arch, not {cc!r}")
-    return Card(name=name, target="cuda", arch=entry["arch"], compute_capability=cc, tensor_cores=tuple(tcs),
+    if target == "cpu":
+        if cc or tcs:
+            raise CardTableError(f"{where}: a cpu card has an empty 'compute_capability' and no 'tensor_cores'")
+    else:
+        block, sm = numbers["smem_per_block_kib"], numbers["smem_per_sm_kib"]
+        if block is not None and sm is not None and block > sm:
+            raise CardTableError(f"{where}: field 'smem_per_block_kib' exceeds smem_per_sm_kib")
+        if not (cc.startswith("gfx") or (cc.count(".") == 1 and cc.replace(".", "").isdigit())):
+            raise CardTableError(f"{where}: field 'compute_capability' must be MAJOR.MINOR or a gfx arch, "
+                                 f"not {cc[:40]!r}")
+    return Card(name=name, target=target, arch=entry["arch"], compute_capability=cc, tensor_cores=tuple(tcs),
                 source=entry["source"], **numbers)
 
 
 def load_table(path: Path | str | None = None) -> dict[str, Card]:
-    """Reads a GPU table strictly: name -> Card, in file order. Default: the packaged gpus.json."""
+    """Reads a card table strictly: name -> Card, in file order. Default: the packaged gpus.json only
+    (`emmy_core.targets.user_cards.known_table` adds the user's card file)."""
     if path is None:
         return dict(_default_table())
-    return _load(Path(path))
+    return _load(Path(path), str(path))
 
 
 @lru_cache(maxsize=1)
 def _default_table() -> tuple[tuple[str, Card], ...]:
-    return tuple(_load(TABLE_PATH).items())
+    return tuple(_load(TABLE_PATH, TABLE_PATH.name).items())
 
 
-def _load(path: Path) -> dict[str, Card]:
-    file = path.name
+def _load(path: Path, file: str) -> dict[str, Card]:
+    """Reads `path`; messages call it `file` (the packaged table by its name, a user's file as given)."""
     try:
+        if path.stat().st_size > MAX_TABLE_BYTES:
+            raise CardTableError(f"{file}: larger than {MAX_TABLE_BYTES // 1024} KiB: not a card table")
         doc = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_refuse_constant)
     except OSError as exc:
         raise CardTableError(f"{file}: cannot read: {exc.strerror or exc}") from exc
@@ -108,7 +129,8 @@ def _load(path: Path) -> dict[str, Card]:
     if doc.get("format") != TABLE_FORMAT:
         raise CardTableError(f"{file}: field 'format' must be {TABLE_FORMAT!r}")
     if doc.get("version") != TABLE_VERSION:
-        raise CardTableError(f"{file}: field 'version' is {doc.get('version')!r}; this code reads {TABLE_VERSION}")
+        raise CardTableError(f"{file}: field 'version' is {str(doc.get('version'))[:20]!r}; this code reads "
+                             f"{TABLE_VERSION}")
     extra = sorted(set(doc) - {"format", "version", "note", "cards"}, key=str)
     if extra:
         raise CardTableError(f"{file}: unknown field {extra[0]!r}")
@@ -119,7 +141,7 @@ def _load(path: Path) -> dict[str, Card]:
     for i, entry in enumerate(entries):
         card = _card(file, i, entry)
         if card.name in out:
-            raise CardTableError(f"{file}: card {card.name!r}: field 'name' appears twice")
+            raise CardTableError(f"{file}: card {card.name[:80]!r}: field 'name' appears twice")
         out[card.name] = card
     return out
 

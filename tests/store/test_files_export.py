@@ -4,6 +4,8 @@ read back by import it gives the same store; a reader refuses other versions nam
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -16,7 +18,6 @@ from emmy_core.store import StoreError, open_store
 from emmy_core.store.export import export_db, read_export, read_pools, verify_export
 from emmy_core.store.importer import import_db
 from emmy_core.store.sourcefile import SourceError
-from emmy_core.targets import load_table
 from tests.store.test_files_freeze import H200, NORM, populate, stats_of
 
 
@@ -83,7 +84,7 @@ def test_pools_hold_measured_schedules_and_the_enumerated_candidates(exported: P
     nid = kernel_id(NORM)
     pool = [p for p in pools if (p["kernel_id"], p["sizes"], p["card"], p["setting"]) == (nid, "B=8", H200.name,
                                                                                            "deploy")]
-    options = candidates(NORM, load_table()[H200.name])
+    options = candidates(NORM, H200.to_card())  # the store's own description of the card, never the host's
     assert len(options) > 1
     ranked = sorted((p for p in pool if p["candidate_rank"] is not None), key=lambda p: p["candidate_rank"])
     assert [p["schedule_id"] for p in ranked] == [schedule_id(o) for o in options]
@@ -98,3 +99,80 @@ def test_export_refuses_to_replace_a_folder_that_is_not_an_export(db: Path, tmp_
     with pytest.raises(StoreError, match="not an export"):
         export_db(db, tmp_path / "mine")
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+ROOT = Path(__file__).resolve().parents[2]
+FREEZES = sorted((ROOT / "freezes").glob("*.json"))
+
+
+def _fake_cpu(name: str, cores: int) -> object:
+    from emmy_core.targets import Card
+
+    return Card(name=name, target="cpu", arch="x86_64", compute_capability="", tensor_cores=(), source="test",
+                cores=cores, l1d_kib=32.0, l2_kib=512.0, l3_kib=16384.0, simd_bits=256, freq_mhz=3000.0)
+
+
+@pytest.mark.skipif(not FREEZES, reason="no freeze committed in freezes/")
+def test_an_export_is_the_same_on_every_host_pools_come_from_the_stores_card_rows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The repository freeze exported under two probed CPUs that differ from its card gives the same pools,
+    every pool enumerated for the freeze's card as its `cards` row describes it (never `resolve_card`)."""
+    from emmy_core.targets import cpu, resolve
+
+    (outcome,) = import_db(tmp_path / "f.db", FREEZES[:1], fresh=True)
+    assert outcome.ok, outcome.message
+    monkeypatch.setattr(resolve, "_local_gpu_name", lambda: None)
+    manifests = []
+    for i, host in enumerate((_fake_cpu("Other CPU x4", 4), _fake_cpu("Another CPU x16", 16))):
+        monkeypatch.setattr(cpu, "probe_cpu", lambda host=host: host)
+        monkeypatch.setattr(resolve, "probe_cpu", lambda host=host: host)
+        assert resolve.resolve_card("local").name == host.name  # type: ignore[attr-defined]
+        manifests.append(export_db(tmp_path / "f.db", tmp_path / f"out{i}"))
+    a, b = (m["tables"]["pools"] for m in manifests)
+    assert a["sha256"] == b["sha256"] and manifests[0]["digest"] == manifests[1]["digest"]
+    assert a["candidates"]["unknown_card"] == 0 and a["candidates"]["enumerated"] == a["candidates"]["pools"] > 0
+    with open_store(tmp_path / "f.db", "r") as s:
+        (row,) = s.cards()
+        kernels = s.kernels()
+    from emmy_core.ir import parse
+
+    pools = read_pools(tmp_path / "out0").to_pylist()
+    kid = sorted({p["kernel_id"] for p in pools})[0]
+    ranked = sorted({(p["candidate_rank"], p["schedule_id"]) for p in pools
+                     if p["kernel_id"] == kid and p["candidate_rank"] is not None})
+    want = [schedule_id(o) for o in candidates(parse(kernels[kid][0]), row.to_card())]
+    assert [sid for _, sid in ranked] == want
+
+
+def test_a_card_the_store_does_not_describe_gets_measured_pools_only_and_is_counted(tmp_path: Path) -> None:
+    from emmy_core.store import CardRow, MeasurementRow
+
+    with open_store(tmp_path / "u.db", "w") as s:
+        s.record([MeasurementRow.ok(kernel_id(NORM), "B=8", {"block": 64, "num_warps": 4}, "Mystery GPU", "deploy",
+                                    5.0)], kernels=[NORM], cards=[CardRow("Mystery GPU", "cuda", {})])
+    manifest = export_db(tmp_path / "u.db", tmp_path / "out")
+    assert manifest["tables"]["pools"]["candidates"]["unknown_card"] == 1
+    assert [p["measured"] for p in read_pools(tmp_path / "out").to_pylist()] == [True]
+
+
+def test_export_imports_no_torch(db: Path, tmp_path: Path) -> None:
+    script = ("import sys\nfrom emmy_core.store.export import export_db\n"
+              f"export_db({str(db)!r}, {str(tmp_path / 'x')!r})\n"
+              "assert 'torch' not in sys.modules, 'export imported torch'\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_card_row_to_card_inverts_from_card_for_every_table_card() -> None:
+    from emmy_core.store import CardRow
+    from emmy_core.targets import load_table
+
+    for card in load_table().values():
+        row = CardRow.from_card(card)
+        back = row.to_card()
+        assert CardRow.from_card(back) == row, card.name
+        assert back.numeric() == card.numeric(), card.name
+        assert (back.vendor, back.cc, back.tensor_cores) == (card.vendor, card.cc, card.tensor_cores), card.name
+    cpu = CardRow("AMD EPYC x2", "cpu", {"cores": 2, "simd_bits": 512, "l1d_kb": 32.0}, "x86_64")
+    assert CardRow.from_card(cpu.to_card()) == cpu
+    assert not CardRow("Mystery GPU", "cuda", {}).described and cpu.described

@@ -1,0 +1,96 @@
+"""`emmy fit`: fit the prior on a dataset export, refit the installed one, or compare two fits' runs."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from emmy_core.cli.common import fail
+
+
+def progress_printer() -> Callable[[str], None]:
+    """Progress lines on stderr, each with the seconds since the command started."""
+    start = time.monotonic()
+
+    def say(message: str) -> None:
+        typer.echo(f"[{time.monotonic() - start:6.1f}s] {message}", err=True)
+
+    return say
+
+
+def fit(dataset: Annotated[Path | None, typer.Argument(help="dataset export folder (emmy db export)",
+                                                       show_default=False)] = None,
+        out: Annotated[Path | None, typer.Argument(help="artifact to write (JSON)", show_default=False)] = None,
+        pools: Annotated[str, typer.Option("--pools", help="golden | measured | both")] = "golden",
+        folds: Annotated[int, typer.Option("--folds", min=2, max=50, help="cross-validation folds, by kernel")] = 5,
+        seed: Annotated[int | None, typer.Option("--seed", help="seed of the sample and the trees (default 0; "
+                                                 "with --install, the shipped prior's)")] = None,
+        cards: Annotated[Path | None, typer.Option("--cards", help="a card file of the table's format, merged over "
+                                                   "the packaged table (as $EMMY_CARDS)")] = None,
+        install: Annotated[bool, typer.Option("--install", help="refit the installed prior from the repository "
+                                              "freeze and replace it atomically")] = False,
+        freeze_dir: Annotated[Path, typer.Option("--freeze-dir", help="freeze folder --install fits on")] = Path(
+            "freezes"),
+        tracking_uri: Annotated[str | None, typer.Option(
+            "--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, else sqlite:///_tune/mlflow.db;"
+                                   " 'off' logs nothing)")] = None,
+        compare: Annotated[tuple[str, str] | None, typer.Option(
+            "--compare", help="print two MLflow runs' metrics side by side: --compare RUN_A RUN_B")] = None,
+        ) -> None:
+    """Fit the prior (CatBoost ranker, cross-validated by kernel) and track the run in MLflow."""
+    from emmy_core.prior import PriorError
+    from emmy_core.prior.tracking import TrackingError
+    from emmy_core.store.sourcefile import SourceError
+    from emmy_core.targets import CardTableError
+
+    if compare is not None:
+        if dataset is not None or install:
+            fail("--compare takes two run ids and nothing else")
+        _compare(tracking_uri, *compare)
+        return
+    progress = progress_printer()
+    try:
+        if install:
+            if dataset is not None or out is not None:
+                fail("--install refits from the repository freeze (--freeze-dir); give no DATASET or OUT")
+            from emmy_core.prior.installed import refit_installed
+
+            result = refit_installed(freeze_dir, seed=seed, tracking_uri=tracking_uri, progress=progress)
+        else:
+            if dataset is None or out is None:
+                fail("give DATASET and OUT.json (or --install, or --compare RUN_A RUN_B)")
+            from emmy_core.prior.fit import fit_prior
+
+            result = fit_prior(dataset, out, pools=pools, folds=folds, seed=0 if seed is None else seed,
+                               cards_file=cards, tracking_uri=tracking_uri, progress=progress)
+    except (PriorError, SourceError, CardTableError, TrackingError, ValueError, FileNotFoundError) as exc:
+        fail(str(exc))
+    m = result.metrics  # type: ignore[attr-defined]
+    mean = m["mean"]
+    typer.echo(f"wrote {result.artifact_path}; metrics in {result.fit_dir / 'metrics.json'}")  # type: ignore[attr-defined]
+    typer.echo(json.dumps({"cv": mean, "folds": len(m["folds"]), "train_forks": m["train_forks"],
+                           "undescribed_pools": m["undescribed_pools"],
+                           "mlflow_run": result.run_id}, sort_keys=True))  # type: ignore[attr-defined]
+
+
+def _compare(uri: str | None, run_a: str, run_b: str) -> None:
+    from emmy_core.prior.tracking import compare_runs
+
+    try:
+        rows = compare_runs(uri, run_a, run_b)
+    except Exception as exc:  # MLflow raises its own exception types for an unknown run
+        fail(f"cannot compare runs {run_a[:40]} and {run_b[:40]}: {str(exc)[:300]}")
+
+    def show(v: float | None) -> str:
+        return "-" if v is None else f"{v:.4g}"
+
+    width = max([len("metric"), *(len(k) for k, _, _ in rows)])
+    typer.echo(f"{'metric':<{width}}  {run_a[:12]:>12}  {run_b[:12]:>12}  {'change':>8}")
+    for name, a, b in rows:
+        change = f"{(b - a) / abs(a):+.1%}" if a not in (None, 0) and b is not None else ""
+        typer.echo(f"{name:<{width}}  {show(a):>12}  {show(b):>12}  {change:>8}")

@@ -1,0 +1,175 @@
+"""The prior's artifact (one JSON file) and the object that scores with it.
+
+The file: `format` (`emmy-prior`), `feature_version`, `features` (the column names, in the
+model's order), `provenance` (dataset digest, parameters, code revision, time), `metrics`
+(the fit's headline figures), `calibration` (the price curves, `emmy_core.prior.price`)
+and `model`: the trees in CatBoost's own JSON format (`features_info`, `oblivious_trees`,
+`scale_and_bias`). Loading is strict (seed 08: "refit it, never silently continue with
+something else"): a missing or malformed file, or one written under another feature
+version, is a `PriorError` naming the file (and both versions). Scoring needs numpy only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from emmy_core.ir import Extern, Program
+from emmy_core.prior.features import FEATURE_VERSION, fork_features
+from emmy_core.prior.price import Curve, curve_key, price, read_curves, scale_of
+from emmy_core.prior.trees import ModelFormatError, Trees, parse_model
+from emmy_core.targets.card import Card
+
+ARTIFACT_FORMAT = "emmy-prior"
+MAX_ARTIFACT_BYTES = 64 * 1024 * 1024
+MAX_FEATURES = 4096
+_KEYS = frozenset({"format", "feature_version", "features", "provenance", "metrics", "calibration", "model"})
+
+
+class PriorError(ValueError):
+    """The prior cannot be used: the message names the file and, for a version mismatch, both versions."""
+
+
+class Prior:
+    """A loaded prior: scores and prices a fork's candidates (higher score is better; lower price is)."""
+
+    def __init__(self, doc: Mapping[str, Any], source: str) -> None:
+        self.source = source
+        self.doc = dict(doc)
+        self.features: tuple[str, ...] = tuple(doc["features"])
+        self.trees: Trees = parse_model(doc["model"], len(self.features))
+        self.curves: dict[str, Curve] = read_curves(doc["calibration"], "$.calibration")
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """feature_version, provenance, feature names, headline metrics, trees and the price curves."""
+        return {"feature_version": self.doc["feature_version"], "provenance": self.doc["provenance"],
+                "features": list(self.features), "metrics": self.doc["metrics"],
+                "trees": int(self.trees.levels.shape[0]), "depth": int(self.trees.levels.shape[1]),
+                "calibration": {k: c.to_json() for k, c in self.curves.items()}, "source": self.source}
+
+    def rows(self, kernel: Program | Extern, sizes: Mapping[str, int] | str | None, card: Card | None,
+             setting: str, candidates: Sequence[Mapping[str, object]]) -> np.ndarray:
+        """The feature rows of `candidates`, in this prior's column order."""
+        return fork_features(kernel, sizes, card, setting, candidates).matrix(self.features)
+
+    def score_rows(self, rows: np.ndarray) -> np.ndarray:
+        return self.trees.predict(rows)
+
+    def score(self, kernel: Program | Extern, sizes: Mapping[str, int] | str | None, card: Card | None,
+              setting: str, candidates: Sequence[Mapping[str, object]]) -> np.ndarray:
+        """One float64 score per candidate; higher is better. `card` None: a card described nowhere."""
+        if not candidates:
+            return np.zeros(0)
+        return self.score_rows(self.rows(kernel, sizes, card, setting, candidates))
+
+    def price(self, kernel: Program | Extern, sizes: Mapping[str, int] | str | None, card: Card | None,
+              setting: str, candidates: Sequence[Mapping[str, object]]) -> np.ndarray:
+        """A latency stand-in per candidate, µs (lower is better), comparable and summable across kernels.
+
+        `exp(a + b * score + c * scale)` with the curve of the card's target (`emmy_core.prior.price`
+        says how it is calibrated); a prior with no calibration for the target uses its `any` curve,
+        and one with none at all `exp(-score)` (ordered, not calibrated: `info` shows the curves).
+        """
+        if not candidates:
+            return np.zeros(0)
+        rows = self.rows(kernel, sizes, card, setting, candidates)
+        key = curve_key(card.target if card is not None else None, isinstance(kernel, Extern))
+        return price(self.curves, key, self.score_rows(rows), scale_of(rows, self.features))
+
+
+def _refuse(path: str, why: str) -> PriorError:
+    return PriorError(f"{path}: {why}")
+
+
+def _parse(doc: object, path: str) -> Prior:
+    if not isinstance(doc, dict):
+        raise _refuse(path, "not a prior artifact (the JSON is not an object)")
+    if doc.get("format") != ARTIFACT_FORMAT:
+        raise _refuse(path, f"$.format is {str(doc.get('format'))[:40]!r}, not {ARTIFACT_FORMAT!r}")
+    version = doc.get("feature_version")
+    if version != FEATURE_VERSION or isinstance(version, bool):
+        raise _refuse(path, f"written with feature version {str(version)[:20]}; this Emmy computes feature version "
+                            f"{FEATURE_VERSION} (refit it: emmy fit DATASET OUT.json, or emmy fit --install)")
+    missing = sorted(_KEYS - set(doc))
+    if missing:
+        raise _refuse(path, f"$.{missing[0]} is missing")
+    extra = sorted(set(doc) - _KEYS)
+    if extra:
+        raise _refuse(path, f"$.{str(extra[0])[:40]} is not a field of a prior artifact")
+    names = doc["features"]
+    if not isinstance(names, list) or not 0 < len(names) <= MAX_FEATURES or not all(
+            isinstance(n, str) and 0 < len(n) <= 80 for n in names) or len(set(names)) != len(names):
+        raise _refuse(path, f"$.features must be 1..{MAX_FEATURES} distinct names of at most 80 characters")
+    for field in ("provenance", "metrics"):
+        if not isinstance(doc[field], dict):
+            raise _refuse(path, f"$.{field} must be an object")
+    try:
+        return Prior(doc, path)
+    except (ModelFormatError, ValueError) as exc:
+        raise _refuse(path, str(exc)) from None
+
+
+def load_prior(path: Path | str) -> Prior:
+    """Reads a prior artifact strictly; PriorError naming the file when it cannot be used."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if size > MAX_ARTIFACT_BYTES:
+            raise _refuse(str(p), f"larger than {MAX_ARTIFACT_BYTES // 2**20} MiB: not a prior artifact")
+        text = p.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise _refuse(str(p), "no such prior artifact (fit one: emmy fit DATASET OUT.json)") from None
+    except OSError as exc:
+        raise _refuse(str(p), f"cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise _refuse(str(p), "not UTF-8 text: not a prior artifact") from None
+    try:
+        doc = json.loads(text, parse_constant=_no_constant)
+    except ValueError as exc:
+        raise _refuse(str(p), f"not valid JSON: {str(exc)[:120]}") from None
+    return _parse(doc, str(p))
+
+
+def _no_constant(token: str) -> float:
+    raise ValueError(f"{token} is not a number JSON allows")
+
+
+def installed_prior_path() -> Path:
+    """The prior that ships inside the package (fitted on the repository freeze)."""
+    return Path(__file__).with_name("installed.json")
+
+
+def load_installed_prior() -> Prior:
+    """The installed prior, strictly (PriorError when it is missing or stale)."""
+    return load_prior(installed_prior_path())
+
+
+def artifact_text(doc: Mapping[str, Any]) -> str:
+    """Canonical text of an artifact: sorted keys, one line per top-level field, a trailing newline."""
+    body = ",\n".join(f"{json.dumps(k)}: {json.dumps(doc[k], sort_keys=True, separators=(',', ':'), allow_nan=False)}"
+                      for k in sorted(doc))
+    return "{\n" + body + "\n}\n"
+
+
+def write_artifact(doc: Mapping[str, Any], out: Path | str) -> Path:
+    """Writes an artifact atomically (a temporary file beside `out`, checked by `load_prior`, then renamed)."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(artifact_text(doc))
+        load_prior(tmp)  # never replace a working prior by one that does not load
+        os.chmod(tmp, 0o644)  # a file people and the package read, like any other in the repository
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out

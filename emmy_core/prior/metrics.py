@@ -1,0 +1,139 @@
+"""Per-pool metrics of a ranking, shared by the fit's `metrics.json` and the evaluation report.
+
+Every function takes one pool (the candidates of one fork) as arrays in the order the
+candidates were emitted: `scores` (higher is better), `times` (measured median, µs) and
+`ok` (the candidate was measured and worked). They compute each figure once, so that a
+fit and an evaluation agree on what a figure means:
+
+- the pick is the first candidate of the descending order of scores; equal scores keep
+  the emitted order (a compile takes the first of equal scores);
+- a pick that failed on the card is a failed pick, and the next working candidate in the
+  order stands in for it, as a compile blocks the option and resolves again;
+- top-k slowdown: the best time among the first k working candidates of the order, over
+  the fastest working time of the pool (1.00 = the best);
+- Kendall's tau (tau-b, ties accounted) between the scores and the negated times of the
+  working candidates;
+- golden rank: how many candidates scored strictly better than the golden, and how many
+  better or equal (ties counted against the golden: the width of the plateau is the gap).
+
+A pool too small for a figure gives None for it and is excluded, never averaged in:
+a slowdown needs MIN_SLOWDOWN working members, a top-k figure more than k, a correlation
+MIN_TAU. Aggregates are geometric means of slowdowns and arithmetic means of the rest,
+each with the count of pools behind it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+
+MIN_SLOWDOWN = 2
+MIN_TAU = 3
+
+
+def order(scores: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Candidate indices from the best score down; equal scores keep their emitted order."""
+    s = np.asarray(scores, dtype=np.float64)
+    return np.argsort(-s, kind="stable")
+
+
+def working_order(scores: Sequence[float] | np.ndarray, ok: Sequence[bool] | np.ndarray) -> np.ndarray:
+    """The order with failed candidates skipped: what a compile that blocks each failure resolves to."""
+    o = order(scores)
+    return o[np.asarray(ok, dtype=bool)[o]]
+
+
+def pick_failed(scores: Sequence[float] | np.ndarray, ok: Sequence[bool] | np.ndarray) -> bool:
+    """Whether the prior's top pick failed on the card."""
+    return not bool(np.asarray(ok, dtype=bool)[order(scores)[0]])
+
+
+def top_k_slowdown(scores: Sequence[float] | np.ndarray, times: Sequence[float] | np.ndarray,
+                   ok: Sequence[bool] | np.ndarray, k: int = 1) -> float | None:
+    """Best time among the first k working candidates of the order over the pool's best (None: too small)."""
+    okb = np.asarray(ok, dtype=bool)
+    n_ok = int(okb.sum())
+    if n_ok < max(MIN_SLOWDOWN, k + 1):
+        return None
+    t = np.asarray(times, dtype=np.float64)
+    best = float(t[okb].min())
+    picked = working_order(scores, okb)[:k]
+    return float(t[picked].min()) / best
+
+
+def index_slowdown(index: int, times: Sequence[float] | np.ndarray, ok: Sequence[bool] | np.ndarray,
+                   emitted_order: Sequence[int] | None = None) -> float | None:
+    """Slowdown of a fixed choice (a baseline's pick, e.g. the rule's first option), with failed-pick
+    substitution along `emitted_order` (default: the emitted order)."""
+    okb = np.asarray(ok, dtype=bool)
+    if int(okb.sum()) < MIN_SLOWDOWN:
+        return None
+    t = np.asarray(times, dtype=np.float64)
+    rest = [i for i in (emitted_order if emitted_order is not None else range(len(t))) if i != index]
+    for i in (index, *rest):
+        if okb[i]:
+            return float(t[i]) / float(t[okb].min())
+    return None
+
+
+def random_slowdown(times: Sequence[float] | np.ndarray, ok: Sequence[bool] | np.ndarray) -> float | None:
+    """Expected slowdown of a random pick (a failed draw is redrawn): the mean of time/best over working ones."""
+    okb = np.asarray(ok, dtype=bool)
+    if int(okb.sum()) < MIN_SLOWDOWN:
+        return None
+    t = np.asarray(times, dtype=np.float64)[okb]
+    return float(np.mean(t / t.min()))
+
+
+def kendall_tau(scores: Sequence[float] | np.ndarray, times: Sequence[float] | np.ndarray,
+                ok: Sequence[bool] | np.ndarray) -> float | None:
+    """Kendall's tau-b between the scores and the negated times of the working candidates."""
+    okb = np.asarray(ok, dtype=bool)
+    if int(okb.sum()) < MIN_TAU:
+        return None
+    from scipy.stats import kendalltau  # the fit and the evaluation have scipy; scoring never calls this
+
+    s = np.asarray(scores, dtype=np.float64)[okb]
+    t = np.asarray(times, dtype=np.float64)[okb]
+    if np.all(s == s[0]) or np.all(t == t[0]):
+        return 0.0
+    tau = kendalltau(s, -t).statistic
+    return None if tau is None or math.isnan(tau) else float(tau)
+
+
+def golden_rank(scores: Sequence[float] | np.ndarray, golden: int) -> tuple[int, int]:
+    """(candidates scored strictly better than the golden, better or equal: ties counted against it)."""
+    s = np.asarray(scores, dtype=np.float64)
+    g = s[golden]
+    return int((s > g).sum()), int((s >= g).sum()) - 1
+
+
+def pool_metrics(scores: Sequence[float] | np.ndarray, times: Sequence[float] | np.ndarray,
+                 ok: Sequence[bool] | np.ndarray, ks: Iterable[int] = (1, 5)) -> dict[str, float | None]:
+    """The measured-pool figures of one pool: `top{k}` slowdowns, `tau`, `pick_failed` (0/1)."""
+    out: dict[str, float | None] = {f"top{k}": top_k_slowdown(scores, times, ok, k) for k in ks}
+    out["tau"] = kendall_tau(scores, times, ok)
+    out["pick_failed"] = 1.0 if pick_failed(scores, ok) else 0.0
+    return out
+
+
+def geomean(values: Iterable[float]) -> float | None:
+    v = [x for x in values if x is not None]
+    return math.exp(sum(math.log(x) for x in v) / len(v)) if v else None
+
+
+def summarize(pools: Sequence[Mapping[str, float | None]]) -> dict[str, float | int | None]:
+    """Aggregate per-pool figures: slowdowns (`top*`, `*_slowdown`) by geometric mean, others by mean;
+    `<name>_pools` is the count of pools behind each."""
+    names = sorted({k for p in pools for k in p})
+    out: dict[str, float | int | None] = {}
+    for name in names:
+        values = [float(p[name]) for p in pools if p.get(name) is not None]  # type: ignore[arg-type]
+        if name.startswith("top") or name.endswith("slowdown"):
+            out[name] = geomean(values)
+        else:
+            out[name] = sum(values) / len(values) if values else None
+        out[f"{name}_pools"] = len(values)
+    return out

@@ -1,0 +1,113 @@
+"""MLflow tracking of fits: one run per fit in experiment `emmy-prior`, and two runs side by side.
+
+The tracking URI is the one given, else `$MLFLOW_TRACKING_URI`, else `sqlite:///_tune/mlflow.db`
+with artifacts in `_tune/mlartifacts/` (MLflow 3 refuses a bare file store). A run holds the
+fit's parameters, its metrics (the cross-validated means, and each fold's at its step), the
+artifact and `metrics.json` as artifacts, and tags: feature version, dataset digest, code
+revision, plus any tags the caller passes (e.g. the Dagster run id). MLflow is imported here
+only (it takes seconds), through a client bound to the URI: no global MLflow state is set.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+EXPERIMENT = "emmy-prior"
+DEFAULT_URI = "sqlite:///_tune/mlflow.db"
+
+
+class TrackingError(RuntimeError):
+    """The fit was written but could not be tracked; the message says where the fit is and why."""
+
+
+def resolve_uri(uri: str | None) -> str:
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+
+
+def _artifact_location(uri: str) -> str | None:
+    """For a SQLite store, `mlartifacts/` beside the database file; otherwise the server decides."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    db = Path(uri[len("sqlite:///"):])
+    db.parent.mkdir(parents=True, exist_ok=True)
+    return (db.parent.resolve() / "mlartifacts").as_uri()
+
+
+def client(uri: str | None) -> Any:
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    from mlflow.tracking import MlflowClient
+
+    resolved = resolve_uri(uri)
+    _artifact_location(resolved)
+    return MlflowClient(tracking_uri=resolved)
+
+
+def _experiment(c: Any, uri: str) -> str:
+    exp = c.get_experiment_by_name(EXPERIMENT)
+    if exp is not None:
+        return str(exp.experiment_id)
+    return str(c.create_experiment(EXPERIMENT, artifact_location=_artifact_location(uri)))
+
+
+def _flat(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _flat(f"{prefix}.{k}" if prefix else str(k), v, out)
+    else:
+        out[prefix] = value
+
+
+def log_fit(uri: str | None, doc: Mapping[str, Any], report: Mapping[str, Any], artifact: Path, metrics_path: Path,
+            tags: Mapping[str, str]) -> str:
+    """Logs one fit; returns the run id. TrackingError (naming the artifact) when tracking fails."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    resolved = resolve_uri(uri)
+    try:
+        c = client(resolved)
+        prov = doc["provenance"]
+        run_tags = {"feature_version": str(doc["feature_version"]), "dataset_digest": str(prov["dataset_digest"]),
+                    "code_revision": str(prov["code_revision"]), "mlflow.runName": f"fit-{prov['time']}",
+                    **{str(k): str(v)[:5000] for k, v in tags.items()}}
+        run = c.create_run(_experiment(c, resolved), tags=run_tags)
+        run_id = run.info.run_id
+    except Exception as exc:
+        raise TrackingError(f"the prior was written to {artifact}, but MLflow at {resolved} could not start a "
+                            f"run: {exc}") from exc
+    try:
+        params: dict[str, Any] = {}
+        _flat("", {"pools": prov["pools"], "folds": prov["folds"], "seed": prov["seed"], **prov["params"]}, params)
+        flat: dict[str, Any] = {}
+        _flat("cv", report["mean"], flat)
+        _flat("in_sample", {k: v for k, v in report["in_sample"].items() if not k.endswith("_pools")}, flat)
+        flat["undescribed_pools"] = report["undescribed_pools"]
+        ts = 0
+        ms = [Metric(k, float(v), ts, 0) for k, v in sorted(flat.items()) if _number(v)]
+        for fold in report["folds"]:
+            ms += [Metric(f"fold.{k}", float(v), ts, int(fold["fold"])) for k, v in sorted(fold.items())
+                   if k in ("top1", "top5", "tau", "pick_failed") and _number(v)]
+        c.log_batch(run_id, metrics=ms, params=[Param(k, str(v)[:6000]) for k, v in sorted(params.items())],
+                    tags=[RunTag("forks", str(report["forks"]))])
+        c.log_artifact(run_id, str(artifact))
+        c.log_artifact(run_id, str(metrics_path))
+    except Exception as exc:
+        c.set_terminated(run_id, status="FAILED")
+        raise TrackingError(f"the prior was written to {artifact}, but logging run {run_id} to {resolved} "
+                            f"failed: {exc}") from exc
+    c.set_terminated(run_id)
+    return str(run_id)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def compare_runs(uri: str | None, run_a: str, run_b: str) -> list[tuple[str, float | None, float | None]]:
+    """(metric, A, B) for every metric either run logged, sorted by name (a metric one lacks is None)."""
+    c = client(uri)
+    a, b = (c.get_run(r).data.metrics for r in (run_a, run_b))
+    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b))]

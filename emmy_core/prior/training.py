@@ -1,0 +1,161 @@
+"""Training groups, the CatBoost ranker and what it is scored on: the pieces `fit_prior` assembles.
+
+Groups (one per fork: kernel, sizes, card, setting):
+- golden pools: the golden member above a seeded sample of the fork's other candidates
+  (unmeasured, so not known to be slow; seed 08): relevance 1 for the golden, 0 for the rest;
+- measured pools: the fork's measured members, with a per-fork relative target, so that
+  every fork teaches the same scale whatever its kernel's absolute time: relevance
+  `best / time` of the fork (1 for the fastest), and 0 for a failed row (ranked last);
+- both: the measured pool where the fork has one, else its golden pool.
+
+The ranker is CatBoost's YetiRank (a listwise loss) on float features with NaN as missing
+(`nan_mode` Min); its JSON model is what the artifact keeps.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from emmy_core.prior import metrics
+from emmy_core.prior.dataset import Fork
+
+POOL_KINDS = ("golden", "measured", "both")
+GOLDEN_SAMPLE = 31  # other candidates drawn below a golden
+MIN_MEASURED = 2  # measured members a fork needs to teach an order
+
+
+@dataclass(frozen=True)
+class Params:
+    """What a fit is made of; all of it goes into the artifact's provenance and the MLflow run."""
+
+    loss: str = "YetiRank"
+    iterations: int = 300
+    depth: int = 6
+    learning_rate: float = 0.1
+    l2_leaf_reg: float = 3.0
+    thread_count: int = 2  # fixed, so the same seed gives the same trees on any machine
+    golden_sample: int = GOLDEN_SAMPLE
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def catboost(self, seed: int) -> dict[str, Any]:
+        return {"loss_function": self.loss, "iterations": self.iterations, "depth": self.depth,
+                "learning_rate": self.learning_rate, "l2_leaf_reg": self.l2_leaf_reg, "random_seed": seed,
+                "thread_count": self.thread_count, "nan_mode": "Min", "verbose": False,
+                "allow_writing_files": False, **self.extra}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"loss": self.loss, "iterations": self.iterations, "depth": self.depth,
+                "learning_rate": self.learning_rate, "l2_leaf_reg": self.l2_leaf_reg,
+                "thread_count": self.thread_count, "golden_sample": self.golden_sample, **self.extra}
+
+
+@dataclass(frozen=True)
+class Group:
+    """One training group: a fork, the members it ranks and their relevance."""
+
+    fork: int  # index into the forks
+    members: np.ndarray
+    relevance: np.ndarray
+
+
+def relevance(fork: Fork) -> np.ndarray:
+    """The measured order as relevance: best/time of the fork for a working row, 0 for a failed one."""
+    best = np.nanmin(fork.times) if fork.ok.any() else math.nan
+    return np.where(fork.ok, best / np.where(fork.ok, fork.times, 1.0), 0.0)
+
+
+def _golden_group(i: int, fork: Fork, rng: np.random.Generator, sample: int) -> Group | None:
+    if fork.golden is None or len(fork.knobs) < 2:
+        return None
+    others = np.array([j for j in range(len(fork.knobs)) if j != fork.golden])
+    picked = np.sort(rng.choice(others, size=min(sample, len(others)), replace=False))
+    members = np.concatenate([[fork.golden], picked])
+    rel = np.zeros(len(members))
+    rel[0] = 1.0
+    return Group(i, members, rel)
+
+
+def _measured_group(i: int, fork: Fork) -> Group | None:
+    members = np.flatnonzero(fork.measured)
+    if len(members) < MIN_MEASURED or not fork.ok[members].any():
+        return None
+    rel = relevance(fork)[members]
+    if np.all(rel == rel[0]):
+        return None
+    return Group(i, members, rel)
+
+
+def training_groups(forks: Sequence[Fork], pools: str, seed: int, sample: int = GOLDEN_SAMPLE) -> list[Group]:
+    """The groups a fit trains on (see the module's docstring); the golden sample is drawn with `seed`."""
+    if pools not in POOL_KINDS:
+        raise ValueError(f"pools must be one of {', '.join(POOL_KINDS)}, not {pools[:20]!r}")
+    rng = np.random.default_rng(seed)
+    out: list[Group] = []
+    for i, fork in enumerate(forks):
+        group: Group | None = None
+        if pools in ("measured", "both"):
+            group = _measured_group(i, fork)
+        if group is None and pools in ("golden", "both"):
+            group = _golden_group(i, fork, rng, sample)
+        if group is not None:
+            out.append(group)
+    return out
+
+
+def design(forks: Sequence[Fork], groups: Sequence[Group], names: Sequence[str]) -> tuple[np.ndarray, ...]:
+    """(features, relevance, group ids) of `groups`, rows contiguous per group as CatBoost needs."""
+    xs = [forks[g.fork].features.matrix(names)[g.members] for g in groups]
+    ys = [g.relevance for g in groups]
+    ids = [np.full(len(g.members), k, dtype=np.int64) for k, g in enumerate(groups)]
+    if not xs:
+        raise ValueError("no fork can be trained on (no golden member, no measured order)")
+    return np.vstack(xs), np.concatenate(ys), np.concatenate(ids)
+
+
+def train(x: np.ndarray, y: np.ndarray, group_ids: np.ndarray, params: Params, seed: int) -> Any:
+    """A fitted CatBoostRanker."""
+    from catboost import CatBoostRanker, Pool
+
+    model = CatBoostRanker(**params.catboost(seed))
+    model.fit(Pool(x, y, group_id=group_ids))
+    return model
+
+
+def model_json(model: Any) -> dict[str, Any]:
+    """The trees in CatBoost's own JSON format, without its build and run details (`model_info` keeps
+    only the training parameters), so that the same fit writes the same bytes."""
+    fd, tmp = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        model.save_model(tmp, format="json")
+        with open(tmp, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    finally:
+        os.unlink(tmp)
+    return {"features_info": doc["features_info"], "oblivious_trees": doc["oblivious_trees"],
+            "scale_and_bias": doc.get("scale_and_bias", [1.0, [0.0]])}
+
+
+def fork_figures(fork: Fork, scores: np.ndarray) -> dict[str, float | None]:
+    """What one fork says of a ranking of its whole pool: the measured figures over its measured
+    members, the golden's ranks, and the baselines (first option, random) on the same members."""
+    out: dict[str, float | None] = {}
+    m = np.flatnonzero(fork.measured)
+    if len(m):
+        out.update(metrics.pool_metrics(scores[m], fork.times[m], fork.ok[m]))
+        out["random_slowdown"] = metrics.random_slowdown(fork.times[m], fork.ok[m])
+        if fork.first is not None and fork.measured[fork.first]:
+            first = int(np.flatnonzero(m == fork.first)[0])
+            out["first_slowdown"] = metrics.index_slowdown(first, fork.times[m], fork.ok[m])
+    if fork.golden is not None:
+        strict, ties = metrics.golden_rank(scores, fork.golden)
+        out["golden_rank"], out["golden_rank_ties"] = float(strict), float(ties)
+    return out

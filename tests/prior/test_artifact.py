@@ -1,0 +1,111 @@
+"""The artifact: strict loading, the numpy evaluator held to CatBoost, round trips and reproducible trees."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from emmy_core.prior import FEATURE_VERSION, PriorError, load_prior
+from emmy_core.prior.artifact import artifact_text
+from emmy_core.prior.dataset import read_dataset
+from emmy_core.prior.fit import featurize, score_forks
+from emmy_core.prior.training import design, model_json, train, training_groups
+from tests.prior.conftest import SMALL
+
+
+def _doc(small_fit: tuple) -> dict:
+    return json.loads(small_fit[0].artifact_path.read_text())
+
+
+def _write(tmp_path: Path, doc: dict | str, name: str = "w.json") -> Path:
+    p = tmp_path / name
+    p.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return p
+
+
+def test_a_stale_feature_version_is_refused_naming_both_versions(small_fit: tuple, tmp_path: Path) -> None:
+    doc = _doc(small_fit)
+    path = _write(tmp_path, {**doc, "feature_version": FEATURE_VERSION + 41})
+    with pytest.raises(PriorError, match=rf"w\.json: written with feature version {FEATURE_VERSION + 41}; "
+                                         rf"this Emmy computes feature version {FEATURE_VERSION}\b"):
+        load_prior(path)
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    (lambda d: d.pop("model"), r"\$\.model is missing"),
+    (lambda d: d.update(format="something"), r"\$\.format"),
+    (lambda d: d.update(extra=1), r"\$\.extra is not a field"),
+    (lambda d: d["model"]["oblivious_trees"][0]["leaf_values"].pop(), r"oblivious_trees\[0\]\.leaf_values"),
+    (lambda d: d["model"]["oblivious_trees"][1]["splits"][0].update(float_feature_index=10**6),
+     r"float_feature_index must be in"),
+    (lambda d: d["model"]["oblivious_trees"][0]["splits"][0].update(split_type="OneHotFeature"),
+     "only FloatFeature splits"),
+    (lambda d: d["calibration"].update(any={"a": 1.0, "b": 2.0, "c": 0.0, "rows": 9}), "b must be <= 0"),
+    (lambda d: d.update(features=d["features"][:-1]), r"float_features|float_feature_index"),
+])
+def test_a_malformed_artifact_is_refused_naming_the_file_and_the_field(small_fit: tuple, tmp_path: Path,
+                                                                       change, why: str) -> None:
+    doc = _doc(small_fit)
+    change(doc)
+    with pytest.raises(PriorError, match=rf"w\.json: .*{why}"):
+        load_prior(_write(tmp_path, doc))
+
+
+def test_a_missing_or_unreadable_artifact_is_refused_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(PriorError, match=r"absent\.json: no such prior artifact"):
+        load_prior(tmp_path / "absent.json")
+    with pytest.raises(PriorError, match=r"w\.json: not valid JSON"):
+        load_prior(_write(tmp_path, '{"format": "emmy-prior", "x": NaN}'))
+
+
+def test_the_numpy_evaluator_equals_catboosts_predict_within_1e_9(freeze_export: Path) -> None:
+    dataset = read_dataset(freeze_export)
+    names = featurize(dataset.forks)
+    model = train(*design(dataset.forks, training_groups(dataset.forks, "both", 3), names), SMALL, 3)
+    from emmy_core.prior.trees import parse_model
+
+    trees = parse_model(model_json(model), len(names))
+    rows = np.vstack([f.features.matrix(names) for f in dataset.forks])
+    assert np.isnan(rows).any(), "the rows must exercise missing values"
+    np.testing.assert_allclose(trees.predict(rows), model.predict(rows), rtol=0, atol=1e-9)
+
+
+def test_a_json_round_trip_predicts_the_same_order_in_every_group_within_1e_12(
+        small_fit: tuple, freeze_export: Path) -> None:
+    from catboost import CatBoostRanker
+
+    result, _ = small_fit
+    prior = load_prior(result.artifact_path)
+    dataset = read_dataset(freeze_export)
+    doc = json.loads(result.artifact_path.read_text())
+    featurize(dataset.forks)
+    model = CatBoostRanker()
+    model_path = result.artifact_path.with_name("model.json")
+    model_path.write_text(json.dumps(doc["model"]))
+    model.load_model(str(model_path), format="json")  # CatBoost reads the trees the artifact keeps
+    expected = score_forks(model, dataset.forks, prior.features)
+    for fork, want in zip(dataset.forks, expected, strict=True):
+        got = prior.score(fork.kernel, fork.sizes, fork.card, fork.setting, fork.knobs)
+        assert np.abs(got - want).max() <= 1e-12, fork.key
+        assert (np.argsort(-got, kind="stable") == np.argsort(-want, kind="stable")).all(), fork.key
+
+
+def test_the_same_seed_fits_identical_trees_and_another_seed_does_not(freeze_export: Path) -> None:
+    dataset = read_dataset(freeze_export)
+    names = featurize(dataset.forks)
+
+    def trees(seed: int) -> str:
+        groups = training_groups(dataset.forks, "golden", seed)
+        return json.dumps(model_json(train(*design(dataset.forks, groups, names), SMALL, seed)), sort_keys=True)
+
+    first = trees(11)
+    assert trees(11) == first
+    assert trees(12) != first
+
+
+def test_the_artifact_text_is_canonical(small_fit: tuple) -> None:
+    text = small_fit[0].artifact_path.read_text()
+    assert artifact_text(json.loads(text)) == text

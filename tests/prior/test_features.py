@@ -1,0 +1,102 @@
+"""The feature function: hardware, regime, structure and candidate groups; missing is NaN, never zero;
+one function for the fit and the compile; and the seed's rule on features constant across a fork."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from emmy_core.ir import Extern
+from emmy_core.ir.builders import matmul, rmsnorm
+from emmy_core.knobs import candidates
+from emmy_core.prior import fork_features
+from emmy_core.prior.training import Params, train
+from emmy_core.targets import load_table
+
+H200 = load_table()["NVIDIA H200"]
+
+
+def _col(rows, name: str) -> np.ndarray:
+    return rows.values[:, rows.names.index(name)]
+
+
+def test_a_knob_a_candidate_has_not_decided_is_missing_not_zero() -> None:
+    kernel = matmul(256, 256, 256)
+    pool = list(candidates(kernel, H200))
+    assert "mma" not in pool[0]  # the first option leaves the instruction to the compiler
+    pool.append({**pool[1], "mma": "none"})
+    rows = fork_features(kernel, {}, H200, "deploy", pool)
+    assert np.isnan(_col(rows, "k.mma_none")[0]) and np.isnan(_col(rows, "k.mma_m")[0])
+    assert _col(rows, "k.mma_none")[-1] == 1.0  # decided: no tensor core (plain FMA), a different fact
+    assert np.isnan(_col(rows, "k.tile_m")).all()  # a CPU knob no GPU candidate decides
+    wg = [i for i, c in enumerate(pool) if str(c.get("mma", "")).startswith("wgmma_m64n")]
+    assert wg and (_col(rows, "k.mma_m")[wg] == 64).all() and (_col(rows, "k.mma_async")[wg] == 1).all()
+
+
+def test_a_card_described_nowhere_has_every_hardware_feature_missing() -> None:
+    kernel = rmsnorm(1024)
+    pool = candidates(kernel, H200)
+    rows = fork_features(kernel, "B=8", None, "deploy", pool)
+    hw = [i for i, n in enumerate(rows.names) if n.startswith("hw.")]
+    assert hw and np.isnan(rows.values[:, hw]).all()
+    assert np.isnan(_col(rows, "g.resident")).all() and not np.isnan(_col(rows, "g.tile_area")).any()
+
+
+def test_structure_is_computed_from_the_program_at_the_benched_sizes() -> None:
+    kernel = rmsnorm(1024)
+    pool = candidates(kernel, H200)[:3]
+    small, big = (fork_features(kernel, s, H200, "rank", pool) for s in ("B=8", {"B": 512}))
+    assert _col(big, "st.log2_bytes")[0] > _col(small, "st.log2_bytes")[0]
+    assert _col(small, "st.log2_rows")[0] == 3.0 and _col(small, "setting.rank")[0] == 1.0
+    np.testing.assert_array_equal(fork_features(kernel, "B=8", H200, "rank", pool).values, small.values)
+
+
+def test_extern_kernels_are_featurised_from_name_problem_and_knobs() -> None:
+    kernel = Extern("convolution_kernel", (4096, 4096), "0" * 64)
+    pool = [{"extern.block_size_x": 32, "extern.block_size_y": 4, "extern.tile_size_x": 2, "extern.mode": "a"},
+            {"extern.block_size_x": 64, "extern.block_size_y": 2}]
+    rows = fork_features(kernel, "", load_table()["NVIDIA RTX A4000"], "deploy", pool)
+    assert _col(rows, "st.log2_p0")[0] == 12.0 and 0 <= _col(rows, "st.name_code")[0] < 1
+    assert list(_col(rows, "x.block_size_x")) == [32.0, 64.0] and np.isnan(_col(rows, "x.tile_size_x")[1])
+    assert list(_col(rows, "g.threads")) == [128.0, 128.0]  # Kernel Tuner's block_size_x * block_size_y
+    assert 0 <= _col(rows, "x.mode")[0] < 1 and np.isnan(_col(rows, "x.mode")[1])
+
+
+def test_a_feature_constant_across_a_forks_candidates_cannot_influence_that_fork_by_itself() -> None:
+    """Seed 08: hardware, regime and structure are the same for every candidate of a fork, so a tree
+    splitting on them alone moves every candidate's score by the same amount. Shown on a constructed
+    pool: a ranker trained where the only varying features are constant within each fork leaves every
+    fork's candidates tied (order: as emitted); give the candidates one feature of their own and the
+    same ranker orders them."""
+    kernel = matmul(256, 256, 256)
+    pool = candidates(kernel, H200)[:40]
+    rows = fork_features(kernel, {}, H200, "deploy", pool)
+    shared = [i for i, n in enumerate(rows.names) if n.startswith(("hw.", "st.", "setting."))]
+    assert np.ptp(np.nan_to_num(rows.values[:, shared], nan=-1.0), axis=0).max() == 0.0
+    rng = np.random.default_rng(0)
+    forks, size = 30, 12
+    card = np.repeat(rng.normal(size=(forks, 3)), size, axis=0)  # constant within each fork
+    own = rng.normal(size=(forks * size, 1))
+    label = (own[:, 0] + 0.3 * card[:, 0] * own[:, 0] > 0).astype(float) + rng.random(forks * size) * 0.1
+    group = np.repeat(np.arange(forks), size)
+    constant_only = train(card, label, group, Params(iterations=40, depth=3), 0)
+    scores = constant_only.predict(card).reshape(forks, size)
+    assert np.ptp(scores, axis=1).max() == 0.0  # every fork's candidates tie: nothing ordered them
+    both = np.hstack([card, own])
+    ordered = train(both, label, group, Params(iterations=40, depth=3), 0).predict(both).reshape(forks, size)
+    assert (np.ptp(ordered, axis=1) > 0).all()
+
+
+@pytest.mark.parametrize("card_name", ["NVIDIA H200", "AMD Instinct MI250X"])
+def test_the_compile_path_and_the_fit_build_the_same_rows(card_name: str) -> None:
+    from emmy_core.prior.features import FeatureRows
+
+    card = load_table()[card_name]
+    kernel = matmul(512, 256, 1024)
+    pool = candidates(kernel, card)
+    rows = fork_features(kernel, {}, card, "deploy", pool)
+    names = [*rows.names[::-1], "x.not_seen"]
+    picked = rows.matrix(names)
+    assert np.isnan(picked[:, -1]).all()
+    np.testing.assert_array_equal(picked[:, :-1], rows.values[:, ::-1])
+    assert isinstance(rows, FeatureRows) and rows.values.dtype == np.float64

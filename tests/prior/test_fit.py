@@ -1,0 +1,117 @@
+"""The fit: groups per fork, folds by kernel, metrics.json beside the artifact, an MLflow run, the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from emmy_core.cli.main import app
+from emmy_core.ir.builders import matmul
+from emmy_core.knobs import candidates
+from emmy_core.prior import load_prior
+from emmy_core.prior.dataset import Fork
+from emmy_core.prior.training import GOLDEN_SAMPLE, training_groups
+from emmy_core.targets import load_table
+
+
+def test_no_kernel_is_in_both_train_and_validation_of_any_fold(small_fit: tuple) -> None:
+    result, dataset = small_fit
+    folds = result.metrics["folds"]
+    assert len(folds) == 3
+    seen: set[str] = set()
+    for fold in folds:  # recorded from the index arrays the fold actually trained and validated on
+        assert not set(fold["train_kernels"]) & set(fold["validation_kernels"])
+        assert set(fold["train_kernels"]) | set(fold["validation_kernels"]) == {f.kernel_id for f in dataset.forks}
+        seen |= set(fold["validation_kernels"])
+    assert seen == {f.kernel_id for f in dataset.forks}  # every kernel validated exactly once
+
+
+def test_the_fit_writes_the_artifact_a_fresh_metrics_folder_and_an_mlflow_run(small_fit: tuple,
+                                                                              mlflow_uri: str) -> None:
+    from emmy_core.prior.tracking import client
+
+    result, dataset = small_fit
+    prior = load_prior(result.artifact_path)
+    assert prior.info["provenance"]["dataset_digest"] == dataset.digest and prior.info["provenance"]["seed"] == 7
+    on_disk = json.loads((result.fit_dir / "metrics.json").read_text())
+    assert on_disk == json.loads(json.dumps(result.metrics))
+    mean = on_disk["mean"]
+    for name in ("top1", "top5", "tau", "pick_failed", "first_slowdown", "random_slowdown"):
+        assert mean[name] is not None, name
+    assert 1.0 <= mean["top1"] < mean["first_slowdown"]  # the prior earns its place over the first option
+    for fold in on_disk["folds"]:
+        assert fold["top1_pools"] == fold["validation_forks"] and fold["tau_pools"] > 0
+    run = client(mlflow_uri).get_run(result.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["feature_version"] == str(prior.info["feature_version"])
+    assert run.data.tags["dataset_digest"] == dataset.digest and run.data.tags["dagster_run_id"] == "run-123"
+    assert run.data.params["seed"] == "7" and run.data.params["pools"] == "golden"
+    assert abs(run.data.metrics["cv.top1"] - mean["top1"]) < 1e-12
+    names = {a.path for a in client(mlflow_uri).list_artifacts(result.run_id)}
+    assert names == {"prior.json", "metrics.json"}
+
+
+def _fork(times: list[float], ok: list[bool], golden: int | None) -> Fork:
+    kernel = matmul(256, 256, 256)
+    pool = list(candidates(kernel, load_table()["NVIDIA H200"]))[: len(times) + 40]
+    n = len(pool)
+    measured = np.zeros(n, dtype=bool)
+    measured[: len(times)] = True
+    okm = np.zeros(n, dtype=bool)
+    okm[: len(ok)] = ok
+    t = np.full(n, np.nan)
+    t[: len(times)] = np.where(ok, times, np.nan)
+    return Fork("k", "B=8", "NVIDIA H200", "deploy", kernel, None, pool, [str(i) for i in range(n)], measured, okm, t,
+                golden=golden)
+
+
+def test_golden_pools_rank_the_golden_above_a_seeded_sample_of_the_other_candidates() -> None:
+    fork = _fork([3.0, 1.0, 2.0], [True, True, True], golden=1)
+    (group,) = training_groups([fork], "golden", seed=5)
+    assert group.members[0] == 1 and list(group.relevance) == [1.0] + [0.0] * (len(group.members) - 1)
+    assert len(group.members) == min(GOLDEN_SAMPLE + 1, len(fork.knobs))
+    (again,) = training_groups([fork], "golden", seed=5)
+    (other,) = training_groups([fork], "golden", seed=6)
+    assert list(again.members) == list(group.members) and list(other.members) != list(group.members)
+
+
+def test_measured_pools_follow_the_measured_order_and_failed_rows_rank_last() -> None:
+    fork = _fork([4.0, 1.0, 2.0, 99.0], [True, True, True, False], golden=1)
+    (group,) = training_groups([fork], "measured", seed=0)
+    assert list(group.members) == [0, 1, 2, 3]
+    assert list(group.relevance) == [0.25, 1.0, 0.5, 0.0]
+    (both,) = training_groups([fork], "both", seed=0)
+    assert list(both.members) == [0, 1, 2, 3]  # a fork with a measured order teaches it
+    lone = _fork([1.0], [True], golden=0)
+    (fallback,) = training_groups([lone], "both", seed=0)
+    assert fallback.members[0] == 0 and fallback.relevance[0] == 1.0  # else its golden pool
+    with pytest.raises(ValueError, match="pools must be one of"):
+        training_groups([fork], "all", seed=0)
+
+
+def test_emmy_fit_writes_and_emmy_prior_info_reads(freeze_export: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "w.json"
+    done = CliRunner().invoke(app, ["fit", str(freeze_export), str(out), "--pools", "measured", "--folds", "2",
+                                    "--seed", "3", "--tracking-uri", "off"])
+    assert done.exit_code == 0, done.output
+    assert f"wrote {out}" in done.output and (tmp_path / "_tune" / "fits").is_dir()
+    assert '"mlflow_run": null' in done.output
+    info = CliRunner().invoke(app, ["prior", "info", "--file", str(out)])
+    assert info.exit_code == 0, info.output
+    assert "feature version" in info.output and "pools measured, seed 3" in info.output
+    bad = CliRunner().invoke(app, ["fit", str(tmp_path / "nothing"), str(out), "--tracking-uri", "off"])
+    assert bad.exit_code == 2 and "not a dataset export" in bad.output and "Traceback" not in bad.output
+
+
+def test_emmy_fit_compare_prints_two_runs_side_by_side(small_fit: tuple, mlflow_uri: str) -> None:
+    run = small_fit[0].run_id
+    done = CliRunner().invoke(app, ["fit", "--compare", run, run, "--tracking-uri", mlflow_uri])
+    assert done.exit_code == 0, done.output
+    line = next(ln for ln in done.output.splitlines() if ln.startswith("cv.top1 "))
+    assert line.split()[1] == line.split()[2] and line.split()[3] == "+0.0%"
