@@ -16,7 +16,7 @@ def _margin(r: Resolution) -> str:
         return "-"
     if r.margin is None:
         return _cut(r.runner_up, 30)
-    if r.tier == "prior":
+    if r.tier == "prior" and r.rule == "schedule":  # a score gap; elsewhere a relative time
         return f"{_cut(r.runner_up, 30)} (score -{r.margin:.3g})"
     return f"{_cut(r.runner_up, 30)} (+{100 * r.margin:.1f}%)"
 
