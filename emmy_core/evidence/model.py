@@ -26,7 +26,6 @@ from emmy_core.graph.forks import (
     ForkOption,
     ScheduleOption,
     StructuralOption,
-    schedule_fork,
     structural_forks,
 )
 from emmy_core.ir.identity import kernel_id
@@ -74,7 +73,7 @@ class ModelResolver:
         """The kernel's schedule fork (enumerated lazily) and its structural forks, once per identity."""
         kid = kernel_id(program)
         if kid not in self._forks:
-            self._forks[kid] = (schedule_fork(program, self.sources.card, lazy=True),
+            self._forks[kid] = (self.sources.schedule_fork(program),
                                 structural_forks(program, cuts) if depth < self.max_depth else ())
         return self._forks[kid]
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from emmy_core.evidence.resolution import MEASURED_TIERS, Measured
 from emmy_core.graph.forks import Fork, ForkKey, ForkOption, ScheduleOption, StructuralOption, schedule_fork
+from emmy_core.ir.identity import kernel_id
 from emmy_core.ir.nodes import Program
 from emmy_core.targets.card import Card
 
@@ -86,6 +87,14 @@ class Sources:
     setting: str
     items: tuple[Source, ...]
     notes: list[str] = field(default_factory=list)
+    _schedule_forks: dict[str, Fork] = field(default_factory=dict, repr=False)
+
+    def schedule_fork(self, kernel: Program) -> Fork:
+        """The kernel's schedule fork on this card, enumerated lazily and kept by identity (pools ignore sizes)."""
+        kid = kernel_id(kernel)
+        if kid not in self._schedule_forks:
+            self._schedule_forks[kid] = schedule_fork(kernel, self.card, lazy=True)
+        return self._schedule_forks[kid]
 
     def measured(self) -> tuple[Source, ...]:
         return tuple(s for s in self.items if s.tier in MEASURED_TIERS)
@@ -462,14 +471,14 @@ class PriorSource(Source):
                       options[runner].label if runner is not None else None,
                       scores[top] - scores[runner] if runner is not None else None)
 
-    def _prior_price(self, kernel: Program, key: ForkKey, card: Card) -> tuple[float, str]:
+    def _prior_price(self, kernel: Program, key: ForkKey, sources: Sources) -> tuple[float, str]:
         if key not in self._prices:
-            options = [o for o in schedule_fork(kernel, card).options if isinstance(o, ScheduleOption)]
+            options = [o for o in sources.schedule_fork(kernel).options if isinstance(o, ScheduleOption)]
             if not options:
-                raise ValueError(f"{kernel.name} has no schedule options on {card.name}")
-            scores = self._scores(kernel, key, options, card)
+                raise ValueError(f"{kernel.name} has no schedule options on {sources.card.name}")
+            scores = self._scores(kernel, key, options, sources.card)
             top = max(range(len(options)), key=lambda i: (scores[i], -i))
-            price = self.prior.price(kernel, sizes_of(key), card, key.setting, [dict(options[top].knobs)])
+            price = self.prior.price(kernel, sizes_of(key), sources.card, key.setting, [dict(options[top].knobs)])
             self._prices[key] = (float(price[0]), options[top].label)
         return self._prices[key]
 
@@ -487,7 +496,7 @@ class PriorSource(Source):
                     total += m.median_us
                     rows.append(m)
                 else:
-                    total += self._prior_price(k, kk, sources.card)[0]
+                    total += self._prior_price(k, kk, sources)[0]
                     guessed += 1
             priced.append((total, i, o, tuple(rows), guessed))
         if not priced:
