@@ -2,11 +2,15 @@
 
 `CBackend().source(program, knobs, setting)` validates the program (nothing read from a
 file reaches C unchecked), reads the knobs (`c_schedule.py`: defaults, refusals) and
-translates the whole program (`c_emit.py`; matmul tiling in `c_matmul.py`; expressions
-and exact constants in `c_expr.py`). `build` compiles that source with the setting's
-flags into the on-disk cache and returns a `CBuilt` (`c_build.py`) that runs on torch
-CPU tensors. Every dtype of the IR is supported: f16 and bf16 as uint16 bits with exact
-conversions (round to nearest even) written out in integer operations.
+translates the whole program (`c_emit.py`; the packed matmul in `c_matmul.py` and its
+micro-kernel in `c_micro.py`; row kernels that convert and compute once in `c_rows.py`;
+expressions and exact constants in `c_expr.py`). `build` compiles that source with the
+setting's flags into the on-disk cache and returns a `CBuilt` (`c_build.py`) that runs on
+torch CPU tensors, checked per call or prepared once (`CBuilt.prepare`). Every dtype of the
+IR is supported: f16 and bf16 as uint16 bits with exact conversions (round to nearest
+even), by F16C instructions where the build targets them, else in integer operations.
+The instruction set is the compiler's target (`-march=native` at `deploy`): the source
+is the same for every CPU, and the build cache keys on the resolved target.
 """
 
 from __future__ import annotations

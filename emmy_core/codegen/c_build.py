@@ -126,7 +126,8 @@ class Launch:
     Nothing is checked per call: the buffers must be the non-constant ones `prepare` named,
     CPU tensors of the shapes and dtypes it checked, contiguous, outputs overlapping
     nothing. The constants stay bound (a matmul's B as panels packed once: a later change
-    to the constant tensor is not seen).
+    to the constant tensor is not seen). A launch reuses one pointer array: one Python
+    thread at a time.
     """
 
     __slots__ = ("_dyn", "_fn", "_keep", "_name", "_ptrs", "_slots")

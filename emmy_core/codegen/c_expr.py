@@ -9,11 +9,14 @@ Arithmetic follows the IR: every operation is computed in its declared type. f32
 i32 and i64 are native (integer add/sub/mul wrap, computed unsigned so C has no overflow).
 f16 and bf16 are stored as `uint16_t` bits; an operation on either converts its operands
 to float (exactly, in integer operations), computes there and rounds the result back to
-nearest even, which
-is exact for add/sub/mul/div/sqrt (float has more than 2p+2 bits) and how torch computes
-them on the CPU. exp, log, pow, tanh and erf come from <math.h> (on x86-64 glibc, the
-vector loops call libmvec's forms: a few ulp, as torch's own vector math). A double goes to f16 or bf16 by round-to-odd to float, then
-nearest-even, so it is rounded once. Constants print exactly: hex floats, INFINITY for an
+nearest even, which is exact for add/sub/mul/div/sqrt (float has more than 2p+2 bits) and
+how torch computes them on the CPU. Whole runs convert with `em_h2f_run` / `em_f2h_run`
+(F16C, eight or sixteen at a time, where the build targets it: the same values) and
+their bf16 forms; `Staged` reads and writes buffers through such runs. No multiply-add is
+fused (builds pass -ffp-contract=off) except where the source asks (the matmul's
+micro-kernel). exp, log, pow, tanh and erf come from <math.h> (on x86-64 glibc, the
+vector loops call libmvec's forms: a few ulp, as torch's own vector math). A double goes
+to f16 or bf16 by round-to-odd to float, then nearest-even, so it is rounded once. Constants print exactly: hex floats, INFINITY for an
 infinity, f16 and bf16 as their rounded bit patterns computed here.
 """
 

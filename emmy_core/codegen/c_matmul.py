@@ -94,6 +94,8 @@ def packed_operand(program: Program) -> str | None:
 
 @dataclass(frozen=True)
 class Blocking:
+    """The micro-kernel and the block sizes a schedule spells for one program (tiles clipped to static extents)."""
+
     micro: MicroGeometry
     mc: int  # rows of A per block: a multiple of M_r
     nc: int  # columns per block: a multiple of N_r
@@ -135,8 +137,8 @@ def _converter(name: str, src: str, acc: str) -> str:
             f"em_d[em_i] = {cast_c('em_s[em_i]', src, acc)};\n}}")
 
 
-def _packers(em: Emitter, plan: MatmulPlan, g: MicroGeometry) -> tuple[str, str]:
-    """Declares the packing functions; returns the source types of A and B."""
+def _packers(em: Emitter, plan: MatmulPlan, g: MicroGeometry) -> None:
+    """Declares the packing functions: each operand's run converter, `em_pack_a` and `em_pack_b`."""
     p, shape = em.program, plan.shape
     acc = plan.red.dtype
     at = C_TYPES[acc]
@@ -185,7 +187,6 @@ def _packers(em: Emitter, plan: MatmulPlan, g: MicroGeometry) -> tuple[str, str]
         "  (void)em_tmp;",
         *body,
         "}"]))
-    return sa, sb
 
 
 def _pack_all_b(em: Emitter, plan: MatmulPlan, g: MicroGeometry, dst: str) -> None:

@@ -1,0 +1,355 @@
+"""Do Emmy's CPU kernels run at the speed of the machine, against torch eager and torch.compile?
+
+For each kernel of the chosen models (default `llama_block` and `mlp`) at each shape (default
+B=1,S=128 and B=8,S=128) and data type (f32, f16), on this machine's CPU:
+
+- Emmy's first option (what an untuned machine runs) and Emmy tuned (the fastest of a seeded
+  sample of `--budget` candidates, first option included, each timed briefly), both through
+  prepared launches with the weights packed once, as a compiled model runs them;
+- torch eager (the model's own ops: `F.linear`, `torch.matmul`, `F.rms_norm`, `torch.softmax`,
+  `F.layer_norm`, with the epilogue as torch ops) and `torch.compile` of the same function.
+
+The four run interleaved (one call of each per round, `--rounds` rounds) and medians are printed,
+with GFLOP/s and the share of the machine's nominal f32 peak (cores x clock x two FMA pipes of the
+probed SIMD width: `IsaFeatures.f32_flops_per_cycle`; Zen 4 splits 512-bit operations, so its real
+peak is half of that) for the matrix products, and torch eager / Emmy (above 1: Emmy faster).
+Then the whole block: its kernels chained in graph order (layout steps in torch between them)
+with first options and with the tuned ones, against the eager module and `torch.compile` of it.
+Last, the Python cost of one launch: prepared, checked and the raw ctypes call of the same build.
+
+Run: .venv/bin/python bench/kernels_cpu.py [--models llama_block,mlp] [--shapes "B=1,S=128;B=8,S=128"]
+     [--dtypes f32,f16] [--budget 8] [--rounds 15] [--no-compile] [--seed 0]
+Builds go to the usual build cache (`EMMY_BUILD_CACHE`), so a rerun compiles nothing again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import math
+import os
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+import torch.nn.functional as F
+
+from emmy_core.codegen.c import CBackend
+from emmy_core.graph.lower import KernelStep, LayoutStep, Lowered
+from emmy_core.graph.models import build_model
+from emmy_core.graph.pipeline import compile_model
+from emmy_core.ir.facts import facts
+from emmy_core.ir.sizes import extents
+from emmy_core.knobs import candidates, sample_candidates
+from emmy_core.targets import local_card
+from emmy_core.targets.cpu import probe_isa
+
+TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+Fn = Callable[[], object]
+
+
+def median_us(fn: Fn, n: int = 5) -> float:
+    fn()
+    ts = []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        fn()
+        ts.append((time.perf_counter_ns() - t0) / 1e3)
+    return statistics.median(ts)
+
+
+def interleaved(fns: dict[str, Fn], rounds: int) -> dict[str, float]:
+    """Median microseconds of each function, called once per round in turn (after one warm-up round)."""
+    for f in fns.values():
+        f()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, f in fns.items():
+            t0 = time.perf_counter_ns()
+            f()
+            times[k].append((time.perf_counter_ns() - t0) / 1e3)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+# ---- one kernel: Emmy's launches and torch's ops ------------------------------------------------------
+
+
+def kernel_tensors(step: KernelStep, dyn: dict[str, int], seed: int) -> dict[str, torch.Tensor]:
+    prog = step.program
+    ext = extents(prog, dyn)
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for b in prog.buffers:
+        shape = [ext[a] for a in b.shape]
+        t = torch.randn(shape, generator=g) if b.role == "in" else torch.empty(shape)
+        out[b.name] = t.to(TORCH[b.dtype])
+    return out
+
+
+def emmy_launch(be: CBackend, step: KernelStep, knobs: dict[str, object], dyn: dict[str, int],
+                bufs: dict[str, torch.Tensor]) -> Fn:
+    """A prepared launch with the weights (inputs without a dynamic axis) bound and packed once."""
+    built = be.build(step.program, knobs, "deploy")
+    launch = be.timed_launch(built, bufs, dyn)
+    return launch
+
+
+def torch_op(step: KernelStep, node: object, bufs: dict[str, torch.Tensor]) -> Fn | None:
+    """The kernel as torch eager computes it (the model's own ops); None for a family without one here."""
+    attr = node.attr  # type: ignore[attr-defined]
+    if step.family == "matmul":
+        a, b = bufs["a"], bufs["b"]
+        bt = bool(attr("b_transposed"))
+        steps = [str(s) for s in (attr("epilogue") or ())]
+
+        def mm() -> torch.Tensor:
+            if b.dim() == 2 and bt:
+                y = F.linear(a, b, bufs["bias"] if "bias" in steps else None)
+            else:
+                y = torch.matmul(a, b.transpose(-1, -2) if bt else b)
+                if "bias" in steps:
+                    y = y + bufs["bias"]
+            for s in steps:
+                if s == "relu":
+                    y = F.relu(y)
+                elif s in ("gelu", "gelu_tanh"):
+                    y = F.gelu(y, approximate="tanh" if s == "gelu_tanh" else "none")
+                elif s == "silu":
+                    y = F.silu(y)
+                elif s == "residual":
+                    y = y + bufs["residual"]
+                elif s == "mul":
+                    y = y * bufs["gate"]
+                elif s.startswith("scale:"):
+                    y = y * float(s[6:])
+            return y
+        return mm
+    if attr("epilogue"):
+        return None
+    x = bufs["x"]
+    if step.family == "rmsnorm":
+        eps, w = float(attr("eps")), bufs["w"]  # type: ignore[arg-type]
+        if attr("prologue"):
+            return lambda: F.rms_norm(x + bufs["res"], (x.shape[-1],), w, eps)
+        return lambda: F.rms_norm(x, (x.shape[-1],), w, eps)
+    if step.family == "softmax":
+        scale = attr("scale")
+        return (lambda: torch.softmax(x, -1)) if scale is None else (lambda: torch.softmax(x * float(scale), -1))
+    if step.family == "layernorm":
+        return lambda: F.layer_norm(x, (x.shape[-1],), bufs["w"], bufs["bias"], float(attr("eps")))  # type: ignore[arg-type]
+    return None
+
+
+def tune(be: CBackend, step: KernelStep, dyn: dict[str, int], bufs: dict[str, torch.Tensor], card: object,
+         budget: int, seed: int, pinned: Callable[[dict[str, object]], dict[str, object]]
+         ) -> tuple[dict[str, object], int]:
+    """The fastest of a seeded sample of the pool (first option included), each timed briefly."""
+    best, best_us, failed = None, math.inf, 0
+    sample = {str(sorted(pinned(dict(k)).items())): pinned(dict(k))
+              for k in sample_candidates(step.program, card, budget, seed)}  # type: ignore[arg-type]
+    for knobs in sample.values():
+        try:
+            us = median_us(emmy_launch(be, step, knobs, dyn, bufs), 3)
+        except RuntimeError:
+            failed += 1
+            continue
+        if us < best_us:
+            best, best_us = knobs, us
+    assert best is not None, f"no candidate of {step.program.name} ran"
+    return best, failed
+
+
+# ---- the whole block, its kernels chained ---------------------------------------------------------------
+
+
+def chained(be: CBackend, lowered: Lowered, x: torch.Tensor, shape: dict[str, int],
+            knobs_of: Callable[[KernelStep], dict[str, object]]) -> Fn:
+    """Runs the lowered model: prepared launches in graph order, outputs allocated once, layouts in torch."""
+    graph = lowered.graph
+    index = graph.index()
+    params = {n.name: lowered.weights[str(n.attr("path"))] for n in graph.nodes if n.op == "param"}
+    (inp,) = [n.name for n in graph.nodes if n.op == "input"]
+    plan: list[tuple[str, object]] = []
+    env: dict[str, torch.Tensor] = {inp: x, **params}
+    for step in lowered.steps:
+        if isinstance(step, LayoutStep):
+            plan.append(("layout", step))
+            continue
+        dyn = step.sizes(shape)
+        ext = extents(step.program, dyn)
+        outs = {}
+        for buf, value in step.outputs:
+            b = step.program.buffer(buf)
+            outs[buf] = torch.empty([ext[a] for a in b.shape], dtype=TORCH[b.dtype])
+            if value in index:
+                env[value] = outs[buf].reshape(index[value].type.concrete(shape))
+        consts = {buf: params[v].reshape([ext[a] for a in step.program.buffer(buf).shape])
+                  for buf, v in step.inputs if v in params}
+        launch = be.build(step.program, knobs_of(step), "deploy").prepare(dyn, consts)
+        shapes = {buf: [ext[a] for a in step.program.buffer(buf).shape] for buf, _ in step.inputs}
+        plan.append(("kernel", (launch, [(buf, v, shapes[buf]) for buf, v in step.inputs if v not in params],
+                                outs)))
+    output = graph.outputs[0]
+
+    def run() -> torch.Tensor:
+        for kind, item in plan:
+            if kind == "layout":
+                step = item
+                src = env[step.input]  # type: ignore[attr-defined]
+                if step.op == "reshape":  # type: ignore[attr-defined]
+                    env[step.node] = src.reshape(index[step.node].type.concrete(shape))  # type: ignore[attr-defined]
+                else:
+                    env[step.node] = src.permute(*dict(step.attrs)["perm"]).contiguous()  # type: ignore[attr-defined]
+                continue
+            launch, ins, outs = item  # type: ignore[misc]
+            bufs = {buf: env[v].reshape(s) for buf, v, s in ins}
+            bufs.update(outs)
+            launch(bufs)
+        return env[output]
+    return run
+
+
+# ---- launch overhead ------------------------------------------------------------------------------------
+
+
+def launch_overhead(be: CBackend) -> dict[str, float]:
+    """Microseconds per call of a one-row f32 rmsnorm: prepared, checked, and the raw ctypes call."""
+    from emmy_core.ir.builders import rmsnorm
+
+    built = be.build(rmsnorm(256, dtype="f32"), {"vec": 16, "unroll": 1, "threads": 1}, "deploy")
+    x, w, y = torch.randn(1, 256), torch.randn(256), torch.empty(1, 256)
+    launch = built.prepare({"B": 1}, {"w": w})
+    bufs = {"x": x, "y": y}
+    ptrs = (ctypes.c_void_p * 4)(x.data_ptr(), w.data_ptr(), y.data_ptr(), None)
+    dyn = (ctypes.c_int64 * 1)(1)
+    fns = {"prepared": lambda: launch(bufs), "checked": lambda: built({"x": x, "w": w, "y": y}, {"B": 1}),
+           "raw ctypes": lambda: built._fn(ptrs, dyn)}
+    n = 20000
+    out = {}
+    for _ in range(3):  # interleaved batches; the best batch of each
+        for k, f in fns.items():
+            t0 = time.perf_counter_ns()
+            for _ in range(n):
+                f()
+            out[k] = min(out.get(k, math.inf), (time.perf_counter_ns() - t0) / 1e3 / n)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="llama_block,mlp")
+    ap.add_argument("--shapes", default="B=1,S=128;B=8,S=128")
+    ap.add_argument("--dtypes", default="f32,f16")
+    ap.add_argument("--budget", type=int, default=8, help="candidates timed per kernel for 'tuned'")
+    ap.add_argument("--rounds", type=int, default=15, help="interleaved rounds per comparison")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (its first compile is slow)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="threads for torch and for every Emmy option (default: all usable cores)")
+    args = ap.parse_args()
+
+    t_start = time.monotonic()
+    card = local_card()
+    if card.target != "cpu":
+        print(f"this machine's card is {card.name}; this benchmark measures the CPU", file=sys.stderr)
+        return 2
+    isa = probe_isa()
+    threads = args.threads or card.cores or 1
+    torch.set_num_threads(threads)
+
+    def pinned(knobs: dict[str, object]) -> dict[str, object]:
+        return {**knobs, "threads": threads} if args.threads else dict(knobs)
+
+    def first(program: object) -> dict[str, object]:
+        return pinned(candidates(program, card)[0])  # type: ignore[arg-type]
+
+    peak = threads * (card.freq_mhz or float("nan")) / 1e3 * isa.f32_flops_per_cycle()
+    load0 = os.getloadavg()
+    print(f"card {card.name}: {threads} cores at {card.freq_mhz} MHz, {isa.simd_bits}-bit SIMD, FMA {isa.fma}, "
+          f"F16C {isa.f16c}, {isa.vector_registers} vector registers; nominal f32 peak {peak:.0f} GFLOP/s")
+    print(f"torch {torch.__version__} on {torch.get_num_threads()} threads; load average {load0[0]:.2f} "
+          f"{load0[1]:.2f} on {os.cpu_count()} CPUs (timings are noisy above ~0.5)", flush=True)
+    be = CBackend()
+    summary: list[tuple[str, float]] = []
+    for model in args.models.split(","):
+        for shape_text in args.shapes.split(";"):
+            shape = {k: int(v) for k, v in (p.split("=") for p in shape_text.split(","))}
+            for dtype in args.dtypes.split(","):
+                t0 = time.monotonic()
+                lowered = compile_model(model, shape, TORCH[dtype])
+                index = lowered.graph.index()
+                print(f"\n== {model} {shape_text} {dtype}  (lowered in {time.monotonic() - t0:.1f} s)")
+                print(f"{'kernel':<42} {'sizes':<13} {'first us':>9} {'tuned us':>9} {'eager us':>9} "
+                      f"{'compile':>9} {'tuned GF/s':>10} {'peak':>5} {'eager/tuned':>11} {'eager/first':>11}")
+                seen: dict[tuple[str, str], dict[str, object]] = {}
+                for step in lowered.kernels:
+                    dyn = step.sizes(shape)
+                    key = (step.kernel_id, ",".join(f"{k}={v}" for k, v in sorted(dyn.items())))
+                    if key in seen:
+                        continue
+                    bufs = kernel_tensors(step, dyn, args.seed)
+                    tuned, failed = tune(be, step, dyn, bufs, card, args.budget, args.seed, pinned)
+                    seen[key] = tuned
+                    fns: dict[str, Fn] = {
+                        "first": emmy_launch(be, step, first(step.program), dyn, bufs),
+                        "tuned": emmy_launch(be, step, tuned, dyn, bufs)}
+                    op = torch_op(step, index[step.node], bufs)
+                    if op is not None:
+                        fns["eager"] = op
+                        if not args.no_compile:
+                            fns["compile"] = torch.compile(op, dynamic=False)
+                    with torch.no_grad():
+                        t = interleaved(fns, args.rounds)
+                    flops = facts(step.program, dyn).flops
+                    gfs = flops / t["tuned"] / 1e3
+                    cells = [f"{t.get(k, float('nan')):9.1f}" for k in ("first", "tuned", "eager", "compile")]
+                    mm = step.family == "matmul"
+                    ratio = t["eager"] / t["tuned"] if "eager" in t else float("nan")
+                    rate = f"{gfs:10.1f} {gfs / peak:5.0%}" if mm else " " * 16
+                    first_ratio = t["eager"] / t["first"] if "eager" in t else float("nan")
+                    note = f"  ({failed} candidates failed)" if failed else ""
+                    print(f"{step.program.name[:42]:<42} {key[1][:13]:<13} {' '.join(cells)} {rate} "
+                          f"{ratio:11.2f} {first_ratio:11.2f}{note}")
+                    summary.append((f"{model} {shape_text} {dtype} {step.family}", ratio))
+                tuned_of = {k[0]: v for k, v in seen.items()}
+                module, example = build_model(model, TORCH[dtype])
+                (x,) = example(shape)
+                fns = {"emmy first": chained(be, lowered, x, shape, lambda s: first(s.program)),
+                       "emmy tuned": chained(be, lowered, x, shape, lambda s, t=tuned_of: t[s.kernel_id]),
+                       "torch eager": lambda m=module, x=x: m(x)}
+                if not args.no_compile:
+                    compiled = torch.compile(module, dynamic=False)
+                    fns["torch.compile"] = lambda c=compiled, x=x: c(x)
+                with torch.no_grad():
+                    want = module(x).double()
+                    got = fns["emmy tuned"]().double()
+                    err = float((got - want).abs().max())
+                    t = interleaved(fns, args.rounds)
+                print(f"whole block, kernels chained (max |emmy - eager| {err:.2e}): " + ", ".join(
+                    f"{k} {v / 1e3:.2f} ms" for k, v in t.items()) +
+                    f"; eager / emmy tuned {t['torch eager'] / t['emmy tuned']:.2f}" +
+                    (f", compile / emmy tuned {t['torch.compile'] / t['emmy tuned']:.2f}" if "torch.compile" in t
+                     else ""))
+    over = launch_overhead(be)
+    print(f"\nlaunch of a one-row rmsnorm, us per call: prepared {over['prepared']:.2f}, checked "
+          f"{over['checked']:.2f}, raw ctypes {over['raw ctypes']:.2f}; Python per prepared launch "
+          f"{over['prepared'] - over['raw ctypes']:.2f} us over the raw call")
+    ratios = [r for _, r in summary if r == r]
+    if ratios:
+        print(f"eager / tuned over {len(ratios)} kernels: geomean {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}"
+              f", min {min(ratios):.2f}")
+    load1 = os.getloadavg()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"load average before {load0[0]:.2f}, after {load1[0]:.2f}; peak memory {rss:.0f} MiB; "
+          f"wall {time.monotonic() - t_start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
