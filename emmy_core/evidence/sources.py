@@ -448,16 +448,20 @@ class PriorSource(Source):
         self.label = label
         self.reason = reason
         self._prices: dict[ForkKey, tuple[float, str]] = {}
+        self._scored: dict[tuple[ForkKey, tuple[str, ...]], list[float]] = {}  # a pool scored once per key
 
     def unavailable(self) -> str | None:
         return None if self.prior is not None else f"no prior: {self.reason}"
 
     def _scores(self, kernel: Program, key: ForkKey, options: Sequence[ScheduleOption], card: Card) -> list[float]:
-        scores = self.prior.score(kernel, sizes_of(key), card, key.setting, [dict(o.knobs) for o in options])
-        out = [float(s) for s in scores]
-        if len(out) != len(options):
-            raise ValueError(f"the prior gave {len(out)} scores for {len(options)} candidates")
-        return out
+        memo = (key, tuple(o.schedule_id for o in options))
+        if memo not in self._scored:
+            scores = self.prior.score(kernel, sizes_of(key), card, key.setting, [dict(o.knobs) for o in options])
+            out = [float(s) for s in scores]
+            if len(out) != len(options):
+                raise ValueError(f"the prior gave {len(out)} scores for {len(options)} candidates")
+            self._scored[memo] = out
+        return self._scored[memo]
 
     def schedule(self, fork: Fork, key: ForkKey, blocked: Mapping[str, str], sources: Sources) -> Answer | Miss:
         options = [o for o in fork.options if isinstance(o, ScheduleOption) and o.schedule_id not in blocked]
