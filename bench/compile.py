@@ -40,8 +40,9 @@ import emmy_core
 from emmy_core.compiler.compare import compare
 from emmy_core.evidence.context import load_prior_best_effort
 from emmy_core.evidence.freeze import card_files, shipped_freeze_dir
+from emmy_core.evidence.measured import LocalSource
 from emmy_core.evidence.model import ModelResolver, resolutions_of
-from emmy_core.evidence.sources import LocalSource, PriorSource, RuleSource, Sources, Unavailable
+from emmy_core.evidence.sources import PriorSource, RuleSource, Sources, Unavailable
 from emmy_core.graph.models import build_model
 from emmy_core.graph.pipeline import compile_model
 from emmy_core.ir.family import MatmulShape, classify

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from emmy_core.evidence.freeze import FreezesArg, golden_source
-from emmy_core.evidence.sources import LocalSource, PriorSource, RuleSource, Source, Sources, Unavailable
+from emmy_core.evidence.measured import LocalSource
+from emmy_core.evidence.sources import PriorSource, RuleSource, Source, Sources, Unavailable
 from emmy_core.targets.card import Card
 
 PriorArg = Any  # None (the installed prior), False (none), a path to an artifact, or a loaded prior

@@ -17,7 +17,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from emmy_core.evidence.sources import GoldenSource
+from emmy_core.evidence.measured import GoldenSource
 
 FREEZES_ENV = "EMMY_FREEZES"
 TUNE_MARK = ".tune-"

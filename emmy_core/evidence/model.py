@@ -16,9 +16,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from emmy_core.evidence.measured import GoldenSource
 from emmy_core.evidence.resolution import TIERS, Resolution, ResolutionError, StaleRecording
 from emmy_core.evidence.resolve import Check, resolve
-from emmy_core.evidence.sources import GoldenSource, Sources
+from emmy_core.evidence.sources import Sources
 from emmy_core.graph.decisions import Decision
 from emmy_core.graph.forks import (
     Fork,
