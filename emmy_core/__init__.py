@@ -1,0 +1,23 @@
+"""Emmy: a small ML compiler and the data system around its autotuning.
+
+`emmy_core.compile(module, example_inputs, ...)` compiles a model to generated kernels
+(`emmy_core.compiler`); it is loaded on first use, so `import emmy_core` stays light.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_LAZY = ("compile", "explain", "Compiled", "StrictEvidenceError", "PriorUnavailableWarning", "TooLarge")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import emmy_core.compiler as compiler
+
+        return getattr(compiler, name)
+    raise AttributeError(f"module 'emmy_core' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

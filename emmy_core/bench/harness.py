@@ -40,6 +40,7 @@ from emmy_core.bench.progress import BenchProgress
 from emmy_core.bench.record import Recorder
 from emmy_core.bench.watchdog import PLACEHOLDER_US, WorkerCrashed, WorkerProcess, WorkerTimeout
 from emmy_core.codegen.backend import get_setting
+from emmy_core.graph.forks import ForkKey
 from emmy_core.ir import Program, facts, format_sizes, kernel_id, render, resolve_sizes
 from emmy_core.knobs.vocab import canonical_knobs, knobs_problem, schedule_id
 from emmy_core.targets import Card, min_time_us
@@ -337,7 +338,7 @@ def bench(plan: Iterable[tuple[Unit, Sequence[Mapping[str, object]]]], card: Car
     report = BenchReport(dedupe(plan))
     work: list[tuple[Planned, list[dict[str, object]]]] = []
     for p in report.planned:
-        known = recorder.measured_ok(p.unit.kernel_id, p.unit.sizes_text, card.name, config.setting) \
+        known = recorder.measured_ok(ForkKey(p.unit.kernel_id, p.unit.sizes_text, card.name, config.setting)) \
             if recorder is not None and config.time and config.skip_measured else set()
         todo = [k for k in p.variants if schedule_id(k) not in known]
         report.skipped_known += len(p.variants) - len(todo)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from emmy_core.graph.forks import ForkKey
 from emmy_core.ir import Program
 from emmy_core.targets import Card
 
@@ -20,8 +21,8 @@ if TYPE_CHECKING:
 
 
 class Recorder(Protocol):
-    def measured_ok(self, kernel_id: str, sizes: str, card: str, setting: str) -> set[str]:
-        """Schedule ids of the variants already measured ok (skipped by a bench)."""
+    def measured_ok(self, key: ForkKey) -> set[str]:
+        """Schedule ids of the variants of a pool (a fork's key) already measured ok (skipped by a bench)."""
 
     def record(self, program: Program, card: Card, outcomes: Sequence[Outcome]) -> None:
         """Writes one kernel's recordable outcomes (with the kernel and the card) in one transaction."""

@@ -7,23 +7,11 @@ from typing import Annotated
 
 import typer
 
-from emmy_core.cli.common import fail
+from emmy_core.cli.common import fail, shape_of
 
 app = typer.Typer(help="Model graphs: capture, passes, kernels, forks; the serving matrix.", no_args_is_help=True)
 
 _DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
-
-
-def _shape(text: str) -> dict[str, int]:
-    from emmy_core.ir import IRError, parse_sizes
-
-    try:
-        sizes = parse_sizes(text)
-    except IRError as exc:
-        fail(f"--shape: {exc}")
-    if set(sizes) != {"B", "S"}:
-        fail(f"--shape must give exactly B and S (e.g. B=8,S=128), got {text!r}")
-    return sizes
 
 
 @app.command("show")
@@ -32,9 +20,15 @@ def show(
     shape: Annotated[str, typer.Option("--shape", help="dynamic axis sizes, e.g. B=8,S=128")] = "B=8,S=128",
     card: Annotated[str | None, typer.Option("--card", help="card for schedule forks: local or a table name")] = None,
     dtype: Annotated[str, typer.Option("--dtype", help="model data type: f32, f16 or bf16")] = "f16",
+    stage: Annotated[str | None, typer.Option("--stage", help="the graph after this pass (capture, canonicalize, "
+                                                              "...; 'all' for every one); default: the final graph")]
+    = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
-    """Print the graph after each pass, the kernels (deduped by identity, with counts) and each fork."""
+    """Print the graph (after the last pass, or --stage), the kernels (deduped, with counts) and each fork.
+
+    The model is captured at small sizes and specialised to --shape: no tensor of that shape is made.
+    """
     import torch
 
     from emmy_core.graph.errors import GraphError
@@ -47,7 +41,7 @@ def show(
         fail(f"unknown model {model!r}; known models: {', '.join(MODEL_NAMES)}")
     if dtype not in _DTYPES:
         fail(f"--dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
-    sizes = _shape(shape)
+    sizes = shape_of(shape)
     resolved = None
     if card is not None:
         from emmy_core.targets.resolve import UnknownCard, resolve_card
@@ -76,16 +70,25 @@ def show(
     from emmy_core.graph.pipeline import PASSES
 
     offers = {p.name: p.forks for p in PASSES}
+    names = [name for name, _ in lowered.stages]
+    if stage is None:
+        stages = [lowered.stages[-1]]
+    elif stage == "all":
+        stages = list(lowered.stages)
+    elif stage in names:
+        stages = [s for s in lowered.stages if s[0] == stage]
+    else:
+        fail(f"--stage {stage!r}: the stages are {', '.join(names)} (or all)")
     if as_json:
         out = {
             "model": model, "shape": sizes, "dtype": dtype, "card": resolved.name if resolved else None,
             "stages": [{"pass": name, "nodes": len(g.nodes), "graph": g.text(), "offers": list(offers.get(name, ()))}
-                       for name, g in lowered.stages],
+                       for name, g in stages],
             "kernels": kernels, "kernel_count": len(lowered.kernels), "forks": fork_rows,
         }
         typer.echo(json.dumps(out, indent=2, sort_keys=True))
         return
-    for name, g in lowered.stages:
+    for name, g in stages:
         forks_note = f"; offers {', '.join(offers[name])}" if offers.get(name) else ""
         typer.echo(f"== after {name} ({sum(1 for _ in g.compute())} compute nodes{forks_note}) ==")
         typer.echo(g.text())

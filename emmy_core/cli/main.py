@@ -5,9 +5,12 @@ from __future__ import annotations
 import typer
 
 from emmy_core.cli import (
+    compile_cmd,
     db_cmd,
     db_files_cmd,
+    explain_cmd,
     fit_cmd,
+    gate_cmd,
     graph_cmd,
     ir_cmd,
     main_job,
@@ -32,6 +35,9 @@ app.command("tune")(tune_cmd.tune)
 app.command("run")(run_cmd.run)
 app.command("fit")(fit_cmd.fit)
 app.add_typer(prior_cmd.app, name="prior")
+app.command("explain")(explain_cmd.explain_command)
+app.command("compile")(compile_cmd.compile_command)
+app.command("gate")(gate_cmd.gate_command)
 
 
 def main() -> None:

@@ -42,7 +42,7 @@ def main_job(
 def report(model: str, dims: dict[str, int], data: Path, setting: str = "deploy") -> None:
     """The main job's report, from the files under `data` (missing parts say how to make them)."""
     evaluation_section(data / "evaluation")
-    fork_section(model, dims, data / "tune.db", setting)
+    fork_section(model, dims, setting)
     next_steps_section(data)
 
 
@@ -60,19 +60,21 @@ def evaluation_section(folder: Path) -> None:
                f"({verdict.get('reason', 'no verdict recorded')})")
 
 
-def fork_section(model: str, dims: dict[str, int], db: Path, setting: str) -> Counter[str]:
-    """The model's forks on this machine's card, each with the evidence tier that answers it.
+def fork_section(model: str, dims: dict[str, int], setting: str) -> dict[str, int]:
+    """The model's forks on this machine's card, each settled by the evidence resolver as a compile would.
 
-    Golden (a reviewed row of the tuning database), measured (its fastest clean row there), the
-    installed prior's pick, or the rule's safe first option. Returns the count per tier.
+    The tiers, in order: the freeze's goldens, the local tuning database, the installed prior, the
+    rule's first option; the resolution record says which answered each fork. Returns the count per tier.
     """
     import torch
 
-    from emmy_core.bench.plan import model_units
+    from emmy_core.evidence.context import open_sources
+    from emmy_core.evidence.model import ModelResolver, resolutions_of
+    from emmy_core.evidence.render import render_record
+    from emmy_core.evidence.resolution import ResolutionRecord
     from emmy_core.graph.forks import forks
     from emmy_core.graph.pipeline import compile_model
-    from emmy_core.ir import format_sizes, kernel_id
-    from emmy_core.store import open_store
+    from emmy_core.ir import format_sizes
     from emmy_core.targets import local_card
 
     card = local_card()
@@ -86,46 +88,19 @@ def fork_section(model: str, dims: dict[str, int], db: Path, setting: str) -> Co
     by_rule = Counter(f.rule.split(":")[0] for f in fork_list)
     typer.echo(f"  {len(lowered.kernels)} kernels, {len(counts)} distinct; forks: "
                + ", ".join(f"{n} {rule}" for rule, n in sorted(by_rule.items())))
-    golden: set[tuple[str, str]] = set()
-    measured: set[tuple[str, str]] = set()
-    units = {}
-    for unit in model_units(model, dims):
-        units.setdefault((kernel_id(unit.program), format_sizes(unit.sizes)), unit)
-    if db.is_file():
-        with open_store(db, "r") as store:
-            golden = {(g.kernel_id, g.sizes) for g in store.goldens(card=card.name) if g.setting == setting}
-            measured = {key for key in units if store.fastest(key[0], key[1], card.name, setting) is not None}
-    prior = _installed_prior()
-    typer.echo(f"  evidence for each schedule fork (tuning database {db if db.is_file() else 'absent'}; "
-               f"prior {'installed' if prior is not None else 'not installed'}):")
-    tiers: Counter[str] = Counter()
-    for key, unit in units.items():
-        if key in golden:
-            tier = "golden"
-        elif key in measured:
-            tier = "measured"
-        elif prior is not None:
-            tier = "prior"
-        else:
-            tier = "safe default (first option)"
-        tiers[tier] += 1
-        typer.echo(f"  {key[0][:12]}  {key[1]:<12} {unit.program.name[:40]:<40} {tier}")
-    typer.echo("  " + ", ".join(f"{n} {t}" for t, n in tiers.most_common()))
-    if "golden" not in tiers:
+    sources = open_sources(card, setting)  # the shipped freeze's goldens, the local tuning database, the prior
+    try:
+        plans = ModelResolver(sources).model(lowered, dims)
+    finally:
+        skipped = sources.close()
+    record = ResolutionRecord(model, card.name, setting, resolutions_of(plans), [*sources.notes, *skipped],
+                              sizes=[shape])
+    typer.echo("\n".join(f"  {line}" for line in render_record(record).splitlines()))
+    tiers = record.tiers()
+    if not tiers["golden"]:
         typer.echo(f"  (no golden for {card.name} in the freeze: `emmy tune` measures this machine, and the "
                    "nightly refresh folds its tune files in)")
     return tiers
-
-
-def _installed_prior() -> object | None:
-    """The installed prior, or None (with the reason on stderr) when it cannot be loaded."""
-    from emmy_core.prior import PriorError, load_installed_prior
-
-    try:
-        return load_installed_prior()
-    except PriorError as exc:
-        typer.echo(f"emmy: warning: no prior: {exc}", err=True)
-        return None
 
 
 def next_steps_section(data: Path) -> None:

@@ -114,6 +114,13 @@ def capture(
     try:
         with torch.no_grad():
             ShapeProp(gm).propagate(*example_inputs)
+    except RuntimeError as exc:
+        text = str(exc)
+        frames = [m for m in _FRAME.finditer(text) if not _in_torch(m.group(1))]
+        where = f" at {frames[-1].group(1)}:{frames[-1].group(2)}: {frames[-1].group(4).strip()}" if frames else ""
+        first = text.strip().splitlines()[0][:200] if text.strip() else type(exc).__name__
+        raise GraphError(f"{type(module).__name__} does not run with its dynamic axes at {hints}{where}: {first} "
+                         "(a dynamic axis used as a constant?)") from None
     finally:
         module.train(was_training)
 

@@ -27,6 +27,7 @@ from emmy_core.graph.errors import UnsupportedOp
 from emmy_core.graph.ops import LAYOUT_OPS, Dim, Graph, Node
 from emmy_core.ir import builders
 from emmy_core.ir.builders import Dim as BDim
+from emmy_core.ir.check import MAX_EXTENT
 from emmy_core.ir.identity import kernel_id
 from emmy_core.ir.nodes import Program
 
@@ -85,7 +86,8 @@ class Lowered:
 
 
 def _hint(dims: tuple[Dim, ...], hints: dict[str, int]) -> int:
-    return prod(d if isinstance(d, int) else hints[d] for d in dims)
+    """The expected size of a kernel axis made of graph dims (a hint: capped at the largest extent)."""
+    return min(MAX_EXTENT, prod(d if isinstance(d, int) else hints[d] for d in dims))
 
 
 def _static(d: Dim, node: Node, what: str) -> int:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from emmy_core.graph.forks import ForkKey
 from emmy_core.store.batch import MEASUREMENT_COLUMNS, Prepared
 from emmy_core.store.connect import DEFAULT_LOCK_TIMEOUT, connect, first_line, translated
 from emmy_core.store.errors import BatchError, StoreError, VersionMismatchError, bounded
@@ -276,10 +277,10 @@ class DuckStore(Store):
                          "AND card = ? AND setting = ?", [kernel_id, sizes, schedule_key(knobs), card, setting])
         return StoredMeasurement(*rows[0]) if rows else None
 
-    def fastest(self, kernel_id: str, sizes: str, card: str, setting: str) -> StoredMeasurement | None:
+    def fastest(self, key: ForkKey) -> StoredMeasurement | None:
         rows = self._all(f"SELECT {_COLS} FROM measurements WHERE kernel_id = ? AND sizes = ? AND card = ? "
                          "AND setting = ? AND status = 'ok' ORDER BY median_us, schedule_id LIMIT 1",
-                         [kernel_id, sizes, card, setting])
+                         [key.kernel_id, key.sizes, key.card, key.setting])
         return StoredMeasurement(*rows[0]) if rows else None
 
     def routing(self, parent_id: str | None = None) -> list[RoutingRow]:

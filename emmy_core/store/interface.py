@@ -18,6 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
+from emmy_core.graph.forks import ForkKey
 from emmy_core.ir import Kernel
 from emmy_core.store.batch import Batch, Prepared, check_references
 from emmy_core.store.errors import StoreError
@@ -128,10 +129,10 @@ class Store(ABC):
                 return m
         return None
 
-    def fastest(self, kernel_id: str, sizes: str, card: str, setting: str) -> StoredMeasurement | None:
-        """The fastest `ok` row of a kernel at sizes on a card and setting (ties: lowest schedule_id)."""
-        ok = [m for m in self.measurements(kernel_id=kernel_id, card=card, setting=setting)
-              if m.sizes == sizes and m.status == "ok"]
+    def fastest(self, key: ForkKey) -> StoredMeasurement | None:
+        """The fastest `ok` row of a pool (kernel, sizes, card, setting: a fork's key; ties: lowest schedule_id)."""
+        ok = [m for m in self.measurements(kernel_id=key.kernel_id, card=key.card, setting=key.setting)
+              if m.sizes == key.sizes and m.status == "ok"]
         return min(ok, key=lambda m: (m.median_us, m.schedule_id), default=None)
 
     def card(self, name: str) -> CardRow | None:

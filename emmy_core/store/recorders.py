@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from emmy_core.bench.harness import Outcome
+from emmy_core.graph.forks import ForkKey
 from emmy_core.ir import Program, kernel_id
 from emmy_core.store.rows import CardRow, MeasurementRow, WriteSummary
 from emmy_core.targets import Card
@@ -54,9 +55,9 @@ class StoreRecorder:
         finally:
             store.close()
 
-    def measured_ok(self, kernel_id: str, sizes: str, card: str, setting: str) -> set[str]:
-        rows = self._use(lambda s: s.measurements(kernel_id=kernel_id, card=card, setting=setting))
-        return {m.schedule_id for m in rows if m.sizes == sizes and m.status == "ok"}
+    def measured_ok(self, key: ForkKey) -> set[str]:
+        rows = self._use(lambda s: s.measurements(kernel_id=key.kernel_id, card=key.card, setting=key.setting))
+        return {m.schedule_id for m in rows if m.sizes == key.sizes and m.status == "ok"}
 
     def record(self, program: Program, card: Card, outcomes: Sequence[Outcome]) -> None:
         rows = [measurement_row(o) for o in outcomes if o.recordable]
@@ -88,7 +89,7 @@ class TuneFileRecorder:
     def label(self) -> str:
         return f"tune file {self.path if self.path is not None else self.target}"
 
-    def measured_ok(self, kernel_id: str, sizes: str, card: str, setting: str) -> set[str]:
+    def measured_ok(self, key: ForkKey) -> set[str]:
         return set()
 
     def record(self, program: Program, card: Card, outcomes: Sequence[Outcome]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from emmy_core.cli.main import app
@@ -19,7 +20,7 @@ def test_on_a_fresh_machine_it_says_what_is_missing_and_still_shows_the_forks(tm
     assert result.exit_code == 0, result.output
     out = result.output
     assert "no evaluation in" in out and "`make run`" in out
-    assert "tuning database absent" in out
+    assert "forks by tier:" in out
     assert "3 kernels, 3 distinct" in out or "kernels," in out
     assert "dagster dev -m pipelines.definitions -h 127.0.0.1" in out
     assert "mlflow ui --backend-store-uri sqlite:///_tune/mlflow.db" in out
@@ -39,10 +40,21 @@ def test_it_reads_the_evaluation_and_the_tuning_database_the_chain_left(tmp_path
     assert "| measured top-1 slowdown | 1.100 |" in out
     assert "verdict: keep the installed prior (worse beyond 2 %)" in out
     assert "12 kernels, 9 distinct" in out
-    assert f"tuning database {db}" in out
+    assert "forks by tier:" in out
     assert "Intel(R) Xeon(R) Processor x2" in out  # the DuckDB query of the dataset ran and printed its rows
 
 
 def test_a_bad_shape_is_refused() -> None:
     result = CliRunner().invoke(app, ["main", "--shape", "B=x"])
     assert result.exit_code == 2 and "--shape" in result.output
+
+
+def test_without_a_freeze_or_a_tuning_database_the_forks_fall_past_the_measured_tiers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EMMY_TUNING_DB", str(tmp_path / "no-tuning.db"))
+    empty = tmp_path / "no-freeze"
+    empty.mkdir()
+    monkeypatch.setenv("EMMY_FREEZES", str(empty))
+    result = CliRunner().invoke(app, ["main", "--data", str(tmp_path / "d"), "--model", "mlp"])
+    assert result.exit_code == 0, result.output
+    assert "forks by tier: golden 0, local 0, " in result.output and "6 fork(s) fell past" in result.output

@@ -168,7 +168,7 @@ def test_lowered_model_with_structural_decisions_taken_still_equals_torch(rule: 
     module, inputs = build_model("llama_block")
     x = inputs({"B": 2, "S": 5})
     low = compile_module(module, x)
-    taken = {kernel_id(f.kernel): f.options[-1] for f in forks(low) if f.rule == rule}
+    taken = {kernel_id(f.kernel): f.options[-1].decision for f in forks(low) if f.rule == rule}
     assert len(taken) == (4 if rule == "cut:epilogue" else 1)
     with torch.no_grad():
         want = module(*x)

@@ -11,7 +11,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("duckdb", "polars", "catboost", "mlflow", "dagster", "pyarrow", "sklearn", "scipy")
 LIGHT_PACKAGES = ("emmy_core.ir", "emmy_core.graph", "emmy_core.knobs", "emmy_core.targets",
-                  "emmy_core.codegen", "emmy_core.bench", "emmy_core.prior")
+                  "emmy_core.codegen", "emmy_core.bench", "emmy_core.prior", "emmy_core.evidence",
+                  "emmy_core.compiler")
 
 SCRIPT = textwrap.dedent(
     """
@@ -54,3 +55,19 @@ def test_the_blocker_really_blocks() -> None:
     script = SCRIPT.format(heavy=HEAVY, packages=("emmy_core.ir",)) + "\nimport duckdb\n"
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "blocked heavy module duckdb" in proc.stderr
+
+
+def test_importing_emmy_core_loads_nothing_until_compile_is_used() -> None:
+    script = (
+        "import sys\n"
+        "import emmy_core\n"
+        "assert 'torch' not in sys.modules and 'emmy_core.compiler' not in sys.modules, sorted(sys.modules)\n"
+        "compile = emmy_core.compile\n"
+        "from emmy_core.compiler import compile as direct\n"
+        "assert compile is direct and callable(compile)\n"
+        "leaked = sorted(m for m in sys.modules if m.split('.')[0] in " + repr(HEAVY) + ")\n"
+        "assert not leaked, leaked\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-3000:]

@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from emmy_core.graph.forks import ForkKey
 from emmy_core.store import (
     PLACEHOLDER_US,
     BatchError,
@@ -241,7 +242,7 @@ def test_cards_keep_their_latest_description(store: Store) -> None:
 
 def test_fastest_and_lookup_by_measurement_identity(store: Store) -> None:
     store.record([ok(12.0), ok(9.0, knobs=KNOBS_B), failed(knobs={"block": 256, "num_warps": 4})])
-    best = store.fastest(ADD_ID, "B=8", H200, "deploy")
+    best = store.fastest(ForkKey(ADD_ID, "B=8", H200, "deploy"))
     assert best is not None and best.median_us == 9.0 and best.schedule_id == Schedule(KNOBS_B).schedule_id
     got = store.measurement(ADD_ID, "B=8", KNOBS_A, H200, "deploy")
     assert got is not None and got.median_us == 12.0

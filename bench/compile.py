@@ -1,0 +1,269 @@
+"""What does a fork's resolution cost, and how fast is a compiled model against torch on this CPU?
+
+1. Resolution cost per fork for the Llama block (f16, B=8,S=128), target under 1 ms on average:
+   with evidence (the repository freeze's goldens answer; its card name is borrowed for this
+   machine's card, as only the name takes part in the match), and with the prior (no
+   measurement; the installed prior ranks every candidate). Cold: a fresh resolver (forks
+   enumerated as needed); warm: the forks of each kernel already known, sources loaded.
+2. The compiled Llama block and MLP against torch eager and torch.compile (Inductor), f32 and
+   f16, B=1 and B=8 at S=128: the same inputs, the contenders interleaved, medians of
+   `--repeats`. Then where the time goes (kernels, layout copies, the call's own setup and the
+   Python between ops) and each kernel against torch's own op for the same product or norm at
+   the same shapes (the kernels that lose are the next work). Tune first (`--tune N`: `emmy
+   tune` with a budget of N candidates per kernel into `--db`) so the measured tier answers;
+   without rows every fork takes the rule's first option, and the table says which tier answered.
+
+Run: .venv/bin/python bench/compile.py [--db _data/bench.db] [--tune 16] [--repeats 30] [--no-inductor]
+Prints the load average beside the figures: timings on a shared machine are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+import torch.nn.functional as F
+
+import emmy_core
+from emmy_core.compiler.compare import compare
+from emmy_core.evidence.context import load_prior_best_effort
+from emmy_core.evidence.freeze import card_files, shipped_freeze_dir
+from emmy_core.evidence.measured import LocalSource
+from emmy_core.evidence.model import ModelResolver, resolutions_of
+from emmy_core.evidence.sources import PriorSource, RuleSource, Sources, Unavailable
+from emmy_core.graph.models import build_model
+from emmy_core.graph.pipeline import compile_model
+from emmy_core.ir.family import MatmulShape, classify
+from emmy_core.ir.sizes import extents
+from emmy_core.targets import local_card
+
+ROOT = Path(__file__).resolve().parents[1]
+DTYPES = {"f32": torch.float32, "f16": torch.float16}
+
+
+def _median_us(fn, repeats: int) -> float:  # type: ignore[no-untyped-def]
+    fn()
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return 1e6 * statistics.median(ts)
+
+
+# ---- 1. resolution cost ----------------------------------------------------------------------
+
+
+def _freeze_card_name() -> str | None:
+    import json
+
+    for p in sorted(shipped_freeze_dir().glob("*.json")):
+        if ".tune-" not in p.name:
+            return json.loads(p.read_text())["card"]["name"]
+    return None
+
+
+def resolution_cost(repeats: int) -> None:
+    shape = {"B": 8, "S": 128}
+    lowered = compile_model("llama_block", shape, torch.float16)
+    here = local_card()
+    name = _freeze_card_name()
+    print(f"== 1. resolution cost per fork: llama_block f16 B=8,S=128 ({len(lowered.kernels)} kernel steps)")
+    runs: list[tuple[str, Sources, bool]] = []  # (what, sources, whether each round resolves a new size)
+    if name is not None:
+        from emmy_core.evidence.context import open_sources
+
+        card = dataclasses.replace(here, name=name)
+        sources = open_sources(card, "deploy", tuning_db=Path(tempfile.mkdtemp()) / "none.db", prior=False)
+        runs.append((f"with evidence (the freeze of {name})", sources, False))
+    prior, label, why = load_prior_best_effort(None)
+    if prior is not None:
+        runs.append((f"with the prior ({label})", Sources(here, "deploy", (
+            Unavailable("golden", "not used here"), LocalSource(Path(tempfile.mkdtemp()) / "none.db", here.name, "deploy"),
+            PriorSource(prior, label), RuleSource())), True))
+    else:
+        print(f"  with the prior: not measured: {why}")
+    for what, sources, new_sizes in runs:
+        resolver = ModelResolver(sources)
+        t0 = time.perf_counter()
+        plans = resolver.model(lowered, shape)
+        cold = time.perf_counter() - t0
+        res = resolutions_of(plans)
+        tiers = {r.tier for r in res}
+        warm = []
+        for i in range(repeats):
+            resolver.plans.clear()  # the forks stay known; every fork is resolved again
+            at = {"B": shape["B"] + 1 + i, "S": shape["S"]} if new_sizes else shape  # the prior scores anew
+            t0 = time.perf_counter()
+            resolver.model(lowered, at)
+            warm.append(time.perf_counter() - t0)
+        n = len(res)
+        again = "a new size each round" if new_sizes else "the same size again"
+        print(f"  {what}: {n} forks answered by {', '.join(sorted(tiers))}; cold {1e3 * cold / n:.3f} ms per fork "
+              f"(first resolution: forks enumerated as needed, sources read); warm {1e3 * statistics.median(warm) / n:.3f} "
+              f"ms per fork (median of {repeats}, {again}, forks already enumerated)")
+        sources.close()
+
+
+# ---- 2. models against torch -----------------------------------------------------------------
+
+
+def _torch_op(step, sizes: dict[str, int], dtype: torch.dtype):  # type: ignore[no-untyped-def]
+    """torch's own op for a kernel step's product or norm at its shapes (None where there is no one op)."""
+    program = step.program
+    ext = extents(program, step.sizes(sizes))
+    gen = torch.Generator().manual_seed(0)
+
+    def t(buf: str) -> torch.Tensor:
+        return torch.randn([ext[a] for a in program.buffer(buf).shape], generator=gen).to(dtype)
+
+    if step.family == "matmul":
+        shape = classify(program)
+        assert isinstance(shape, MatmulShape)
+        a, b = t(shape.a), t(shape.b)
+        bt = program.buffer(shape.b).shape[-1] == shape.k
+        return lambda: torch.matmul(a, b.transpose(-1, -2) if bt else b)
+    x = t("x")
+    h = x.shape[-1]
+    if step.family == "rmsnorm":
+        w = t("w")
+        return lambda: F.rms_norm(x, (h,), w, 1e-5)
+    if step.family == "layernorm":
+        w, bias = t("w"), t("bias")
+        return lambda: F.layer_norm(x, (h,), w, bias)
+    if step.family == "softmax":
+        return lambda: torch.softmax(x, -1)
+    return None
+
+
+def tune(db: Path, budget: int, models: list[str], dtypes: list[str], batches: list[int], seq: int) -> None:
+    for model in models:
+        for dtype in dtypes:
+            for b in batches:
+                cmd = [sys.executable, "-m", "emmy_core.cli.main", "tune", "--model", model, "--shape",
+                       f"B={b},S={seq}", "--dtype", dtype, "--budget", str(budget), "--db", str(db), "--no-progress"]
+                print(f"  tuning: {' '.join(cmd[3:])}", flush=True)
+                proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+                tail = (proc.stdout or proc.stderr).strip().splitlines()[-1:] or ["(no output)"]
+                print(f"    exit {proc.returncode}: {tail[0][:200]}", flush=True)
+
+
+def models_vs_torch(args: argparse.Namespace) -> None:
+    print(f"\n== 2. compiled models against torch eager and torch.compile (Inductor), S={args.seq}; "
+          f"tuning database {args.db or '(none: a fresh path)'}")
+    db = args.db or Path(tempfile.mkdtemp()) / "none.db"
+    losers: dict[str, list[str]] = {}
+    for model in args.models.split(","):
+        for dt in args.dtypes.split(","):
+            dtype = DTYPES[dt]
+            for b in (int(x) for x in args.batches.split(",")):
+                sizes = {"B": b, "S": args.seq}
+                module, inputs = build_model(model, dtype)
+                x = inputs(sizes)
+                t0 = time.perf_counter()
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    compiled = emmy_core.compile(module, x, tuning_db=db)
+                compile_s = time.perf_counter() - t0
+                result = compare(compiled, module, x, repeats=args.repeats, inductor=not args.no_inductor)
+                med = result.medians_us
+                tiers = ", ".join(f"{t} {n}" for t, n in compiled.record.tiers().items() if n)
+                line = f"  {model:<11} {dt} B={b:<2}: emmy {med['emmy']:9.1f} us, eager {med['eager']:9.1f} us"
+                if "inductor" in med:
+                    line += f", inductor {med['inductor']:9.1f} us"
+                line += f"; emmy/eager speed {result.ratio('eager'):.2f}x"
+                if "inductor" in med:
+                    line += f", vs inductor {result.ratio('inductor'):.2f}x"
+                line += f"; max error {result.max_error:.2g}; forks: {tiers}; compile {compile_s:.1f} s; " \
+                        f"load {result.load[0]:.2f}"
+                print(line, flush=True)
+                for name, why in result.failed.items():
+                    print(f"    {name} failed: {why}")
+                runner = compiled.runner(sizes)
+                prof = runner.profile(x, repeats=max(5, args.repeats // 3))
+                calls = {what: us for kind, what, us in prof if kind == "call"}
+                by_kind: dict[str, float] = {}
+                for kind, _, us in prof:
+                    if kind != "call":
+                        by_kind[kind] = by_kind.get(kind, 0.0) + us
+                overhead = calls["whole"] - calls["setup"] - sum(by_kind.values())
+                how = "prepared launches" if runner.prepared else "each through the checked call"
+                print(f"    where the time goes (a whole call {calls['whole']:.1f} us in the same rounds): kernels "
+                      f"{by_kind.get('kernel', 0):.1f} us ({sum(1 for k, *_ in prof if k == 'kernel')} launches, "
+                      f"{how}), layout copies {by_kind.get('copy', 0):.1f} us, views {by_kind.get('view', 0):.1f} us, "
+                      f"inputs and outputs {calls['setup']:.1f} us, the rest (Python between ops) {overhead:.1f} us")
+                lowered = compiled.lowered
+                emmy_us: dict[str, list[float]] = {}
+                for kind, what, us in prof:
+                    if kind == "kernel":
+                        emmy_us.setdefault(what, []).append(us)
+                seen: set[str] = set()
+                for step in lowered.kernels:
+                    name = step.program.name
+                    if name in seen or name not in emmy_us:
+                        continue
+                    seen.add(name)
+                    op = _torch_op(step, sizes, dtype)
+                    mine = statistics.median(emmy_us[name])
+                    if op is None:
+                        print(f"    {name[:46]:<46} emmy {mine:8.1f} us  (no single torch op to compare)")
+                        continue
+                    theirs = _median_us(op, max(5, args.repeats // 3))
+                    verdict = "LOSES" if mine > theirs else "wins"
+                    if mine > theirs:
+                        losers.setdefault(name, []).append(f"{model} {dt} B={b}: {mine / theirs:.2f}x slower")
+                    print(f"    {name[:46]:<46} emmy {mine:8.1f} us  torch {theirs:8.1f} us  {verdict}")
+    print("\nkernels that lose to torch's own op (the next work):")
+    for name, where in sorted(losers.items()):
+        print(f"  {name}: {'; '.join(where)}")
+    if not losers:
+        print("  none")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--db", type=Path, default=None, help="tuning database the compile reads (and --tune writes)")
+    ap.add_argument("--tune", type=int, default=0, help="first tune every kernel with this budget into --db")
+    ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--models", default="llama_block,mlp")
+    ap.add_argument("--dtypes", default="f32,f16")
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--no-inductor", action="store_true")
+    ap.add_argument("--skip-resolution", action="store_true")
+    args = ap.parse_args()
+    load_before = os.getloadavg()
+    card = local_card()
+    print(f"card {card.name}; torch {torch.__version__}; threads {torch.get_num_threads()}; "
+          f"load average {load_before[0]:.2f} on {os.cpu_count()} CPUs")
+    if card_files(card.name)[0]:
+        print(f"(the shipped freeze has a file for {card.name}: its goldens answer where they match)")
+    if not args.skip_resolution:
+        resolution_cost(args.repeats)
+    if args.tune:
+        if args.db is None:
+            ap.error("--tune needs --db")
+        print(f"\n== tuning with a budget of {args.tune} candidates per kernel into {args.db}")
+        tune(args.db, args.tune, args.models.split(","), args.dtypes.split(","),
+             [int(x) for x in args.batches.split(",")], args.seq)
+    models_vs_torch(args)
+    load_after = os.getloadavg()
+    print(f"\nload average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f} on {os.cpu_count()} CPUs; "
+          f"peak memory {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

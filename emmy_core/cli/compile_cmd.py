@@ -1,0 +1,129 @@
+"""`emmy compile`: compile a model for a card; with `--run`, run it beside torch eager and torch.compile.
+
+Thin: load the model (a reference model or `package.module:Class` with `--input` specs), call
+`emmy_core.compile`, print the resolution summary; with `--run`, check the buffers and inputs fit
+before creating anything, run, and print the largest error against torch and the interleaved
+median times against eager and Inductor (`emmy_core.compiler.compare`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from emmy_core.cli.common import fail, shape_of
+
+Opt = typer.Option
+ModelOpt = Annotated[str, Opt("--model", help="a reference model (emmy graph models) or package.module:Class")]
+ShapeOpt = Annotated[str, Opt("--shape", help="sizes of B and S, e.g. B=8,S=128")]
+CardOpt = Annotated[str, Opt("--card", help="'local' (this machine's), or a card of the GPU table")]
+SettingOpt = Annotated[str, Opt("--setting", help="compile setting: deploy or rank")]
+DtypeOpt = Annotated[str, Opt("--dtype", help="model data type: f32, f16 or bf16")]
+InputOpt = Annotated[list[str] | None, Opt("--input", help="for package.module:Class: one shape per input, "
+                                                           "e.g. --input B,S,256")]
+DbOpt = Annotated[Path | None, Opt("--db", help="local tuning database (default: EMMY_TUNING_DB or "
+                                               "~/.cache/emmy/autotune.db)")]
+FreezesOpt = Annotated[Path | None, Opt("--freezes", help="freeze folder or file (default: EMMY_FREEZES or the "
+                                                          "freeze shipped with the package)")]
+PriorOpt = Annotated[Path | None, Opt("--prior", help="a prior artifact (default: the installed prior)")]
+NoPriorOpt = Annotated[bool, Opt("--no-prior", help="compile without the prior")]
+JsonOpt = Annotated[bool, Opt("--json", help="print one JSON object")]
+StrictOpt = Annotated[bool, Opt("--strict-evidence", help="fail when a fork falls past the measured tiers")]
+
+DTYPES = ("f32", "f16", "bf16")
+SMALL = {"B": 1, "S": 1}  # the example the model is compiled from; its own sizes are never run
+
+
+def model_and_inputs(model: str, dtype: str, inputs: list[str] | None) -> tuple[Any, Any]:
+    """The module and its inputs function; CLI errors for an unknown model or a bad input spec."""
+    import torch
+
+    from emmy_core.graph.errors import GraphError
+    from emmy_core.graph.user_models import load_model
+
+    if dtype not in DTYPES:
+        fail(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    try:
+        return load_model(model, getattr(torch, {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[dtype]),
+                          inputs or ())
+    except GraphError as exc:
+        fail(str(exc))
+
+
+def prior_arg(prior: Path | None, no_prior: bool) -> Any:
+    if prior is not None and no_prior:
+        fail("give --prior or --no-prior, not both")
+    return False if no_prior else prior
+
+
+def compile_command(
+    model: ModelOpt,
+    shape: ShapeOpt = "B=8,S=128",
+    card: CardOpt = "local",
+    setting: SettingOpt = "deploy",
+    dtype: DtypeOpt = "f16",
+    inputs: InputOpt = None,
+    db: DbOpt = None,
+    freezes: FreezesOpt = None,
+    prior: PriorOpt = None,
+    no_prior: NoPriorOpt = False,
+    strict_evidence: StrictOpt = False,
+    run: Annotated[bool, Opt("--run", help="run it beside torch eager and torch.compile, and compare")] = False,
+    repeats: Annotated[int, Opt("--repeats", min=1, help="timed rounds (interleaved; medians)")] = 20,
+    inductor: Annotated[bool, Opt("--inductor/--no-inductor", help="also time torch.compile (Inductor)")] = True,
+    as_json: JsonOpt = False,
+) -> None:
+    """Compile a model on generated kernels; with --run, compare it with torch (error and time)."""
+    from emmy_core.compiler import StrictEvidenceError, TooLarge
+    from emmy_core.compiler import compile as emmy_compile
+    from emmy_core.compiler.compare import compare
+    from emmy_core.compiler.memory import check_fits
+    from emmy_core.graph.errors import GraphError
+    from emmy_core.targets import UnknownCard
+
+    sizes = shape_of(shape)
+    module, inputs_fn = model_and_inputs(model, dtype, inputs)
+    try:
+        compiled = emmy_compile(module, inputs_fn(SMALL), card=card, setting=setting, tuning_db=db, freezes=freezes,
+                                prior=prior_arg(prior, no_prior), strict_evidence=strict_evidence)
+        compiled.prepare(sizes) if compiled.builder is not None else compiled.resolve(sizes)
+    except StrictEvidenceError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(1) from None
+    except (UnknownCard, GraphError, ValueError, RuntimeError) as exc:
+        fail(str(exc))
+    out: dict[str, Any] = {"model": model, "shape": shape, "card": compiled.card.name, "setting": setting,
+                           "tiers": compiled.record.tiers()}
+    if run:
+        if compiled.builder is None:
+            fail(f"cannot run: {compiled.cannot_run}")
+        layout = compiled.layout(sizes)
+        try:
+            check_fits(layout.nbytes + layout.input_nbytes, compiled.device, f"{model} at {shape} with its inputs")
+        except TooLarge as exc:
+            fail(str(exc))
+        x = inputs_fn(sizes)
+        result = compare(compiled, module, x, repeats=repeats, inductor=inductor)
+        out.update({"max_error": result.max_error, "median_us": result.medians_us, "failed": result.failed,
+                    "vs_eager": result.ratio("eager"), "vs_inductor": result.ratio("inductor"),
+                    "load": list(result.load)})
+    if as_json:
+        out["record"] = compiled.record.to_json()
+        typer.echo(json.dumps(out, indent=2, sort_keys=True))
+        return
+    typer.echo(compiled.explain())
+    if run:
+        typer.echo(f"max |emmy - torch| = {out['max_error']:.3g}  (load {out['load'][0]:.2f})")
+        for name, us in out["median_us"].items():
+            typer.echo(f"  {name:<9} {us:12.1f} us")
+        for name, why in out["failed"].items():
+            typer.echo(f"  {name:<9} failed: {why}", err=True)
+        for base in ("eager", "inductor"):
+            r = out[f"vs_{base}"]
+            if r is not None:
+                typer.echo(f"  emmy is {r:.2f}x {base}")
+    sys.stdout.flush()

@@ -1,0 +1,14 @@
+"""`emmy_core.compile`: a model compiled to generated kernels, every fork settled by evidence.
+
+`compile(module, example_inputs, *, card="local", setting="deploy", strict_evidence=False,
+tuning_db=None, freezes=None, prior=None) -> Compiled` (see `compiled.py`); `explain(...)`
+resolves without building. `runner.py` lays out and runs one size, `build.py` builds kernels,
+`launch.py` is the one place a kernel is launched, `memory.py` refuses what does not fit.
+"""
+
+from emmy_core.compiler.compiled import Compiled, compile, explain
+from emmy_core.compiler.memory import TooLarge
+from emmy_core.evidence.context import PriorUnavailableWarning
+from emmy_core.evidence.resolution import StrictEvidenceError
+
+__all__ = ["Compiled", "PriorUnavailableWarning", "StrictEvidenceError", "TooLarge", "compile", "explain"]

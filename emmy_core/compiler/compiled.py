@@ -1,0 +1,236 @@
+"""`emmy_core.compile(module, example_inputs, ...)`: a model that runs on generated kernels.
+
+`compile` captures the module on small stand-ins of its example inputs (never at the sizes
+asked for), runs the graph passes and lowers, opens the evidence sources of its card and
+setting (the freeze's goldens, the local tuning database, the prior, the rule), warns once
+when there is no prior, and settles every fork at the example's sizes (building each chosen
+kernel: an option that does not build is blocked and its fork resolved again). The returned
+`Compiled` computes what the module computes: at each distinct size of its dynamic axes it
+settles the forks once (cached), checks that the buffers fit before allocating them, allocates
+them once, and launches the kernels (C with OpenMP on a CPU, Triton on a GPU).
+
+`Compiled.resolve(sizes)` settles the forks of any size without building or allocating
+anything (what `explain` and the release gate use); `Compiled.record` is the resolution record
+of every size resolved so far, `Compiled.explain()` prints it. With `strict_evidence=True`, a
+size whose forks fall past the measured tiers raises `StrictEvidenceError` listing every one.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from emmy_core.compiler.build import Builder, runnable_here
+from emmy_core.compiler.launch import Launcher
+from emmy_core.compiler.memory import check_fits
+from emmy_core.compiler.runner import Layout, Runner, plan_layout
+from emmy_core.evidence.context import PriorArg, PriorUnavailableWarning, open_sources
+from emmy_core.evidence.freeze import FreezesArg
+from emmy_core.evidence.model import KernelPlan, ModelResolver, resolutions_of, stale_recordings
+from emmy_core.evidence.resolution import Resolution, ResolutionRecord, StrictEvidenceError
+from emmy_core.evidence.sources import Sources
+from emmy_core.graph.errors import GraphError
+from emmy_core.graph.execute import graph_sizes
+from emmy_core.graph.lower import Lowered
+from emmy_core.ir.sizes import format_sizes, parse_sizes
+from emmy_core.targets.card import Card
+
+
+def _card(card: str | Card) -> Card:
+    if isinstance(card, Card):
+        return card
+    from emmy_core.targets import resolve_card
+
+    return resolve_card(card)
+
+
+class Compiled:
+    """A compiled model: call it like the module; forks are settled and buffers allocated once per size."""
+
+    def __init__(self, lowered: Lowered, card: Card, setting: str, sources: Sources, *, strict_evidence: bool,
+                 device: torch.device, builder: Builder | None = None) -> None:
+        self.lowered = lowered
+        self.card = card
+        self.setting = setting
+        self.sources = sources
+        self.strict_evidence = strict_evidence
+        self.device = device
+        self.cannot_run = runnable_here(card) if builder is None else None
+        self.builder = builder
+        self.record = ResolutionRecord(lowered.graph.name, card.name, setting)
+        for note in sources.notes:
+            self.record.add_note(note)
+        self._static = ModelResolver(sources)
+        self._built = ModelResolver(sources, builder.check) if builder is not None else None
+        self._plans: dict[str, list[KernelPlan]] = {}
+        self._runners: dict[str, Runner] = {}
+        self._weights: dict[str, torch.Tensor] | None = None
+
+    # ---- settling forks -------------------------------------------------------------------------
+
+    def _sizes(self, sizes: Mapping[str, int] | str) -> dict[str, int]:
+        out = parse_sizes(sizes) if isinstance(sizes, str) else {k: int(v) for k, v in sizes.items()}
+        axes = sorted(k for k, _ in self.lowered.graph.sizes)
+        if sorted(out) != axes:
+            raise GraphError(f"{self.lowered.graph.name} has dynamic axes {', '.join(axes) or 'none'}; got "
+                             f"{', '.join(sorted(out)) or 'none'}")
+        return out
+
+    def _settle(self, sizes: dict[str, int], resolver: ModelResolver) -> list[KernelPlan]:
+        try:
+            plans = resolver.model(self.lowered, sizes)
+        finally:
+            for note in self.sources.close():
+                self.record.add_note(note)
+        text = format_sizes(sizes)
+        resolutions = resolutions_of(plans)
+        keys = {(r.key, r.rule) for r in resolutions}
+        self.record.resolutions = [r for r in self.record.resolutions if (r.key, r.rule) not in keys] + resolutions
+        if text not in self.record.sizes:
+            self.record.sizes.append(text)
+        self.record.add_stale(stale_recordings(self.sources, plans))
+        if self.strict_evidence:
+            fell = [r for r in resolutions if r.applied and not r.measured]
+            if fell:
+                raise StrictEvidenceError(self.record, fell)
+        return plans
+
+    def _planned(self, sizes: dict[str, int], build: bool) -> list[KernelPlan]:
+        """The settled plans at `sizes`: built ones when asked (and cached), else the ones settled so far."""
+        text = format_sizes(sizes)
+        if text in self._plans:
+            return self._plans[text]
+        if build:
+            if self._built is None:
+                raise RuntimeError(self.cannot_run or "this compile resolves only; it builds nothing")
+            self._plans[text] = self._settle(sizes, self._built)
+            return self._plans[text]
+        return self._settle(sizes, self._static)
+
+    def prepare(self, sizes: Mapping[str, int] | str) -> list[Resolution]:
+        """Settles every fork at `sizes` with each chosen kernel built (nothing allocated); cached per size."""
+        return resolutions_of(self._planned(self._sizes(sizes), build=True))
+
+    def resolve(self, sizes: Mapping[str, int] | str) -> list[Resolution]:
+        """Settles every fork at the model's `sizes` (e.g. `B=8,S=128`) without building or allocating."""
+        return resolutions_of(self._planned(self._sizes(sizes), build=False))
+
+    def layout(self, sizes: Mapping[str, int] | str) -> Layout:
+        """Every buffer a call at `sizes` would use (nothing allocated): `layout(...).nbytes` is its need."""
+        s = self._sizes(sizes)
+        return plan_layout(self.lowered, s, self._planned(s, build=False))
+
+    # ---- running --------------------------------------------------------------------------------
+
+    def _launcher(self, plan: KernelPlan) -> Launcher:
+        assert self.builder is not None and plan.schedule is not None
+        return Launcher(self.builder.build(plan.program, plan.schedule), plan.sizes, plan.program.name,
+                        self.card.target)
+
+    def _weights_on_device(self) -> dict[str, torch.Tensor]:
+        if self._weights is None:
+            self._weights = {p: w.detach().to(self.device).contiguous() for p, w in self.lowered.weights.items()}
+        return self._weights
+
+    def runner(self, sizes: Mapping[str, int] | str) -> Runner:
+        """The runner at `sizes`: forks settled with builds, buffers checked against free memory, allocated."""
+        s = self._sizes(sizes)
+        text = format_sizes(s)
+        if text in self._runners:
+            return self._runners[text]
+        layout = plan_layout(self.lowered, s, self._planned(s, build=True))
+        check_fits(layout.nbytes, self.device, f"{self.lowered.graph.name} at {text}")
+        runner = Runner(layout, self._weights_on_device(), self.device, self._launcher)
+        self._runners[text] = runner
+        return runner
+
+    def __call__(self, *inputs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        sizes = graph_sizes(self.lowered.graph, inputs)
+        for i, t in enumerate(inputs):
+            if t.device != self.device:
+                raise GraphError(f"input {i} is on {t.device}; this model was compiled for {self.device}")
+        with torch.no_grad():
+            out = self.runner(sizes).run(inputs)
+        return out[0] if len(out) == 1 else out
+
+    def explain(self, as_json: bool = False) -> str:
+        """The resolution record as a table (or JSON)."""
+        from emmy_core.evidence.render import render_record
+
+        if as_json:
+            import json
+
+            return json.dumps(self.record.to_json(), indent=2, sort_keys=True)
+        return render_record(self.record)
+
+
+def _example_device(example_inputs: Sequence[torch.Tensor]) -> torch.device:
+    devices = {t.device for t in example_inputs if isinstance(t, torch.Tensor)}
+    if len(devices) != 1:
+        raise GraphError(f"example inputs must be tensors on one device, got {sorted(map(str, devices))}")
+    return next(iter(devices))
+
+
+def _prepare(module: nn.Module, example_inputs: Sequence[torch.Tensor], card: str | Card, setting: str, *,
+             strict_evidence: bool, tuning_db: Path | str | None, freezes: FreezesArg, prior: PriorArg,
+             build: bool, name: str | None = None) -> tuple[Compiled, dict[str, int]]:
+    from emmy_core.codegen.backend import get_setting
+    from emmy_core.graph.pipeline import compile_module
+
+    get_setting(setting)
+    the_card = _card(card)
+    device = _example_device(example_inputs)
+    lowered = compile_module(module, example_inputs, name=name)
+    sources = open_sources(the_card, setting, freezes=freezes, tuning_db=tuning_db, prior=prior)
+    prior_source = next(s for s in sources.items if s.tier == "prior")
+    why = prior_source.unavailable()
+    if why is not None and prior is not False:
+        warnings.warn(PriorUnavailableWarning(f"compiling {lowered.graph.name} for {the_card.name}: {why}; forks no "
+                                              "measurement settles fall to the rule's first option"), stacklevel=3)
+    builder = None
+    if build and runnable_here(the_card) is None:
+        if the_card.target == "cpu" and device.type != "cpu":
+            raise GraphError(f"{the_card.name} is a CPU; the example inputs are on {device}")
+        if the_card.target == "cuda" and device.type == "cpu" and torch.cuda.is_available():
+            raise GraphError(f"{the_card.name} is a GPU; the example inputs are on the CPU")
+        builder = Builder(the_card, setting)
+    compiled = Compiled(lowered, the_card, setting, sources, strict_evidence=strict_evidence, device=device,
+                        builder=builder)
+    return compiled, dict(lowered.graph.sizes)
+
+
+def compile(module: nn.Module, example_inputs: Sequence[torch.Tensor], *, card: str | Card = "local",
+            setting: str = "deploy", strict_evidence: bool = False, tuning_db: Path | str | None = None,
+            freezes: FreezesArg = None, prior: PriorArg = None) -> Compiled:
+    """Compiles `module` for `card` (default: this machine's) from its example inputs.
+
+    Every fork is settled by the best evidence: the freeze's goldens (`freezes=`, `$EMMY_FREEZES`
+    or the freeze shipped with the package), the local tuning database (`tuning_db=`,
+    `$EMMY_TUNING_DB` or `~/.cache/emmy/autotune.db`), the prior (`prior=`: None the installed one,
+    a path, a loaded prior, or False for none), the rule's first option. The example's sizes are
+    settled and their kernels built now; other sizes when first called. The module's weights are
+    read when a size first runs (a CPU build packs a matmul's weight then): change the module's
+    weights afterwards and compile again.
+    """
+    compiled, sizes = _prepare(module, example_inputs, card, setting, strict_evidence=strict_evidence,
+                               tuning_db=tuning_db, freezes=freezes, prior=prior, build=True)
+    if compiled.builder is not None:
+        compiled.prepare(sizes)
+    else:
+        compiled.resolve(sizes)
+    return compiled
+
+
+def explain(module: nn.Module, example_inputs: Sequence[torch.Tensor], sizes: Mapping[str, int] | str | None = None,
+            *, card: str | Card = "local", setting: str = "deploy", tuning_db: Path | str | None = None,
+            freezes: FreezesArg = None, prior: PriorArg = None, name: str | None = None) -> Compiled:
+    """A compile that resolves only (no build, no allocation), with `sizes` (default: the example's) resolved."""
+    compiled, example = _prepare(module, example_inputs, card, setting, strict_evidence=False, tuning_db=tuning_db,
+                                 freezes=freezes, prior=prior, build=False, name=name)
+    compiled.resolve(sizes if sizes is not None else example)
+    return compiled
+

@@ -1,0 +1,322 @@
+"""A compiled model at one size: its launches in graph order and its buffers, allocated once.
+
+`Layout` reads the lowered graph and the settled kernel plans at the model's sizes and works
+out every tensor a call touches, without allocating: the intermediates (one buffer per graph
+value, kept and reused by every call at this size), the scratch of structural decisions (the
+pieces' intermediates), and the values made fresh on every call (the model's outputs, and the
+values an output is a reshape of, so a result handed back is never overwritten by the next
+call). `Layout.nbytes` is what `memory.check_fits` weighs before anything exists.
+
+`Runner` allocates the layout and binds every launch: a kernel's buffers are views of the
+graph values reshaped to the kernel's buffers (row-major, so views of contiguous data); a
+decision runs its pieces in order over the parent's buffers and its scratch; a reshape is a
+view; a transpose or permute is a torch copy into its buffer. Only the inputs and the fresh
+values change between calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from math import prod
+from typing import Any
+
+import torch
+
+from emmy_core.compiler.launch import Launcher
+from emmy_core.evidence.model import KernelPlan
+from emmy_core.graph.errors import GraphError
+from emmy_core.graph.lower import KernelStep, LayoutStep, Lowered
+from emmy_core.ir.check import MAX_EXTENT
+from emmy_core.ir.nodes import Program
+from emmy_core.ir.sizes import extents
+
+TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+WIDTH = {"f32": 4, "f16": 2, "bf16": 2}
+
+Ref = tuple[str, str]  # ("env", value) changes per call; ("pool", name) is allocated once; ("weight", path)
+
+
+@dataclass(frozen=True)
+class Spec:
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        return prod(self.shape) * WIDTH[self.dtype]
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    plan: KernelPlan  # a kernel that runs whole (a leaf of the plan tree)
+    buffers: tuple[tuple[str, Ref, tuple[int, ...]], ...]  # (kernel buffer, tensor, shape as the kernel sees it)
+
+
+@dataclass(frozen=True)
+class CopySpec:
+    out: Ref
+    src: Ref
+    perm: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ViewSpec:
+    out: str  # an env value
+    src: Ref
+    shape: tuple[int, ...]
+
+
+@dataclass
+class Layout:
+    """Every tensor a call at `sizes` touches, and the ops in order: nothing allocated."""
+
+    sizes: dict[str, int]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    pool: dict[str, Spec] = field(default_factory=dict)  # allocated once
+    fresh: dict[str, Spec] = field(default_factory=dict)  # allocated per call (env)
+    aliases: dict[str, tuple[Ref, tuple[int, ...]]] = field(default_factory=dict)  # pool views of pool values
+    refs: dict[str, Ref] = field(default_factory=dict)  # graph value -> where it lives
+    ops: list[LaunchSpec | CopySpec | ViewSpec] = field(default_factory=list)
+    input_nbytes: int = 0  # the inputs' own bytes (the caller's tensors; not allocated here)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this layout allocates: the pool once, the fresh values per call."""
+        return sum(s.nbytes for s in self.pool.values()) + sum(s.nbytes for s in self.fresh.values())
+
+
+def _kernel_ext(program: Program, sizes: Mapping[str, int]) -> dict[str, int]:
+    ext = extents(program, {a.name: sizes[a.name] for a in program.dynamic_axes})
+    for axis, n in ext.items():
+        if n > MAX_EXTENT:
+            raise GraphError(f"{program.name}: axis {axis} = {n} exceeds the largest extent a kernel indexes "
+                             f"({MAX_EXTENT})")
+    return ext
+
+
+def plan_layout(lowered: Lowered, sizes: Mapping[str, int], plans: Sequence[KernelPlan]) -> Layout:
+    """The layout of `lowered` at the model's `sizes`, with `plans[i]` settling its i-th kernel step."""
+    graph = lowered.graph
+    index = graph.index()
+    inputs = tuple(n.name for n in graph.nodes if n.op == "input")
+    params = {n.name: str(n.attr("path")) for n in graph.nodes if n.op == "param"}
+    layout = Layout(dict(sizes), inputs, graph.outputs)
+    layout.input_nbytes = sum(index[n].type.numel(dict(sizes)) * WIDTH[index[n].type.dtype] for n in inputs)
+    made_by = {s.node: s for s in lowered.steps}
+    fresh: set[str] = set()
+    for out in graph.outputs:  # an output, and what it is a view of, is made anew on every call
+        v = out
+        while v not in params and v not in inputs and v not in fresh:
+            fresh.add(v)
+            step = made_by.get(v)
+            if not (isinstance(step, LayoutStep) and step.op == "reshape"):
+                break
+            v = step.input
+    for name in inputs:
+        layout.refs[name] = ("env", name)
+    for name, path in params.items():
+        layout.refs[name] = ("weight", path)
+
+    def place(value: str, spec: Spec) -> Ref:
+        ref: Ref = ("env", value) if value in fresh else ("pool", value)
+        (layout.fresh if value in fresh else layout.pool)[value] = spec
+        layout.refs[value] = ref
+        return ref
+
+    def spec_of(value: str) -> Spec:
+        t = index[value].type
+        return Spec(t.concrete(dict(sizes)), t.dtype)
+
+    kernels = iter(plans)
+    for step in lowered.steps:
+        if isinstance(step, LayoutStep):
+            src = layout.refs[step.input]
+            spec = spec_of(step.node)
+            if step.op == "reshape":
+                if step.node in fresh or src[0] == "env":
+                    layout.refs[step.node] = ("env", step.node)
+                    layout.ops.append(ViewSpec(step.node, src, spec.shape))
+                else:
+                    layout.refs[step.node] = ("pool", step.node)
+                    layout.aliases[step.node] = (src, spec.shape)
+            else:
+                out = place(step.node, spec)
+                layout.ops.append(CopySpec(out, src, tuple(dict(step.attrs)["perm"])))  # type: ignore[arg-type]
+            continue
+        plan = next(kernels)
+        _kernel_step(layout, step, plan, index, place, spec_of)
+    return layout
+
+
+def _kernel_step(layout: Layout, step: KernelStep, plan: KernelPlan, index: Mapping[str, Any],
+                 place: Callable[[str, Spec], Ref], spec_of: Callable[[str], Spec]) -> None:
+    program = step.program
+    ext = _kernel_ext(program, plan.sizes)
+    names: dict[str, tuple[Ref, tuple[int, ...]]] = {}
+    for buf_name, value in step.inputs:
+        buf = program.buffer(buf_name)
+        names[buf_name] = (layout.refs[value], tuple(ext[a] for a in buf.shape))
+    for buf_name, value in step.outputs:
+        buf = program.buffer(buf_name)
+        shape = tuple(ext[a] for a in buf.shape)
+        spec = spec_of(value) if value in index else Spec(shape, buf.dtype)  # a tap nothing reads: scratch
+        names[buf_name] = (place(value, spec), shape)
+    _expand(layout, plan, names)
+
+
+def _expand(layout: Layout, plan: KernelPlan, names: dict[str, tuple[Ref, tuple[int, ...]]]) -> None:
+    """Appends the launches of `plan` with its buffers bound by `names` (its pieces', for a decision)."""
+    if plan.decision is None:
+        layout.ops.append(LaunchSpec(plan, tuple((b.name, *names[b.name]) for b in plan.program.buffers)))
+        return
+    inner = dict(names)
+    for piece_plan in plan.pieces:
+        ext = _kernel_ext(piece_plan.program, piece_plan.sizes)
+        for b in piece_plan.program.outputs:
+            if b.name not in inner:  # an intermediate of the decision: scratch of this kernel at these sizes
+                shape = tuple(ext[a] for a in b.shape)
+                name = f"{plan.key.kernel_id[:16]}:{plan.key.sizes}:{b.name}"
+                layout.pool[name] = Spec(shape, b.dtype)
+                inner[b.name] = (("pool", name), shape)
+    for piece_plan in plan.pieces:
+        _expand(layout, piece_plan, {b.name: inner[b.name] for b in piece_plan.program.buffers})
+
+
+class Runner:
+    """The allocated layout with every op bound; `run(inputs)` computes the model's outputs."""
+
+    def __init__(self, layout: Layout, weights: Mapping[str, torch.Tensor], device: torch.device,
+                 launcher_for: Callable[[KernelPlan], Launcher]) -> None:
+        self.layout = layout
+        self.device = device
+        pool: dict[str, torch.Tensor] = {
+            name: torch.empty(spec.shape, dtype=TORCH_DTYPES[spec.dtype], device=device)
+            for name, spec in layout.pool.items()}
+        for name, (src, shape) in layout.aliases.items():
+            pool[name] = self._fixed(src, pool, weights).view(shape)
+        self._fresh = [(v, s.shape, TORCH_DTYPES[s.dtype]) for v, s in layout.fresh.items()]
+        self._ops: list[Callable[[dict[str, torch.Tensor]], None]] = []
+        self.labels: list[tuple[str, str]] = []  # (kernel | copy | view, what) of each op, for profiles
+        launchers: dict[int, Launcher] = {}
+        self._launchers = launchers.values()
+        for op in layout.ops:
+            if isinstance(op, LaunchSpec):
+                key = id(op.plan)
+                if key not in launchers:
+                    launchers[key] = launcher_for(op.plan)
+                self._ops.append(self._launch(op, launchers[key], pool, weights))
+                self.labels.append(("kernel", op.plan.program.name))
+            elif isinstance(op, CopySpec):
+                self._ops.append(self._copy(op, pool, weights))
+                self.labels.append(("copy", f"permute{op.perm} -> {op.out[1]}"))
+            else:
+                self._ops.append(self._view(op, pool, weights))
+                self.labels.append(("view", op.out))
+        self._pool = pool
+        self._weights = weights
+
+    @staticmethod
+    def _fixed(ref: Ref, pool: Mapping[str, torch.Tensor], weights: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        kind, name = ref
+        if kind == "pool":
+            return pool[name]
+        if kind == "weight":
+            return weights[name]
+        raise AssertionError(f"{ref} changes per call")
+
+    def _launch(self, op: LaunchSpec, launcher: Launcher, pool: Mapping[str, torch.Tensor],
+                weights: Mapping[str, torch.Tensor]) -> Callable[[dict[str, torch.Tensor]], None]:
+        constants = {b: self._fixed(ref, pool, weights).view(shape) for b, ref, shape in op.buffers
+                     if ref[0] == "weight"}
+        fixed = {b: self._fixed(ref, pool, weights).view(shape) for b, ref, shape in op.buffers if ref[0] == "pool"}
+        per_call = [(b, ref[1], shape) for b, ref, shape in op.buffers if ref[0] == "env"]
+        launch = launcher.bind(constants)
+        if not per_call:
+            return lambda env: launch(fixed)
+
+        def run(env: dict[str, torch.Tensor]) -> None:
+            buffers = dict(fixed)
+            for b, value, shape in per_call:
+                buffers[b] = env[value].view(shape)
+            launch(buffers)
+
+        return run
+
+    def _copy(self, op: CopySpec, pool: Mapping[str, torch.Tensor],
+              weights: Mapping[str, torch.Tensor]) -> Callable[[dict[str, torch.Tensor]], None]:
+        perm = op.perm
+        out = None if op.out[0] == "env" else self._fixed(op.out, pool, weights)
+        src = None if op.src[0] == "env" else self._fixed(op.src, pool, weights)
+        out_name, src_name = op.out[1], op.src[1]
+
+        def run(env: dict[str, torch.Tensor]) -> None:
+            o = out if out is not None else env[out_name]
+            s = src if src is not None else env[src_name]
+            o.copy_(s.permute(perm))
+
+        return run
+
+    def _view(self, op: ViewSpec, pool: Mapping[str, torch.Tensor],
+              weights: Mapping[str, torch.Tensor]) -> Callable[[dict[str, torch.Tensor]], None]:
+        src = None if op.src[0] == "env" else self._fixed(op.src, pool, weights)
+        src_name, out_name, shape = op.src[1], op.out, op.shape
+
+        def run(env: dict[str, torch.Tensor]) -> None:
+            env[out_name] = (src if src is not None else env[src_name]).view(shape)
+
+        return run
+
+    def _env(self, inputs: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
+        env: dict[str, torch.Tensor] = {}
+        for name, t in zip(self.layout.inputs, inputs, strict=True):
+            env[name] = t if t.is_contiguous() else t.contiguous()
+        for value, shape, dtype in self._fresh:
+            env[value] = torch.empty(shape, dtype=dtype, device=self.device)
+        return env
+
+    @property
+    def prepared(self) -> bool:
+        """Whether the kernels launch prepared (checked once) rather than checked on every call."""
+        return all(launcher.prepared for launcher in self._launchers)
+
+    def profile(self, inputs: Sequence[torch.Tensor], repeats: int = 10) -> list[tuple[str, str, float]]:
+        """Median microseconds of every op over `repeats` calls: (kind, what, us) in order; then ('call', 'setup')
+        for making the inputs' and outputs' tensors and ('call', 'whole') for a whole call timed in the same round."""
+        import statistics
+        import time
+
+        sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+        times: list[list[float]] = [[] for _ in self._ops]
+        setup: list[float] = []
+        whole: list[float] = []
+        for _ in range(repeats):
+            sync()
+            t0 = time.perf_counter()
+            self.run(inputs)
+            sync()
+            whole.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            env = self._env(inputs)
+            setup.append(time.perf_counter() - t0)
+            for i, op in enumerate(self._ops):
+                sync()
+                t0 = time.perf_counter()
+                op(env)
+                sync()
+                times[i].append(time.perf_counter() - t0)
+        out = [(kind, what, 1e6 * statistics.median(ts)) for (kind, what), ts in zip(self.labels, times, strict=True)]
+        out.append(("call", "setup", 1e6 * statistics.median(setup)))
+        out.append(("call", "whole", 1e6 * statistics.median(whole)))
+        return out
+
+    def run(self, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        env = self._env(inputs)
+        for op in self._ops:
+            op(env)
+        out = []
+        for name in self.layout.outputs:
+            ref = self.layout.refs[name]
+            out.append(env[ref[1]] if ref[0] == "env" else self._fixed(ref, self._pool, self._weights))
+        return tuple(out)

@@ -1,0 +1,165 @@
+"""Settling every fork of a lowered model at one size: structural forks first, then the schedule of what runs.
+
+For each kernel (once per `ForkKey`), its structural forks (splits, fusion cuts) are resolved;
+when one or more choose a decision, the one answered by the highest tier (then the cheapest)
+is applied and the others are kept in the record as superseded. A decision's pieces are kernels
+like any other and are settled the same way, recursively (to `max_depth`); a decision whose
+pieces cannot be settled is blocked and its fork resolved again. A kernel that runs whole has
+its schedule fork resolved, every option checked by the caller's `check` (the compile builds it).
+The result is a `KernelPlan` tree per kernel step; the record is the resolutions of the plans.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from emmy_core.evidence.measured import GoldenSource
+from emmy_core.evidence.resolution import TIERS, Resolution, ResolutionError, StaleRecording
+from emmy_core.evidence.resolve import Check, resolve
+from emmy_core.evidence.sources import Sources
+from emmy_core.graph.decisions import Decision
+from emmy_core.graph.forks import (
+    Fork,
+    ForkKey,
+    ForkOption,
+    ScheduleOption,
+    StructuralOption,
+    structural_forks,
+)
+from emmy_core.ir.identity import kernel_id
+from emmy_core.ir.nodes import Program
+
+if TYPE_CHECKING:
+    from emmy_core.graph.lower import Lowered
+
+MAX_DEPTH = 2  # decisions on pieces of decisions; deeper pieces keep their whole form
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """How one kernel runs at its sizes: whole with a schedule, or as a decision's pieces."""
+
+    key: ForkKey
+    program: Program
+    sizes: dict[str, int]  # the kernel's dynamic axis sizes
+    schedule: ScheduleOption | None
+    decision: Decision | None
+    pieces: tuple[KernelPlan, ...]
+    resolutions: tuple[Resolution, ...]  # this kernel's forks: structural ones, then its schedule
+
+    def walk(self) -> Iterator[KernelPlan]:
+        yield self
+        for p in self.pieces:
+            yield from p.walk()
+
+
+def _own_sizes(program: Program, sizes: Mapping[str, int]) -> dict[str, int]:
+    return {a.name: int(sizes[a.name]) for a in program.dynamic_axes}
+
+
+class ModelResolver:
+    """Settles kernels in one compile context; plans are shared by key across steps and sizes."""
+
+    def __init__(self, sources: Sources, check: Check | None = None, max_depth: int = MAX_DEPTH) -> None:
+        self.sources = sources
+        self.check = check
+        self.max_depth = max_depth
+        self.plans: dict[ForkKey, KernelPlan] = {}
+        self._forks: dict[str, tuple[Fork, tuple[Fork, ...]]] = {}  # per identity: options do not depend on sizes
+
+    def forks_of(self, program: Program, cuts: tuple[Decision, ...], depth: int) -> tuple[Fork, tuple[Fork, ...]]:
+        """The kernel's schedule fork (enumerated lazily) and its structural forks, once per identity."""
+        kid = kernel_id(program)
+        if kid not in self._forks:
+            self._forks[kid] = (self.sources.schedule_fork(program),
+                                structural_forks(program, cuts) if depth < self.max_depth else ())
+        return self._forks[kid]
+
+    def _checker(self, depth: int, sizes: dict[str, int]) -> Check:
+        def check(fork: Fork, option: ForkOption) -> str | None:
+            if isinstance(option, StructuralOption):
+                if option.decision is None:
+                    return None
+                try:
+                    for piece in option.decision.pieces:
+                        self.kernel(piece, sizes, (), depth + 1)
+                except ResolutionError as exc:
+                    return f"a piece cannot be settled: {str(exc)[:400]}"
+                return None
+            return self.check(fork, option) if self.check is not None else None
+
+        return check
+
+    def kernel(self, program: Program, sizes: Mapping[str, int], cuts: tuple[Decision, ...] = (),
+               depth: int = 0) -> KernelPlan:
+        """The plan of `program` at `sizes` (a superset of its dynamic axes is fine)."""
+        own = _own_sizes(program, sizes)
+        key = ForkKey.of(program, own, self.sources.card.name, self.sources.setting)
+        if key in self.plans:
+            return self.plans[key]
+        check = self._checker(depth, own)
+        sched, structural = self.forks_of(program, cuts, depth)
+        results = [resolve(fork, key, self.sources, check) for fork in structural]
+        decided = [r for r in results if isinstance(r.choice, StructuralOption) and r.choice.decision is not None]
+        chosen: Resolution | None = None
+        if decided:
+            chosen = min(decided, key=lambda r: (TIERS.index(r.tier), r.time_us if r.time_us is not None
+                                                 else math.inf))
+            results = [r if r is chosen or r not in decided else
+                       replace(r, applied=False, note=f"superseded by {chosen.label} ({chosen.tier})")
+                       for r in results]
+        if chosen is not None:
+            decision = chosen.choice.decision  # type: ignore[union-attr]
+            assert decision is not None
+            pieces = tuple(self.kernel(p, own, (), depth + 1) for p in decision.pieces)
+            plan = KernelPlan(key, program, own, None, decision, pieces, tuple(results))
+        else:
+            res = resolve(sched, key, self.sources, check)
+            assert isinstance(res.choice, ScheduleOption)
+            plan = KernelPlan(key, program, own, res.choice, None, (), (*results, res))
+        self.plans[key] = plan
+        return plan
+
+    def model(self, lowered: Lowered, graph_sizes: Mapping[str, int]) -> list[KernelPlan]:
+        """One plan per kernel step of `lowered` at the model's sizes (steps of one kernel share a plan)."""
+        return [self.kernel(step.program, step.sizes(dict(graph_sizes)), step.cuts) for step in lowered.kernels]
+
+
+def resolutions_of(plans: list[KernelPlan]) -> list[Resolution]:
+    """Every resolution of the plans (pieces included), each key and rule once, in plan order."""
+    seen: set[tuple[ForkKey, str]] = set()
+    out: list[Resolution] = []
+    for top in plans:
+        for plan in top.walk():
+            for r in plan.resolutions:
+                if (r.key, r.rule) not in seen:
+                    seen.add((r.key, r.rule))
+                    out.append(r)
+    return out
+
+
+def stale_recordings(sources: Sources, plans: list[KernelPlan]) -> list[StaleRecording]:
+    """Goldens of the freeze whose kernel this compile no longer makes (same name, new identity).
+
+    A golden is evidence only for its exact identity; when the compiler changes a kernel's loop
+    program, the recording is left behind. Naming it (with what replaced it) is what lets a
+    person restamp or re-measure it instead of silently deploying on the prior.
+    """
+    current: dict[str, str] = {}  # kernel name -> identity this compile made
+    for top in plans:
+        for plan in top.walk():
+            current.setdefault(plan.program.name, plan.key.kernel_id)
+    ids = set(current.values())
+    out: list[StaleRecording] = []
+    for source in sources.measured():
+        if not isinstance(source, GoldenSource) or source.unavailable() is not None:
+            continue
+        for kid, name, sizes, choice in source.recordings():
+            if kid in ids or name not in current:
+                continue
+            out.append(StaleRecording(kid, name, sizes, sources.setting, choice, source.label,
+                                      f"no longer made: this compiler makes {name} as {current[name][:12]}"))
+    return out

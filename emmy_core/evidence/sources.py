@@ -1,0 +1,263 @@
+"""The sources of evidence a fork is settled by, tried in order (DESIGN sections 1 and 10).
+
+1. `measured.GoldenSource`: the reviewed choices (goldens) of a freeze, held in a `MemoryStore`;
+2. `measured.LocalSource`: the local tuning database, opened read-only and lazily at the first fork
+   that reaches it, skipped with a note when it is missing, locked or of another version;
+3. `PriorSource`: the learned prior's scores (schedule forks) and prices (structural forks);
+4. `RuleSource`: the rule's first option that is not blocked.
+
+A source answers a fork (`Answer`) or says why it does not (`Miss`). Measured sources match by
+the fork's key only (kernel identity, sizes, card, setting): no feature takes part. `Sources` is
+the ordered list of one compile context, with the schedule forks it has enumerated.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from emmy_core.evidence.resolution import MEASURED_TIERS, Measured
+from emmy_core.graph.forks import Fork, ForkKey, ForkOption, ScheduleOption, StructuralOption, schedule_fork
+from emmy_core.ir.identity import kernel_id
+from emmy_core.ir.nodes import Program
+from emmy_core.targets.card import Card
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A source's answer to a fork: the option and the evidence for it."""
+
+    option: ForkOption
+    evidence: str
+    time_us: float | None = None
+    score: float | None = None
+    measurements: tuple[Measured, ...] = ()
+    runner_up: str | None = None
+    margin: float | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Miss:
+    """Why a source did not answer a fork."""
+
+    why: str
+
+
+def option_id(option: ForkOption) -> str:
+    """What blocks an option: its schedule id, or its label (structural)."""
+    return option.schedule_id if isinstance(option, ScheduleOption) else option.label
+
+
+def sizes_of(key: ForkKey) -> dict[str, int]:
+    """The key's sizes as a mapping (made by `format_sizes`, so no check; a product may pass 2**31)."""
+    return {name: int(value) for name, value in (item.split("=") for item in key.sizes.split(",") if item)}
+
+
+def piece_key(piece: Program, key: ForkKey) -> ForkKey:
+    """The key of a decision's piece: its identity at the parent's sizes of its own dynamic axes."""
+    return ForkKey.of(piece, sizes_of(key), key.card, key.setting)
+
+
+def option_kernels(fork: Fork, option: StructuralOption) -> tuple[Program, ...]:
+    """The kernels an option of a structural fork runs: the kernel itself, or the decision's pieces."""
+    return (fork.kernel,) if option.decision is None else option.decision.pieces
+
+
+def relative(runner: float | None, chosen: float | None) -> float | None:
+    if runner is None or chosen is None or chosen <= 0:
+        return None
+    return runner / chosen - 1.0
+
+
+@dataclass
+class Sources:
+    """The ordered sources of a compile context (card and setting), and the notes they left."""
+
+    card: Card
+    setting: str
+    items: tuple[Source, ...]
+    notes: list[str] = field(default_factory=list)
+    _schedule_forks: dict[str, Fork] = field(default_factory=dict, repr=False)
+
+    def schedule_fork(self, kernel: Program) -> Fork:
+        """The kernel's schedule fork on this card, enumerated lazily and kept by identity (pools ignore sizes)."""
+        kid = kernel_id(kernel)
+        if kid not in self._schedule_forks:
+            self._schedule_forks[kid] = schedule_fork(kernel, self.card, lazy=True)
+        return self._schedule_forks[kid]
+
+    def measured(self) -> tuple[Source, ...]:
+        return tuple(s for s in self.items if s.tier in MEASURED_TIERS)
+
+    def measured_price(self, kernel: Program, key: ForkKey) -> Measured | None:
+        """The first measured source's price of `kernel` at `key` (what a priced sum takes from measurements)."""
+        for s in self.measured():
+            if s.unavailable() is None:
+                m = s.price(kernel, key)
+                if m is not None:
+                    return m
+        return None
+
+    def close(self) -> list[str]:
+        """Releases what the sources hold open (the database's lock); returns why any source was skipped."""
+        skipped = []
+        for s in self.items:
+            why = getattr(s, "skipped", None)
+            if why:
+                skipped.append(why)
+            s.close()
+        return skipped
+
+
+class Source(ABC):
+    """One tier of evidence."""
+
+    tier: str = ""
+    label: str = ""
+
+    def unavailable(self) -> str | None:
+        """Why this source cannot answer anything now (None: it can)."""
+        return None
+
+    def price(self, kernel: Program, key: ForkKey) -> Measured | None:
+        """The measured price of `kernel` at `key` in this source (None: not measured here)."""
+        return None
+
+    @abstractmethod
+    def schedule(self, fork: Fork, key: ForkKey, blocked: Mapping[str, str], sources: Sources) -> Answer | Miss: ...
+
+    @abstractmethod
+    def structural(self, fork: Fork, key: ForkKey, blocked: Mapping[str, str],
+                   sources: Sources) -> Answer | Miss: ...
+
+    def close(self) -> None:  # noqa: B027 - most sources hold nothing open
+        """Releases what the source holds open (a database connection)."""
+
+
+class Unavailable(Source):
+    """A tier that has nothing to offer in this context (no freeze for the card), saying why."""
+
+    def __init__(self, tier: str, why: str) -> None:
+        self.tier = tier
+        self.label = ""
+        self.why = why
+
+    def unavailable(self) -> str | None:
+        return self.why
+
+    def schedule(self, fork: Fork, key: ForkKey, blocked: Mapping[str, str], sources: Sources) -> Answer | Miss:
+        return Miss(self.why)
+
+    def structural(self, fork: Fork, key: ForkKey, blocked: Mapping[str, str],
+                   sources: Sources) -> Answer | Miss:
+        return Miss(self.why)
+
+
+# ---- the prior and the rule ------------------------------------------------------------------
+
+
+class PriorSource(Source):
+    """Tier 3: the prior ranks a schedule fork's options and prices a structural fork's kernels.
+
+    A structural option is priced as the sum over its kernels of the first measured source's
+    price, else the prior's price of the kernel's top-ranked schedule (seed limitation 4: where
+    nothing measured prices a piece, the prior does).
+    """
+
+    tier = "prior"
+
+    def __init__(self, prior: Any | None, label: str, reason: str = "") -> None:
+        self.prior = prior
+        self.label = label
+        self.reason = reason
+        self._prices: dict[ForkKey, tuple[float, str]] = {}
+        self._scored: dict[tuple[ForkKey, tuple[str, ...]], list[float]] = {}  # a pool scored once per key
+
+    def unavailable(self) -> str | None:
+        return None if self.prior is not None else f"no prior: {self.reason}"
+
+    def _scores(self, kernel: Program, key: ForkKey, options: Sequence[ScheduleOption], card: Card) -> list[float]:
+        memo = (key, tuple(o.schedule_id for o in options))
+        if memo not in self._scored:
+            scores = self.prior.score(kernel, sizes_of(key), card, key.setting, [dict(o.knobs) for o in options])
+            out = [float(s) for s in scores]
+            if len(out) != len(options):
+                raise ValueError(f"the prior gave {len(out)} scores for {len(options)} candidates")
+            self._scored[memo] = out
+        return self._scored[memo]
+
+    def schedule(self, fork: Fork, key: ForkKey, blocked: Mapping[str, str], sources: Sources) -> Answer | Miss:
+        options = [o for o in fork.options if isinstance(o, ScheduleOption) and o.schedule_id not in blocked]
+        if not options:
+            return Miss("every option is blocked")
+        scores = self._scores(fork.kernel, key, options, sources.card)
+        order = sorted(range(len(options)), key=lambda i: (-scores[i], i))
+        top = order[0]
+        runner = order[1] if len(order) > 1 else None
+        return Answer(options[top], f"prior score {scores[top]:.4g} (top of {len(options)})", None, scores[top], (),
+                      options[runner].label if runner is not None else None,
+                      scores[top] - scores[runner] if runner is not None else None)
+
+    def _prior_price(self, kernel: Program, key: ForkKey, sources: Sources) -> tuple[float, str]:
+        if key not in self._prices:
+            options = [o for o in sources.schedule_fork(kernel).options if isinstance(o, ScheduleOption)]
+            if not options:
+                raise ValueError(f"{kernel.name} has no schedule options on {sources.card.name}")
+            scores = self._scores(kernel, key, options, sources.card)
+            top = max(range(len(options)), key=lambda i: (scores[i], -i))
+            price = self.prior.price(kernel, sizes_of(key), sources.card, key.setting, [dict(options[top].knobs)])
+            self._prices[key] = (float(price[0]), options[top].label)
+        return self._prices[key]
+
+    def structural(self, fork: Fork, key: ForkKey, blocked: Mapping[str, str],
+                   sources: Sources) -> Answer | Miss:
+        priced: list[tuple[float, int, StructuralOption, tuple[Measured, ...], int]] = []
+        for i, o in enumerate(fork.options):
+            if not isinstance(o, StructuralOption) or o.label in blocked:
+                continue
+            total, rows, guessed = 0.0, [], 0
+            for k in option_kernels(fork, o):
+                kk = key if o.decision is None else piece_key(k, key)
+                m = sources.measured_price(k, kk)
+                if m is not None:
+                    total += m.median_us
+                    rows.append(m)
+                else:
+                    total += self._prior_price(k, kk, sources)[0]
+                    guessed += 1
+            priced.append((total, i, o, tuple(rows), guessed))
+        if not priced:
+            return Miss("every option is blocked")
+        priced.sort(key=lambda p: (p[0], p[1]))
+        total, _, option, rows, guessed = priced[0]
+        runner = priced[1] if len(priced) > 1 else None
+        ev = f"priced {total:.4g} us ({guessed} kernel(s) by the prior, {len(rows)} measured)"
+        return Answer(option, ev, total, None, rows, runner[2].label if runner else None,
+                      relative(runner[0] if runner else None, total))
+
+
+class RuleSource(Source):
+    """Tier 4: the rule's first option (the safe default), or the next one when it is blocked."""
+
+    tier = "first"
+    label = "rule"
+
+    def _first(self, fork: Fork, blocked: Mapping[str, str]) -> Answer | Miss:
+        if option_id(fork.default) not in blocked:  # known without enumerating the pool
+            return Answer(fork.default, "the rule's first option (the safe default)")
+        for i, o in enumerate(fork.options):
+            if option_id(o) not in blocked:
+                what = "the rule's first option (the safe default)" if i == 0 else \
+                    f"the rule's option {i + 1} (the ones before it are blocked)"
+                return Answer(o, what)
+        return Miss("every option is blocked")
+
+    def schedule(self, fork: Fork, key: ForkKey, blocked: Mapping[str, str], sources: Sources) -> Answer | Miss:
+        return self._first(fork, blocked)
+
+    def structural(self, fork: Fork, key: ForkKey, blocked: Mapping[str, str],
+                   sources: Sources) -> Answer | Miss:
+        return self._first(fork, blocked)

@@ -1,0 +1,70 @@
+"""A model named on a command line: a reference model by name, or a user's own as `package.module:Class`.
+
+A user's class is imported and built with no arguments (`eval()` mode, the requested dtype);
+its inputs are described by `--input` specs, one per input, each a comma-separated shape of
+`B`, `S` and static sizes (`B,S,256`). Reference models bring their own inputs. The result is
+a module and a function of a {B, S} shape giving input tensors, as `models.build_model` gives.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Mapping, Sequence
+
+import torch
+from torch import nn
+
+from emmy_core.graph.errors import GraphError
+from emmy_core.graph.models import MODEL_NAMES, InputsFn, build_model
+from emmy_core.graph.ops import DYNAMIC_AXES
+
+_PATH = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*):([A-Za-z_][A-Za-z0-9_]*)\Z")
+MAX_STATIC = 1 << 20
+
+
+def parse_input_spec(text: str) -> tuple[int | str, ...]:
+    """`B,S,256` -> ("B", "S", 256); refuses anything but B, S and positive sizes."""
+    dims: list[int | str] = []
+    for item in text.split(","):
+        item = item.strip()
+        if item in DYNAMIC_AXES:
+            if item in dims:
+                raise GraphError(f"input spec {text[:60]!r}: {item} appears twice")
+            dims.append(item)
+        elif item.isdigit() and 1 <= int(item) <= MAX_STATIC:
+            dims.append(int(item))
+        else:
+            raise GraphError(f"input spec {text[:60]!r}: {item[:20]!r} is not B, S or a size in 1..{MAX_STATIC}")
+    if not dims:
+        raise GraphError("an input spec needs at least one dimension")
+    return tuple(dims)
+
+
+def load_model(spec: str, dtype: torch.dtype = torch.float16, inputs: Sequence[str] = ()) -> tuple[nn.Module, InputsFn]:
+    """The module named by `spec` and a function of a shape giving its inputs."""
+    if spec in MODEL_NAMES:
+        if inputs:
+            raise GraphError(f"{spec} is a reference model: it brings its own inputs (no --input)")
+        return build_model(spec, dtype)
+    m = _PATH.match(spec)
+    if m is None:
+        raise GraphError(f"unknown model {spec[:80]!r}: give a reference model ({', '.join(MODEL_NAMES)}) or "
+                         "package.module:Class")
+    if not inputs:
+        raise GraphError(f"{spec}: give one --input per model input, e.g. --input B,S,256")
+    try:
+        cls = getattr(importlib.import_module(m.group(1)), m.group(2))
+    except (ImportError, AttributeError) as exc:
+        raise GraphError(f"cannot load {spec}: {exc}") from None
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise GraphError(f"{spec} is not an nn.Module class")
+    module = cls().to(dtype).eval()
+    shapes = [parse_input_spec(s) for s in inputs]
+
+    def example_inputs(shape: Mapping[str, int]) -> tuple[torch.Tensor, ...]:
+        gen = torch.Generator().manual_seed(0)
+        return tuple(torch.randn([d if isinstance(d, int) else shape[d] for d in dims], generator=gen).to(dtype)
+                     for dims in shapes)
+
+    return module, example_inputs
