@@ -73,7 +73,7 @@ def fit(dataset: Annotated[Path | None, typer.Argument(help="dataset export fold
     m = result.metrics  # type: ignore[attr-defined]
     mean = m["mean"]
     typer.echo(f"wrote {result.artifact_path}; metrics in {result.fit_dir / 'metrics.json'}")  # type: ignore[attr-defined]
-    typer.echo(json.dumps({"cv": mean, "folds": len(m["folds"]), "train_forks": m["train_forks"],
+    typer.echo(json.dumps({"cv": mean, "folds": len(m["folds"]), "train_groups": m["train_groups"],
                            "undescribed_pools": m["undescribed_pools"],
                            "mlflow_run": result.run_id}, sort_keys=True))  # type: ignore[attr-defined]
 

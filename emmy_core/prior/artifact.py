@@ -51,7 +51,7 @@ class Prior:
         """feature_version, provenance, feature names, headline metrics, trees and the price curves."""
         return {"feature_version": self.doc["feature_version"], "provenance": self.doc["provenance"],
                 "features": list(self.features), "metrics": self.doc["metrics"],
-                "trees": int(self.trees.levels.shape[0]), "depth": int(self.trees.levels.shape[1]),
+                "trees": int(self.trees.level_feature.shape[0]), "depth": int(self.trees.level_feature.shape[1]),
                 "calibration": {k: c.to_json() for k, c in self.curves.items()}, "source": self.source}
 
     def rows(self, kernel: Program | Extern, sizes: Mapping[str, int] | str | None, card: Card | None,

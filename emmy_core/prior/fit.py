@@ -99,7 +99,7 @@ def cross_validate(forks: Sequence[Fork], names: Sequence[str], pools: str, fold
         train_k, val_k = set(kernels[train_idx].tolist()), set(kernels[val_idx].tolist())
         assert not train_k & val_k, f"fold {k}: kernels in both train and validation: {sorted(train_k & val_k)}"
         train_forks = [forks[i] for i in train_idx]
-        groups = training_groups(train_forks, pools, seed)
+        groups = training_groups(train_forks, pools, seed, params.golden_sample, params.max_group)
         if not groups:
             continue
         if progress is not None:
@@ -164,13 +164,13 @@ def fit_dataset(dataset: Dataset, out_path: Path | str, *, pools: str = "golden"
         progress(f"{len(forks)} forks; features")
     names = featurize(forks, progress)
     fold_figures = cross_validate(forks, names, pools, folds, seed, params, progress)
-    groups = training_groups(forks, pools, seed, params.golden_sample)
+    groups = training_groups(forks, pools, seed, params.golden_sample, params.max_group)
     if progress is not None:
         progress(f"final model on {len(groups)} forks")
     model = train(*design(forks, groups, names), params, seed)
     scores = score_forks(model, forks, names)
     in_sample = metrics.summarize([fork_figures(f, s) for f, s in zip(forks, scores, strict=True)])
-    headline = {"cv": _mean_of_folds(fold_figures), "folds": len(fold_figures), "train_forks": len(groups),
+    headline = {"cv": _mean_of_folds(fold_figures), "folds": len(fold_figures), "train_groups": len(groups),
                 "undescribed_pools": dataset.undescribed_pools}
     now = _dt.datetime.now(_dt.UTC).replace(microsecond=0)
     doc: dict[str, Any] = {
@@ -188,7 +188,7 @@ def fit_dataset(dataset: Dataset, out_path: Path | str, *, pools: str = "golden"
     report = {"feature_version": FEATURE_VERSION, "dataset_digest": dataset.digest, "pools": pools, "seed": seed,
               "params": params.to_json(), "folds": fold_figures, "mean": headline["cv"], "in_sample": in_sample,
               "undescribed_pools": dataset.undescribed_pools, "undescribed_cards": dataset.undescribed_cards,
-              "train_forks": len(groups), "forks": len(forks)}
+              "train_groups": len(groups), "forks": len(forks)}
     artifact = write_artifact(doc, out_path)
     fit_dir.mkdir(parents=True, exist_ok=False)
     metrics_path = fit_dir / "metrics.json"

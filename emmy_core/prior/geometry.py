@@ -45,7 +45,8 @@ GEOMETRY_NAMES: tuple[str, ...] = (
     "g.log2_programs", "g.threads", "g.per_thread", "g.warp_fill", "g.smem_kib", "g.smem_frac", "g.fp_l1",
     "g.fp_l2", "g.thread_frac", "g.vec_lanes", "g.resident", "g.log2_waves", "g.tail")
 REG_OVERHEAD = 48  # per-thread registers beyond the accumulator, as emmy_core.knobs.validity counts them
-MAX_RESIDENT = 32.0  # programs resident per SM at most (no card in the table allows more)
+MAX_RESIDENT = 32.0
+ACC_CODES = {"f32": 0.0, "f16": 1.0}  # programs resident per SM at most (no card in the table allows more)
 
 
 def text_code(text: str) -> float:
@@ -70,30 +71,36 @@ def _encode(value: object) -> float:
     return NAN
 
 
+def _column(values: list[object]) -> np.ndarray:
+    """Encoded values of one knob over the candidates (None: not set, NaN)."""
+    try:
+        return np.array([NAN if v is None else v for v in values], dtype=np.float64)  # numbers and bools
+    except (TypeError, ValueError):
+        codes: dict[object, float] = {}
+        return np.array([NAN if v is None else codes.setdefault(v, _encode(v)) for v in values], dtype=np.float64)
+
+
 def knob_columns(candidates: Sequence[Mapping[str, object]]) -> dict[str, np.ndarray]:
     """`k.*` (fixed names) and `x.*` (the extern knobs these candidates set) columns."""
     n = len(candidates)
     cols: dict[str, np.ndarray] = {name: np.full(n, NAN) for name in KNOB_NAMES}
     extern: dict[str, np.ndarray] = {}
-    mma = np.full((n, len(MMA_PROPS)), NAN)
-    for i, cand in enumerate(candidates):
-        for key, value in cand.items():
-            if key == "mma":
-                mma[i] = _mma_props(value)
-            elif key == "acc":
-                cols["k.acc"][i] = {"f32": 0.0, "f16": 1.0}.get(value, NAN) if isinstance(value, str) else NAN
-            elif key.startswith(EXTERN_PREFIX):
-                name = "x." + key[len(EXTERN_PREFIX):]
-                col = extern.get(name)
-                if col is None:
-                    col = extern[name] = np.full(n, NAN)
-                col[i] = _encode(value)
-            else:
-                col = cols.get(f"k.{key}")
-                if col is not None:
-                    col[i] = _encode(value)
-    for j, prop in enumerate(MMA_PROPS):
-        cols[f"k.mma_{prop}"] = mma[:, j]
+    keys: dict[str, None] = {}
+    for cand in candidates:
+        keys.update(dict.fromkeys(cand))
+    for key in keys:
+        values = [c.get(key) for c in candidates]
+        if key == "mma":
+            props = {v: _mma_props(v) for v in set(values)}
+            mma = np.array([props[v] for v in values], dtype=np.float64).reshape(n, len(MMA_PROPS))
+            for j, prop in enumerate(MMA_PROPS):
+                cols[f"k.mma_{prop}"] = mma[:, j]
+        elif key == "acc":
+            cols["k.acc"] = np.array([ACC_CODES.get(v, NAN) for v in values], dtype=np.float64)  # type: ignore[arg-type]
+        elif key.startswith(EXTERN_PREFIX):
+            extern["x." + key[len(EXTERN_PREFIX):]] = _column(values)
+        elif f"k.{key}" in cols:
+            cols[f"k.{key}"] = _column(values)
     cols.update(sorted(extern.items()))
     return cols
 

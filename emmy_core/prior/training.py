@@ -8,6 +8,10 @@ Groups (one per fork: kernel, sizes, card, setting):
   `best / time` of the fork (1 for the fastest), and 0 for a failed row (ranked last);
 - both: the measured pool where the fork has one, else its golden pool.
 
+A measured pool larger than `max_group` members (Kernel Tuner caches hold up to 18k) is cut
+into seeded random chunks of at most that many, each its own group: every group still holds
+members of one fork only, and the listwise loss's cost grows with the group's size squared.
+
 The ranker is CatBoost's YetiRank (a listwise loss) on float features with NaN as missing
 (`nan_mode` Min); its JSON model is what the artifact keeps.
 """
@@ -30,6 +34,7 @@ from emmy_core.prior.dataset import Fork
 POOL_KINDS = ("golden", "measured", "both")
 GOLDEN_SAMPLE = 31  # other candidates drawn below a golden
 MIN_MEASURED = 2  # measured members a fork needs to teach an order
+MAX_GROUP = 256  # members of one training group at most (a larger measured pool is cut into chunks)
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,7 @@ class Params:
     l2_leaf_reg: float = 3.0
     thread_count: int = 2  # fixed, so the same seed gives the same trees on any machine
     golden_sample: int = GOLDEN_SAMPLE
+    max_group: int = MAX_GROUP
     extra: dict[str, Any] = field(default_factory=dict)
 
     def catboost(self, seed: int) -> dict[str, Any]:
@@ -54,7 +60,8 @@ class Params:
     def to_json(self) -> dict[str, Any]:
         return {"loss": self.loss, "iterations": self.iterations, "depth": self.depth,
                 "learning_rate": self.learning_rate, "l2_leaf_reg": self.l2_leaf_reg,
-                "thread_count": self.thread_count, "golden_sample": self.golden_sample, **self.extra}
+                "thread_count": self.thread_count, "golden_sample": self.golden_sample, "max_group": self.max_group,
+                **self.extra}
 
 
 @dataclass(frozen=True)
@@ -83,30 +90,36 @@ def _golden_group(i: int, fork: Fork, rng: np.random.Generator, sample: int) -> 
     return Group(i, members, rel)
 
 
-def _measured_group(i: int, fork: Fork) -> Group | None:
+def _measured_groups(i: int, fork: Fork, rng: np.random.Generator, max_group: int) -> list[Group]:
     members = np.flatnonzero(fork.measured)
     if len(members) < MIN_MEASURED or not fork.ok[members].any():
-        return None
-    rel = relevance(fork)[members]
-    if np.all(rel == rel[0]):
-        return None
-    return Group(i, members, rel)
+        return []
+    rel = relevance(fork)
+    if np.all(rel[members] == rel[members[0]]):
+        return []
+    if len(members) <= max_group:
+        return [Group(i, members, rel[members])]
+    shuffled = rng.permutation(members)
+    parts = -(-len(members) // max_group)
+    chunks = [np.sort(c) for c in np.array_split(shuffled, parts)]
+    return [Group(i, c, rel[c]) for c in chunks if len(c) >= MIN_MEASURED and not np.all(rel[c] == rel[c[0]])]
 
 
-def training_groups(forks: Sequence[Fork], pools: str, seed: int, sample: int = GOLDEN_SAMPLE) -> list[Group]:
-    """The groups a fit trains on (see the module's docstring); the golden sample is drawn with `seed`."""
+def training_groups(forks: Sequence[Fork], pools: str, seed: int, sample: int = GOLDEN_SAMPLE,
+                    max_group: int = MAX_GROUP) -> list[Group]:
+    """The groups a fit trains on (see the module's docstring); samples and chunks are drawn with `seed`."""
     if pools not in POOL_KINDS:
         raise ValueError(f"pools must be one of {', '.join(POOL_KINDS)}, not {pools[:20]!r}")
     rng = np.random.default_rng(seed)
     out: list[Group] = []
     for i, fork in enumerate(forks):
-        group: Group | None = None
+        groups: list[Group] = []
         if pools in ("measured", "both"):
-            group = _measured_group(i, fork)
-        if group is None and pools in ("golden", "both"):
-            group = _golden_group(i, fork, rng, sample)
-        if group is not None:
-            out.append(group)
+            groups = _measured_groups(i, fork, rng, max_group)
+        if not groups and pools in ("golden", "both"):
+            golden = _golden_group(i, fork, rng, sample)
+            groups = [golden] if golden is not None else []
+        out.extend(groups)
     return out
 
 

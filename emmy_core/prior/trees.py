@@ -1,7 +1,7 @@
 """A numpy evaluator of CatBoost's oblivious trees, read from CatBoost's own JSON model format.
 
 Scoring needs no catboost (the compile path imports without it). An oblivious tree of depth
-d asks the same d questions of every row, `value > border` on one feature each; the answers
+d asks the same d questions of every row, `value > border` on one feature each (in float32, as CatBoost compares); the answers
 are the bits of the leaf index (the first split is bit 0) and the leaf holds the tree's
 value. The model's prediction is `scale * sum of the trees' leaf values + bias`. A missing
 value (NaN) answers as the feature's `nan_value_treatment` says: `AsFalse` (CatBoost's
@@ -30,17 +30,21 @@ class ModelFormatError(ValueError):
 
 @dataclass(frozen=True)
 class Trees:
-    """Oblivious trees as arrays: per (tree, level) the split's binary-feature index; per tree its leaves.
+    """Oblivious trees as arrays, evaluated on binned features.
 
-    `split_feature`/`split_border` list the distinct (feature, border) questions; `levels` is
-    (trees, depth) indexes into them (-1: a padded level that always answers false);
-    `leaves` is (trees, 2**depth)."""
+    Each feature a split reads (`used`) has its sorted distinct `borders`; a value's bin is the
+    count of borders below it, so `value > border` is `bin > rank of the border`. A missing
+    value's bin answers false to every question (AsFalse, AsIs) or true (AsTrue). `level_feature`
+    and `level_rank` are (trees, depth): the used feature and the border rank each level asks
+    (feature -1: a padded level of a shallower tree, which always answers false). `leaves` is
+    (trees, 2**depth)."""
 
     n_features: int
-    split_feature: np.ndarray
-    split_border: np.ndarray
-    split_nan_true: np.ndarray
-    levels: np.ndarray
+    used: np.ndarray
+    borders: tuple[np.ndarray, ...]
+    nan_false: np.ndarray
+    level_feature: np.ndarray
+    level_rank: np.ndarray
     leaves: np.ndarray
     scale: float
     bias: float
@@ -51,20 +55,29 @@ class Trees:
         if x.ndim != 2 or x.shape[1] != self.n_features:
             raise ValueError(f"expected rows of {self.n_features} features, got shape {x.shape}")
         n = x.shape[0]
-        if self.levels.shape[0] == 0:
+        trees, depth = self.level_feature.shape
+        if trees == 0:
             return np.full(n, self.bias)
-        values = x[:, self.split_feature]
-        answers = values > self.split_border
-        nan = np.isnan(values)
-        if nan.any():
-            answers = np.where(nan, self.split_nan_true, answers)
-        answers = np.concatenate([answers, np.zeros((n, 1), dtype=bool)], axis=1)  # column -1: padded levels
-        depth = self.levels.shape[1]
-        index = np.zeros((n, self.levels.shape[0]), dtype=np.int64)
+        columns = np.ascontiguousarray(x.T, dtype=np.float32)  # CatBoost compares features as float32
+        most = max((len(b) for b in self.borders), default=0)
+        bins = np.zeros((len(self.used) + 1, n), dtype=np.uint8 if most < 255 else np.int32)  # last row: padding
+        for j, f in enumerate(self.used):
+            col = columns[f]
+            bins[j] = np.searchsorted(self.borders[j], col, side="left")  # NaN sorts last: above every border
+            if self.nan_false[j]:
+                bins[j][np.isnan(col)] = 0
+        ranks = self.level_rank.astype(bins.dtype)
+        index = np.zeros((trees, n), dtype=np.uint8 if depth <= 8 else np.uint16)
+        bit = np.empty_like(index)
         for level in range(depth):
-            index |= answers[:, self.levels[:, level]].astype(np.int64) << level
-        picked = np.take_along_axis(self.leaves[None, :, :], index[:, :, None], axis=2)[:, :, 0]
-        return self.scale * picked.sum(axis=1) + self.bias
+            answer = np.greater(bins[self.level_feature[:, level]], ranks[:, level, None])
+            np.left_shift(answer.view(np.uint8) if index.dtype == np.uint8 else answer.astype(index.dtype), level,
+                          out=bit)
+            index |= bit
+        total = np.zeros(n)
+        for t in range(trees):  # a small leaf table per tree stays in cache: faster than one flat gather
+            total += self.leaves[t].take(index[t])
+        return self.scale * total + self.bias
 
 
 def _fail(path: str, why: str) -> ModelFormatError:
@@ -131,12 +144,22 @@ def parse_model(model: object, n_features: int) -> Trees:
     if not (isinstance(sb, list) and len(sb) == 2 and isinstance(sb[1], list) and len(sb[1]) == 1):
         raise _fail("$.model.scale_and_bias", "must be [scale, [bias]] (one output dimension)")
     scale, bias = _number(sb[0], "$.model.scale_and_bias[0]"), _number(sb[1][0], "$.model.scale_and_bias[1][0]")
-    level_arr = np.full((len(trees), depth), -1, dtype=np.int64)
+    by_feature: dict[int, list[float]] = {}
+    for feature, border in questions:
+        by_feature.setdefault(feature, []).append(border)
+    used = sorted(by_feature)
+    borders = tuple(np.array(sorted(set(by_feature[f])), dtype=np.float32) for f in used)
+    slot = {f: j for j, f in enumerate(used)}
+    rank = {(f, b): int(np.searchsorted(borders[slot[f]], np.float32(b))) for f, b in questions}
+    keys = list(questions)
+    level_feature = np.full((len(trees), depth), len(used), dtype=np.intp)  # len(used): the all-false row
+    level_rank = np.zeros((len(trees), depth), dtype=np.int32)
     leaf_arr = np.zeros((len(trees), 2**depth))
     for t, (row, vals) in enumerate(zip(levels, leaves, strict=True)):
-        level_arr[t, : len(row)] = row
+        for d, q in enumerate(row):
+            f, b = keys[q]
+            level_feature[t, d], level_rank[t, d] = slot[f], rank[(f, b)]
         leaf_arr[t, : len(vals)] = vals
-    feats = np.array([f for f, _ in questions], dtype=np.int64)
-    borders = np.array([b for _, b in questions], dtype=np.float64)
-    return Trees(n_features, feats, borders, np.array(nan_true, dtype=bool)[feats] if len(feats) else
-                 np.zeros(0, dtype=bool), level_arr, leaf_arr, scale, bias)
+    nan_false = np.array([not nan_true[f] for f in used], dtype=bool)
+    return Trees(n_features, np.array(used, dtype=np.intp), borders, nan_false, level_feature, level_rank, leaf_arr,
+                 scale, bias)

@@ -1,0 +1,263 @@
+"""How fast does the prior score, how long does a fit take, and what does it earn on a card it never saw?
+
+Four questions, each against a baseline measured in the same run:
+
+- score: 1,000 candidates of one fork scored by `Prior.score` (features and trees, numpy only)
+  and by the trees alone, against CatBoost's own `predict` on the same rows (median of repeats;
+  the target is under 5 ms);
+- fit: `emmy fit` on every peer cache (measured pools, five folds by kernel, then the final
+  model), wall time and peak memory (the target is under 5 minutes);
+- loco: leave one card out on the peer data, for each seed: per held-out card the prior's
+  top-1 and top-5 slowdown beside the rule's first option (the first configuration in the
+  cache file's own order), a random pick's expectation, the most similar card's best and the
+  transfer baseline (no model: per configuration the geomean of best/time over the other
+  cards of the same kernel); the spread over seeds;
+- cpu: the installed prior (fitted on the freeze's CPU) on pools this machine measured with
+  `emmy tune` (a tuning database, `--cpu-db`), the same figures, the freeze's card as the
+  other card of the baselines.
+
+Run: .venv/bin/python bench/prior.py [--only score,fit,loco,cpu] [--seeds 0,1,2] [--peer DIR] [--cpu-db PATH]
+Fill the CPU database first, e.g. for m in "llama_block B=1,S=128" "mlp B=8,S=256"; do set -- $m;
+.venv/bin/emmy tune --model $1 --shape $2 --budget 24 --db _data/cpu.db; done
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+
+from emmy_core.ir.builders import matmul
+from emmy_core.knobs import candidates
+from emmy_core.knobs.vocab import EXTERN_PREFIX, schedule_id
+from emmy_core.prior import load_installed_prior, load_prior
+from emmy_core.prior import metrics as m
+from emmy_core.prior.dataset import Dataset, read_dataset
+from emmy_core.prior.fit import featurize, fit_dataset
+from emmy_core.prior.training import Params
+from emmy_core.prior.transfer import fork_baselines, leave_one_card_out
+from emmy_core.targets import Card
+
+ROOT = Path(__file__).resolve().parents[1]
+FIGURES = ("top1", "top5", "first_slowdown", "random_slowdown", "similar_slowdown", "transfer_top1",
+           "transfer_top5", "tau", "pick_failed")
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def load() -> str:
+    a, b, c = os.getloadavg()
+    return f"load {a:.2f} {b:.2f} {c:.2f}"
+
+
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def timed(fn: Any, repeats: int) -> float:
+    """Median wall time of `fn()` in milliseconds, after one warm-up call."""
+    fn()
+    samples = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(samples)
+
+
+def bench_score(repeats: int) -> None:
+    from catboost import CatBoostRanker
+
+    prior = load_installed_prior()
+    card = Card(name="Bench CPU x64", target="cpu", arch="x86_64", compute_capability="", tensor_cores=(),
+                source="bench", cores=64, l1d_kib=48.0, l2_kib=2048.0, l3_kib=262144.0, simd_bits=512,
+                freq_mhz=3000.0)
+    kernel = matmul(4096, 4096, 4096)
+    pool = list(candidates(kernel, card))[:1000]
+    assert len(pool) == 1000, len(pool)
+    rows = prior.rows(kernel, {}, card, "deploy", pool)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model.json"
+        path.write_text(json.dumps(prior.doc["model"]))
+        model = CatBoostRanker()
+        model.load_model(str(path), format="json")
+    diff = float(np.abs(model.predict(rows) - prior.score_rows(rows)).max())
+    full = timed(lambda: prior.score(kernel, {}, card, "deploy", pool), repeats)
+    trees = timed(lambda: prior.score_rows(rows), repeats)
+    cat = timed(lambda: model.predict(rows), repeats)
+    say(f"score: 1000 candidates, {prior.info['trees']} trees of depth {prior.info['depth']}, "
+        f"{len(prior.features)} features ({load()})")
+    say(f"  Prior.score (features + trees) {full:7.2f} ms   (target < 5 ms)")
+    say(f"  numpy trees on the rows        {trees:7.2f} ms")
+    say(f"  CatBoost predict on the rows   {cat:7.2f} ms   ratio numpy/CatBoost {trees / cat:.2f}; "
+        f"largest difference {diff:.1e}")
+
+
+def peer_dataset(peer: Path, tmp: Path) -> Dataset:
+    """The peer caches imported, exported and read; each extern fork's first option is its file's first entry."""
+    from emmy_core.store.export import export_db
+    from emmy_core.store.importer import import_db
+
+    files = sorted(p for p in peer.iterdir() if p.name.endswith((".json", ".json.gz")))
+    refused = [o.message for o in import_db(tmp / "peer.db", files, fresh=True) if not o.ok]
+    if refused:
+        raise SystemExit(f"peer import refused: {refused[0]}")
+    export_db(tmp / "peer.db", tmp / "peer")
+    dataset = read_dataset(tmp / "peer")
+    firsts: dict[tuple[str, str], str] = {}
+    for f in files:
+        with (gzip.open(f, "rt") if f.suffix == ".gz" else f.open()) as fh:
+            doc = json.load(fh)
+        entry = next(iter(doc["cache"].values()))
+        firsts[(doc["device_name"], doc["kernel_name"])] = schedule_id(
+            {EXTERN_PREFIX + k: entry[k] for k in doc["tune_params_keys"]})
+    for fork in dataset.forks:
+        sid = firsts.get((fork.card_name, getattr(fork.kernel, "name", "")))
+        if sid in fork.schedule_ids:
+            fork.first = fork.schedule_ids.index(sid)
+    return dataset
+
+
+def bench_fit(dataset: Dataset, params: Params) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        t = time.monotonic()
+        result = fit_dataset(dataset, Path(tmp) / "peer.json", pools="measured", folds=5, seed=0, params=params,
+                             tracking_uri="off", fits_dir=Path(tmp) / "fits")
+        wall = time.monotonic() - t
+    rows = sum(len(f.knobs) for f in dataset.forks)
+    mean = result.metrics["mean"]
+    say(f"fit: all peer data ({len(dataset.forks)} forks, {rows} rows, {result.metrics['train_groups']} groups), "
+        f"5 folds by kernel + final model: {wall:.0f} s (target < 300 s); peak {peak_mb():.0f} MB ({load()})")
+    say(f"  cross-validated on unseen kernels: top1 {mean['top1']:.3f} top5 {mean['top5']:.3f} tau {mean['tau']:.3f}")
+
+
+def _row(label: str, figures: Sequence[dict[str, Any]]) -> str:
+    cells = []
+    for name in FIGURES:
+        values = [f[name] for f in figures if f.get(name) is not None]
+        if name in ("tau", "pick_failed"):
+            v = sum(values) / len(values) if values else None
+        else:
+            v = m.geomean(values)
+        cells.append("     -" if v is None else f"{v:6.3f}")
+    return f"  {label:<28} {len(figures):>5} " + " ".join(cells)
+
+
+def _header() -> str:
+    short = ("top1", "top5", "first", "random", "simil", "trans1", "trans5", "tau", "failed")
+    return f"  {'held-out card':<28} {'pools':>5} " + " ".join(f"{s:>6}" for s in short)
+
+
+def bench_loco(dataset: Dataset, params: Params, seeds: Sequence[int]) -> None:
+    names = featurize(dataset.forks)
+    cards = sorted({f.card_name for f in dataset.forks})
+    overall: dict[int, dict[str, float | None]] = {}
+    per_seed: dict[int, list[dict[str, Any]]] = {}
+    for seed in seeds:
+        t = time.monotonic()
+        figures: list[dict[str, Any]] = []
+        for card in cards:
+            figures += leave_one_card_out(dataset.forks, names, card, params, seed)
+        per_seed[seed] = figures
+        overall[seed] = {k: m.geomean(f[k] for f in figures if f.get(k) is not None)
+                         for k in ("top1", "top5", "transfer_top1")}
+        say(f"loco seed {seed}: {time.monotonic() - t:.0f} s ({load()})")
+        say(_header())
+        for card in cards:
+            say(_row(card, [f for f in figures if f["card"] == card]))
+        say(_row("all pools (geomean)", figures))
+        worse = [c for c in cards if (m.geomean(f["top1"] for f in figures if f["card"] == c) or 0) > 1.05 * (
+            m.geomean(f["transfer_top1"] for f in figures if f["card"] == c) or float("inf"))]
+        say(f"  cards worse than the transfer baseline by more than 5%: {', '.join(worse) or 'none'}")
+        for f in figures:
+            say(f"    {f['card']:<28} {f['kernel']:<20} top1 {f['top1']:.3f} top5 {f['top5']:.3f} "
+                f"transfer {f['transfer_top1']:.3f} similar {f['similar_slowdown']:.3f} tau {f['tau']:.3f}")
+    top1 = [o["top1"] for o in overall.values() if o["top1"] is not None]
+    top5 = [o["top5"] for o in overall.values() if o["top5"] is not None]
+    say(f"loco over seeds {list(seeds)}: top1 {statistics.mean(top1):.3f} (min {min(top1):.3f}, max {max(top1):.3f}); "
+        f"top5 {statistics.mean(top5):.3f} (min {min(top5):.3f}, max {max(top5):.3f}); goal top1 <= 1.07, top5 <= 1.03")
+
+
+def bench_cpu(cpu_db: Path, prior_path: Path | None) -> None:
+    from emmy_core.prior.installed import freeze_files
+    from emmy_core.store.export import export_db
+    from emmy_core.store.importer import import_db
+
+    if not cpu_db.is_file():
+        say(f"cpu: no tuning database at {cpu_db}; fill it with emmy tune (see this script's docstring)")
+        return
+    prior = load_prior(prior_path) if prior_path else load_installed_prior()
+    with tempfile.TemporaryDirectory() as tmp:
+        export_db(cpu_db, Path(tmp) / "here")
+        here = read_dataset(Path(tmp) / "here")
+        assert all(o.ok for o in import_db(Path(tmp) / "freeze.db", freeze_files(ROOT / "freezes"), fresh=True))
+        export_db(Path(tmp) / "freeze.db", Path(tmp) / "freeze")
+        freeze = read_dataset(Path(tmp) / "freeze")
+    figures = []
+    for fork in here.forks:
+        mm = np.flatnonzero(fork.measured)
+        if len(mm) < 2:
+            continue
+        scores = prior.score(fork.kernel, fork.sizes, fork.card, fork.setting, [fork.knobs[i] for i in mm])
+        f: dict[str, Any] = {"card": fork.card_name, "kernel": getattr(fork.kernel, "name", fork.kernel_id)}
+        f.update(m.pool_metrics(scores, fork.times[mm], fork.ok[mm]))
+        f.update(fork_baselines(fork, freeze.forks))
+        figures.append(f)
+    cards = sorted({f.card_name for f in here.forks})
+    fitted_on = sorted({f.card_name for f in freeze.forks})
+    say(f"cpu: the installed prior (fitted on {', '.join(fitted_on)}) on {len(figures)} pools measured on "
+        f"{', '.join(cards)} ({load()})")
+    say(_header())
+    say(_row(", ".join(cards)[:28], figures))
+    for f in figures:
+        say(f"    {f['kernel'][:44]:<44} top1 {f['top1']:.3f} top5 {f['top5'] or float('nan'):.3f} "
+            f"first {f.get('first_slowdown') or float('nan'):.3f} transfer {f.get('transfer_top1') or float('nan'):.3f}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="score,fit,loco,cpu")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--peer", type=Path, default=ROOT.parent / "shared" / "peer")
+    ap.add_argument("--cpu-db", type=Path, default=ROOT / "_data" / "cpu.db")
+    ap.add_argument("--cpu-prior", type=Path, default=None, help="artifact for the cpu question (default: installed)")
+    ap.add_argument("--repeats", type=int, default=50)
+    args = ap.parse_args()
+    only = set(args.only.split(","))
+    params = Params()
+    say(f"bench/prior.py ({load()}); fit parameters {json.dumps(params.to_json(), sort_keys=True)}")
+    if "score" in only:
+        bench_score(args.repeats)
+    if only & {"fit", "loco"}:
+        if not args.peer.is_dir():
+            say(f"fit, loco: no peer data at {args.peer}; skipped")
+        else:
+            with tempfile.TemporaryDirectory() as tmp:
+                dataset = peer_dataset(args.peer, Path(tmp))
+            if "fit" in only:
+                bench_fit(dataset, params)
+            if "loco" in only:
+                bench_loco(dataset, params, [int(s) for s in args.seeds.split(",")])
+    if "cpu" in only:
+        bench_cpu(args.cpu_db, args.cpu_prior)
+    say(f"done; peak {peak_mb():.0f} MB ({load()})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""Baselines a prior must beat on a card it has never seen, as scores over the held-out fork's members.
+
+Each baseline ranks the members of a fork on one card from what OTHER cards measured of the
+same kernel at the same sizes and setting (no model), so the per-pool metrics
+(`emmy_core.prior.metrics`) read it exactly as they read the prior's scores:
+
+- transfer: per configuration, the geometric mean of best/time over the other cards that
+  measured it (a failure there counts as FAILED_RATIO); the highest is picked. A member no
+  other card measured ranks last;
+- most similar card: the other card whose hardware description is nearest (mean squared
+  difference of log numbers over the fields both have) ranks by its own measured times;
+- the rule's first option and the random pick are in `metrics` (`index_slowdown`, `random_slowdown`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from emmy_core.prior.dataset import Fork
+from emmy_core.targets.card import Card
+
+FAILED_RATIO = 1e-3  # best/time a failure on another card counts as (a thousand times slower than its best)
+UNSEEN = -1e300  # score of a member no other card measured: after every measured one, in emitted order
+
+
+def same_kernel_elsewhere(fork: Fork, forks: Sequence[Fork]) -> list[Fork]:
+    """The forks of the same kernel, sizes and setting on other cards."""
+    return [f for f in forks if f.kernel_id == fork.kernel_id and f.sizes == fork.sizes
+            and f.setting == fork.setting and f.card_name != fork.card_name]
+
+
+def _ratios(other: Fork) -> dict[str, float]:
+    best = float(np.nanmin(other.times)) if other.ok.any() else math.nan
+    out = {}
+    for sid, measured, ok, t in zip(other.schedule_ids, other.measured, other.ok, other.times, strict=True):
+        if measured:
+            out[sid] = best / float(t) if ok else FAILED_RATIO
+    return out
+
+
+def transfer_scores(fork: Fork, others: Sequence[Fork]) -> np.ndarray:
+    """Per member: mean log(best/time) over the other cards that measured it (UNSEEN where none did)."""
+    total = np.zeros(len(fork.schedule_ids))
+    count = np.zeros(len(fork.schedule_ids))
+    index = {sid: i for i, sid in enumerate(fork.schedule_ids)}
+    for other in others:
+        for sid, ratio in _ratios(other).items():
+            i = index.get(sid)
+            if i is not None and ratio > 0:
+                total[i] += math.log(ratio)
+                count[i] += 1
+    return np.where(count > 0, total / np.maximum(count, 1), UNSEEN)
+
+
+def card_distance(a: Card | None, b: Card | None) -> float:
+    """Mean squared difference of log numbers over the fields both cards have (inf when nothing compares)."""
+    if a is None or b is None:
+        return math.inf
+    na, nb = a.numeric(), b.numeric()
+    shared = [k for k in na if k in nb and na[k] > 0 and nb[k] > 0]
+    if not shared:
+        return math.inf
+    return sum((math.log(na[k]) - math.log(nb[k])) ** 2 for k in shared) / len(shared)
+
+
+def most_similar_scores(fork: Fork, others: Sequence[Fork]) -> np.ndarray | None:
+    """The nearest other card's own order (by its measured times) over this fork's members; None: no other card."""
+    if not others:
+        return None
+    nearest = min(others, key=lambda o: (card_distance(fork.card, o.card), o.card_name))
+    ratios = _ratios(nearest)
+    return np.array([math.log(ratios[s]) if s in ratios else UNSEEN for s in fork.schedule_ids])
