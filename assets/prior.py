@@ -39,7 +39,7 @@ def prior(context: dg.AssetExecutionContext, config: FitConfig, paths: EmmyPaths
         "fit folder": dg.MetadataValue.path(str(result.fit_dir)),
         **{f"cv {k}": float(cv[k]) for k in HEADLINE if isinstance(cv.get(k), int | float)},
         "folds": len(result.metrics["folds"]),
-        "train forks": result.metrics["train_forks"],
+        "train groups": result.metrics["train_groups"],
         "mlflow_run_id": result.run_id or "none",
         "mlflow_tracking_uri": mlflow.uri(),
     })
