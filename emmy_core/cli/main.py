@@ -7,6 +7,7 @@ import typer
 from emmy_core.cli import (
     db_cmd,
     db_files_cmd,
+    eval_cmd,
     fit_cmd,
     graph_cmd,
     ir_cmd,
@@ -32,6 +33,7 @@ app.command("tune")(tune_cmd.tune)
 app.command("run")(run_cmd.run)
 app.command("fit")(fit_cmd.fit)
 app.add_typer(prior_cmd.app, name="prior")
+app.add_typer(eval_cmd.app, name="eval")
 
 
 def main() -> None:
