@@ -138,3 +138,20 @@ def test_a_candidate_no_worse_is_installed_and_one_worse_beyond_the_tolerance_is
     assert not data.passed and "beyond the tolerance of 2.0%" in (data.description or "")  # type: ignore[union-attr]
     assert materialized(bad) == {"evaluation"}
     assert installed.read_bytes() == good
+
+
+def test_an_installed_prior_that_no_longer_loads_is_replaced_and_the_verdict_says_why(chain: Chain) -> None:
+    import json
+
+    from emmy_core.prior import load_prior
+
+    paths = chain.resources["paths"]
+    installed = Path(paths.installed_prior)
+    stale = json.loads(Path(paths.candidate).read_text())
+    stale["feature_version"] += 1  # written by another Emmy: refused on load, naming both versions
+    installed.write_text(json.dumps(stale))
+    result = materialize(chain_assets(["here"]), chain.resources, chain.instance, ("evaluation", "installed_prior"))
+    assert result.success and materialized(result) == {"evaluation", "installed_prior"}
+    verdict = metadata(result, "evaluation")["verdict"]
+    assert "no installed prior to compare against" in verdict and "cannot be used" in verdict
+    assert load_prior(installed).info["provenance"] == load_prior(paths.candidate).info["provenance"]
