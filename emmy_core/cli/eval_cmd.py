@@ -50,7 +50,7 @@ def prior(dataset: Annotated[Path, typer.Argument(help="dataset export folder (e
 
             for path in write_plots(report, plots):
                 progress(f"wrote {path}")
-    except (EvalError, PriorError, SourceError, CardTableError, FileNotFoundError) as exc:
+    except (EvalError, PriorError, SourceError, CardTableError, OSError) as exc:
         fail(str(exc))
     typer.echo(report.markdown(), nl=False)
 

@@ -206,7 +206,7 @@ def evaluate(dataset_dir: Path | str | Dataset, prior: Prior | Path | str, *, po
         record: dict[str, Any] = {
             "card": fork.card_name, "setting": fork.setting, "kernel": kernel_label(fork),
             "kernel_id": fork.kernel_id, "sizes": fork.sizes, "extern": isinstance(fork.kernel, Extern),
-            "members": len(fork.knobs), "measured": len(m), "working": int(fork.ok.sum())}
+            "members": len(fork.knobs), "measured_members": len(m), "working_members": int(fork.ok.sum())}
         if has_golden:
             record.update(fg.golden_view(fork, scores, others, order))
         if has_measured:

@@ -9,7 +9,7 @@ every pool (slowdowns by geometric mean) comes last. Everything here reads the r
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 ALL = "all pools"
@@ -98,9 +98,24 @@ def worst_pools(doc: Mapping[str, Any], figure: str, kind: str, k: int = WORST) 
                    key=lambda r: -float(r[figure]))[:k]
     if not pools:
         return ""
-    rows = [[_pool_name(r), f"{r['card']} / {r['setting']}", fmt(r[figure], kind), str(r["members"]),
+    members = "measured_members" if kind == "x" else "members"  # the pool the figure is over
+    rows = [[_pool_name(r), f"{r['card']} / {r['setting']}", fmt(r[figure], kind), str(r[members]),
              fmt(r.get("first_slowdown" if kind == "x" else "first_golden_rank"), kind)] for r in pools]
-    return pipe_table(["kernel (sizes)", "card / setting", figure, "members", "first option"], rows, left=2)
+    return pipe_table(["kernel (sizes)", "card / setting", figure, members.replace("_", " "), "first option"], rows,
+                      left=2)
+
+
+GOLDEN_NOTE = ("rank: candidates the prior scored above the golden; with ties counted against it (a compile takes "
+               "the first of equal scores); the plateau is the gap. Baselines rank by the rule's order, a random "
+               "order, the most similar other card's measured order, and the transfer order.")
+MEASURED_NOTE = ("top-k: the best measured among the prior's first k working picks over the pool's best; a failed pick "
+                 "is counted and the next working candidate stands in. Slowdowns are geometric means, tau and failed "
+                 "picks arithmetic means; counts in parentheses.")
+
+
+def _view(title: str, pools: object, empty: str, body: Callable[[], list[str]]) -> list[str]:
+    """One view's section: its title, then its tables, or why it has none."""
+    return [f"\n## {title}", *(body() if pools else [empty])]
 
 
 def report_text(doc: Mapping[str, Any]) -> str:
@@ -112,30 +127,20 @@ def report_text(doc: Mapping[str, Any]) -> str:
            f"each in the context of the card it was recorded on"]
     mean = doc["mean"]
     if doc["pools"] in ("golden", "both"):
-        out.append("\n## golden view: where each golden ranks among its candidates")
-        if not mean.get("golden_pools"):
-            out.append("no goldens in this dataset (`emmy db promote` records the fastest clean row of each measured "
-                       "pool as its golden); the measured view is `--pools measured`")
-        else:
-            out += [golden_table(doc),
-                    "rank: candidates the prior scored above the golden; with ties counted against it (a compile "
-                    "takes the first of equal scores); the plateau is the gap. Baselines rank by the rule's order, "
-                    "a random order, the most similar other card's measured order, and the transfer order.",
-                    "\nworst goldens (ties counted against):", worst_pools(doc, "golden_rank_ties", "rank")]
+        out += _view("golden view: where each golden ranks among its candidates", mean.get("golden_pools"),
+                     "no goldens in this dataset (`emmy db promote` records the fastest clean row of each measured "
+                     "pool as its golden); the measured view is `--pools measured`",
+                     lambda: [golden_table(doc), GOLDEN_NOTE, "\nworst goldens (ties counted against):",
+                              worst_pools(doc, "golden_rank_ties", "rank")])
     if doc["pools"] in ("measured", "both"):
-        out.append("\n## measured view: what the prior's pick costs against the fastest measured (1.000 = best)")
-        if not mean.get("measured_pools"):
-            out.append("no pool with enough measured members in this dataset")
-        else:
-            out += [measured_table(doc),
-                    "top-k: the best measured among the prior's first k working picks over the pool's best; a failed "
-                    "pick is counted and the next working candidate stands in. Slowdowns are geometric means, tau "
-                    "and failed picks arithmetic means; counts in parentheses.",
-                    "\nworst pools (top-1):", worst_pools(doc, "top1", "x")]
-            extern = [r for r in doc["per_pool"] if r.get("extern")]
-            if extern and not doc.get("extern_order"):
-                out.append(f"{len(extern)} extern pools have no first option: give their Kernel Tuner caches with "
-                           "--extern-order (the first configuration of each file is the baseline)")
+        out += _view("measured view: what the prior's pick costs against the fastest measured (1.000 = best)",
+                     mean.get("measured_pools"), "no pool with enough measured members in this dataset",
+                     lambda: [measured_table(doc), MEASURED_NOTE, "\nworst pools (top-1):",
+                              worst_pools(doc, "top1", "x")])
+        extern = [r for r in doc["per_pool"] if r.get("extern")]
+        if extern and not doc.get("extern_order"):
+            out.append(f"{len(extern)} extern pools have no first option: give their Kernel Tuner caches with "
+                       "--extern-order (the first configuration of each file is the baseline)")
     sizes = ", ".join(f"{k} {v}" for k, v in doc["minimum_sizes"].items())
     out.append(f"\nminimum pool sizes: {sizes}; {mean.get('pools_excluded', 0)} pools too small for every figure "
                "are counted nowhere")

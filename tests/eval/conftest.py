@@ -1,7 +1,7 @@
-"""Fixtures of the evaluation's tests: the repository freeze as an export, small exports built from
-Kernel Tuner caches written here (pools of known sizes, times and failures, imported through the real
-importer), and prior artifacts written by hand whose scores are known (a constant one; one that ranks
-by a single extern knob)."""
+"""Fixtures of the evaluation's tests: the repository freeze as an export (the prior tests' fixture),
+small exports built from Kernel Tuner caches written here (pools of known sizes, times and failures,
+imported through the real importer), and prior artifacts written by hand whose scores are known (a
+constant one; one that ranks by a single extern knob)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 
 from emmy_core.prior import FEATURE_VERSION
 from emmy_core.prior.artifact import ARTIFACT_FORMAT, write_artifact
+from tests.prior.conftest import freeze_export  # noqa: F401  (the repository freeze as an export)
 
-ROOT = Path(__file__).resolve().parents[2]
 CARD = "NVIDIA RTX A4000"  # in the packaged card table, so its pools are described
 Entry = tuple[int, float | str]  # (value of knob `tile`, time in ms or a Kernel Tuner failure string)
 
@@ -77,20 +77,3 @@ def tile_prior(tmp_path: Path) -> Path:
                        {"split_type": "FloatFeature", "float_feature_index": 0, "border": 2.5}],
             "leaf_values": [0.0, 1.0, 0.0, 2.0]}
     return artifact(tmp_path / "tile.json", ["x.tile"], [tree])
-
-
-@pytest.fixture(scope="session")
-def freeze_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The committed freeze imported into a fresh database and exported."""
-    from emmy_core.prior.installed import freeze_files
-    from emmy_core.store.export import export_db
-    from emmy_core.store.importer import import_db
-
-    files = freeze_files(ROOT / "freezes")
-    if not files:
-        pytest.skip("no freeze committed in freezes/")
-    tmp = tmp_path_factory.mktemp("freeze")
-    outcomes = import_db(tmp / "freeze.db", files, fresh=True)
-    assert all(o.ok for o in outcomes), [o.message for o in outcomes]
-    export_db(tmp / "freeze.db", tmp / "dataset")
-    return tmp / "dataset"

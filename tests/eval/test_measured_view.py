@@ -42,7 +42,7 @@ def test_a_failed_top_pick_is_counted_and_replaced_by_the_next_working_candidate
     (pool,) = evaluate(export, tile_prior, pools="measured").to_json()["per_pool"]
     assert pool["pick_failed"] == 1.0
     assert pool["top1"] == pytest.approx(4.0 / 2.0)  # the stand-in's time over the fastest working one
-    assert pool["members"] == 3 and pool["working"] == 2
+    assert pool["measured_members"] == 3 and pool["working_members"] == 2
 
 
 def test_scores_that_tie_at_the_top_pick_the_first_emitted_candidate() -> None:
