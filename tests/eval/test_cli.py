@@ -12,6 +12,8 @@ from typer.testing import CliRunner
 from emmy_core.cli.main import app
 from emmy_core.prior.fit import HEADLINE
 
+ROOT = Path(__file__).resolve().parents[2]
+
 KT = {"a": [(1, 4.0), (2, 2.0), (3, 1.0)], "b": [(1, 1.0), (2, 3.0), (3, "RuntimeFailedConfig")],
       "c": [(2, 2.0), (1, 1.5), (3, 1.0)]}
 # four kernels of twelve configurations each, the fastest tile differing per kernel: enough for a small fit
@@ -91,3 +93,21 @@ def test_the_fit_keeps_its_evaluation_plots_in_its_mlflow_run(caches_export: Cal
     assert names == {"evaluation/report.json", "evaluation/price_vs_time.png", "evaluation/slowdowns.png"}
     (fit_dir,) = (tmp_path / "_tune" / "fits").iterdir()
     assert json.loads((fit_dir / "evaluation" / "report.json").read_text())["pools"] == "both"
+
+
+def test_cards_merges_a_user_card_file_for_a_card_the_export_does_not_describe(caches_export: Callable,
+                                                                                 tmp_path: Path) -> None:
+    toy = "Toy GPU 9000"
+    export, _ = caches_export(KT, card=toy)
+    entry = json.loads((ROOT / "emmy_core" / "targets" / "gpus.json").read_text())["cards"][0]
+    (tmp_path / "cards.json").write_text(json.dumps({"format": "emmy-gpu-table", "version": 1,
+                                                     "cards": [{**entry, "name": toy, "source": "a test"}]}))
+    for extra, undescribed in (([], 3), (["--cards", str(tmp_path / "cards.json")], 0)):
+        out = tmp_path / f"report{len(extra)}.json"
+        result = CliRunner().invoke(app, ["eval", "prior", str(export), "--pools", "measured", "--json", str(out),
+                                          *extra])
+        assert result.exit_code == 0, result.output
+        doc = json.loads(out.read_text())
+        assert doc["undescribed_pools"] == undescribed and doc["by_card"][f"{toy} / deploy"]["measured_pools"] == 3
+        assert (f"3 pools on cards described nowhere (hardware features missing): {toy}" in result.output) == bool(
+            undescribed)
