@@ -24,7 +24,6 @@ Fill the CPU database first, e.g. for m in "llama_block B=1,S=128" "mlp B=8,S=25
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import resource
@@ -40,9 +39,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 
+from emmy_core.eval.extern_order import file_order
+from emmy_core.eval.figures import rule_order
 from emmy_core.ir.builders import matmul
 from emmy_core.knobs import candidates
-from emmy_core.knobs.vocab import EXTERN_PREFIX, schedule_id
 from emmy_core.prior import load_installed_prior, load_prior
 from emmy_core.prior import metrics as m
 from emmy_core.prior.dataset import Dataset, read_dataset
@@ -119,17 +119,11 @@ def peer_dataset(peer: Path, tmp: Path) -> Dataset:
         raise SystemExit(f"peer import refused: {refused[0]}")
     export_db(tmp / "peer.db", tmp / "peer")
     dataset = read_dataset(tmp / "peer")
-    firsts: dict[tuple[str, str], str] = {}
-    for f in files:
-        with (gzip.open(f, "rt") if f.suffix == ".gz" else f.open()) as fh:
-            doc = json.load(fh)
-        entry = next(iter(doc["cache"].values()))
-        firsts[(doc["device_name"], doc["kernel_name"])] = schedule_id(
-            {EXTERN_PREFIX + k: entry[k] for k in doc["tune_params_keys"]})
+    order = file_order(files)
     for fork in dataset.forks:
-        sid = firsts.get((fork.card_name, getattr(fork.kernel, "name", "")))
-        if sid in fork.schedule_ids:
-            fork.first = fork.schedule_ids.index(sid)
+        rule = rule_order(fork, order.get((fork.kernel_id, fork.card_name)))
+        if rule is not None:
+            fork.first = int(np.argmax(rule))  # the file's first entry
     return dataset
 
 

@@ -94,28 +94,19 @@ plt.show()
 # %% [markdown]
 # ## 3. Where the prior is wrong
 #
-# Every fork of the dataset is scored by the prior (the installed one, or `PRIOR`), over its
-# measured members; the pick is the best-scored working member (a failed pick is replaced by the
-# next, as a compile does). Its slowdown is the pick's time over the fastest: 1.00 = the prior
-# chose the best. Cards are described from the export's own rows, never from this machine.
+# The measured view of `emmy eval prior` (`emmy_core.eval.evaluate`): every fork of the dataset
+# scored by the prior (the installed one, or `PRIOR`) over its measured members; the pick is the
+# best-scored working member (a failed pick is replaced by the next, as a compile does). Its
+# slowdown is the pick's time over the fastest: 1.00 = the prior chose the best. Cards are
+# described from the export's own rows, never from this machine.
 
 # %%
-from emmy_core.prior import load_installed_prior, load_prior
-from emmy_core.prior.dataset import read_dataset
-from emmy_core.prior.metrics import top_k_slowdown
+from emmy_core.eval import evaluate
+from emmy_core.prior import installed_prior_path
 
-prior = load_prior(PRIOR) if PRIOR else load_installed_prior()
-dataset = read_dataset(data / "dataset")
-rows = []
-for fork in dataset.forks:
-    idx = np.flatnonzero(fork.measured)
-    if len(idx) < 2:
-        continue
-    scores = prior.score(fork.kernel, fork.sizes, fork.card, fork.setting, [fork.knobs[i] for i in idx])
-    slowdown = top_k_slowdown(scores, fork.times[idx], fork.ok[idx], 1)
-    if slowdown is not None:
-        rows.append({"kernel_id": fork.kernel_id, "sizes": fork.sizes, "card": fork.card_name,
-                     "setting": fork.setting, "members": len(idx), "slowdown": slowdown})
+report = evaluate(data / "dataset", PRIOR or installed_prior_path(), pools="measured")
+rows = [{"kernel_id": r["kernel_id"], "sizes": r["sizes"], "card": r["card"], "setting": r["setting"],
+         "members": r["measured_members"], "slowdown": r["top1"]} for r in report.pools if r["top1"] is not None]
 wrong = pl.DataFrame(rows).join(con.sql("SELECT kernel_id, c_name FROM kernels").pl(), on="kernel_id")
 (wrong.group_by("card", "setting")
  .agg(pl.len().alias("pools"), (pl.col("slowdown").log().mean().exp()).alias("geomean slowdown"),

@@ -70,6 +70,14 @@ def fit(dataset: Annotated[Path | None, typer.Argument(help="dataset export fold
                                cards_file=cards, tracking_uri=tracking_uri, progress=progress)
     except (PriorError, SourceError, CardTableError, TrackingError, ValueError, FileNotFoundError) as exc:
         fail(str(exc))
+    if dataset is not None:
+        from emmy_core.eval.tracking import evaluate_fit
+
+        try:  # the fit is written whatever happens here: a failure is reported, never swallowed
+            evaluate_fit(dataset, result.artifact_path, result.fit_dir, result.run_id, tracking_uri,  # type: ignore[attr-defined]
+                         cards_file=cards, progress=progress)
+        except (PriorError, SourceError, TrackingError, ValueError) as exc:
+            typer.echo(f"emmy: warning: the fit was written, but its evaluation was not kept: {exc}", err=True)
     m = result.metrics  # type: ignore[attr-defined]
     mean = m["mean"]
     typer.echo(f"wrote {result.artifact_path}; metrics in {result.fit_dir / 'metrics.json'}")  # type: ignore[attr-defined]

@@ -8,6 +8,7 @@ from emmy_core.cli import (
     compile_cmd,
     db_cmd,
     db_files_cmd,
+    eval_cmd,
     explain_cmd,
     fit_cmd,
     gate_cmd,
@@ -38,6 +39,7 @@ app.add_typer(prior_cmd.app, name="prior")
 app.command("explain")(explain_cmd.explain_command)
 app.command("compile")(compile_cmd.compile_command)
 app.command("gate")(gate_cmd.gate_command)
+app.add_typer(eval_cmd.app, name="eval")
 
 
 def main() -> None:

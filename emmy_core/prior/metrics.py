@@ -14,12 +14,18 @@ fit and an evaluation agree on what a figure means:
 - Kendall's tau (tau-b, ties accounted) between the scores and the negated times of the
   working candidates;
 - golden rank: how many candidates scored strictly better than the golden, and how many
-  better or equal (ties counted against the golden: the width of the plateau is the gap).
+  better or equal (ties counted against the golden: the width of the plateau is the gap);
+  whether a compile would pick the golden (it is first of the order);
+- baselines as choices: the rule's first option (`index_slowdown`, failed ones substituted
+  along the rule's order), a random pick's expectation (`random_slowdown`,
+  `random_golden_rank`); a baseline that ranks (another card's order) is a score vector
+  and goes through the same functions as the prior's scores.
 
-A pool too small for a figure gives None for it and is excluded, never averaged in:
-a slowdown needs MIN_SLOWDOWN working members, a top-k figure more than k, a correlation
-MIN_TAU. Aggregates are geometric means of slowdowns and arithmetic means of the rest,
-each with the count of pools behind it.
+A pool too small for a figure gives None for it and is excluded, never averaged in
+(MINIMUM_SIZES states the sizes): a slowdown needs MIN_SLOWDOWN working members, a top-k
+figure more than k, a correlation MIN_TAU, a pick (and so a failed pick) MIN_PICK members,
+a golden rank MIN_RANK candidates. Aggregates are geometric means of slowdowns and
+arithmetic means of the rest, each with the count of pools behind it.
 """
 
 from __future__ import annotations
@@ -29,8 +35,18 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-MIN_SLOWDOWN = 2
-MIN_TAU = 3
+MIN_SLOWDOWN = 2  # working members a slowdown needs (top-k needs k + 1: a first k that is not the whole pool)
+MIN_TAU = 3  # working members a rank correlation needs
+MIN_PICK = 2  # members a pick needs (a pool of one offers no choice, so it neither fails nor succeeds)
+MIN_RANK = 2  # candidates a golden rank needs
+
+
+def minimum_sizes(ks: Iterable[int] = (1, 5)) -> dict[str, str]:
+    """The smallest pool each figure is computed on, as a person reads it (the report states them)."""
+    out = {f"top{k}": f"{max(MIN_SLOWDOWN, k + 1)} working members" for k in ks}
+    out.update({"tau": f"{MIN_TAU} working members", "pick_failed": f"{MIN_PICK} members",
+                "golden_rank": f"{MIN_RANK} candidates"})
+    return out
 
 
 def order(scores: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -112,11 +128,30 @@ def golden_rank(scores: Sequence[float] | np.ndarray, golden: int) -> tuple[int,
 
 def pool_metrics(scores: Sequence[float] | np.ndarray, times: Sequence[float] | np.ndarray,
                  ok: Sequence[bool] | np.ndarray, ks: Iterable[int] = (1, 5)) -> dict[str, float | None]:
-    """The measured-pool figures of one pool: `top{k}` slowdowns, `tau`, `pick_failed` (0/1)."""
+    """The measured-pool figures of one pool: `top{k}` slowdowns, `tau`, `pick_failed` (0/1; None for a
+    pool of fewer than MIN_PICK members, which offers no choice)."""
     out: dict[str, float | None] = {f"top{k}": top_k_slowdown(scores, times, ok, k) for k in ks}
     out["tau"] = kendall_tau(scores, times, ok)
-    out["pick_failed"] = 1.0 if pick_failed(scores, ok) else 0.0
+    out["pick_failed"] = (1.0 if pick_failed(scores, ok) else 0.0) if len(np.asarray(ok)) >= MIN_PICK else None
     return out
+
+
+def golden_figures(scores: Sequence[float] | np.ndarray, golden: int) -> dict[str, float | None]:
+    """The golden-view figures of one pool (None for a pool of fewer than MIN_RANK candidates):
+    `golden_rank` (strictly better), `golden_rank_ties` (ties counted against), `golden_plateau`
+    (their gap: the width of the plateau the golden sits in) and `golden_picked` (1 when a compile,
+    taking the first of equal scores, would pick the golden)."""
+    s = np.asarray(scores, dtype=np.float64)
+    if len(s) < MIN_RANK:
+        return {"golden_rank": None, "golden_rank_ties": None, "golden_plateau": None, "golden_picked": None}
+    strict, ties = golden_rank(s, golden)
+    return {"golden_rank": float(strict), "golden_rank_ties": float(ties), "golden_plateau": float(ties - strict),
+            "golden_picked": 1.0 if int(order(s)[0]) == golden else 0.0}
+
+
+def random_golden_rank(members: int) -> float | None:
+    """Expected number of candidates ranked above the golden by a random order: (n - 1) / 2."""
+    return (members - 1) / 2 if members >= MIN_RANK else None
 
 
 def geomean(values: Iterable[float]) -> float | None:
@@ -124,14 +159,27 @@ def geomean(values: Iterable[float]) -> float | None:
     return math.exp(sum(math.log(x) for x in v) / len(v)) if v else None
 
 
+def spread(values: Iterable[float | None]) -> dict[str, float | None]:
+    """The distribution of a per-pool figure beside its mean: median, 90th percentile (nearest rank), maximum."""
+    v = sorted(float(x) for x in values if x is not None)
+    if not v:
+        return {"p50": None, "p90": None, "max": None}
+    return {"p50": float(np.median(v)), "p90": v[max(0, math.ceil(0.9 * len(v)) - 1)], "max": v[-1]}
+
+
+def is_slowdown(name: str) -> bool:
+    """Whether a figure is a slowdown (`top1`, `transfer_top5`, `first_slowdown`): aggregated by geometric mean."""
+    return name.startswith("top") or "_top" in name or name.endswith("slowdown")
+
+
 def summarize(pools: Sequence[Mapping[str, float | None]]) -> dict[str, float | int | None]:
-    """Aggregate per-pool figures: slowdowns (`top*`, `*_slowdown`) by geometric mean, others by mean;
+    """Aggregate per-pool figures: slowdowns (`is_slowdown`) by geometric mean, others by mean;
     `<name>_pools` is the count of pools behind each."""
     names = sorted({k for p in pools for k in p})
     out: dict[str, float | int | None] = {}
     for name in names:
         values = [float(p[name]) for p in pools if p.get(name) is not None]  # type: ignore[arg-type]
-        if name.startswith("top") or name.endswith("slowdown"):
+        if is_slowdown(name):
             out[name] = geomean(values)
         else:
             out[name] = sum(values) / len(values) if values else None

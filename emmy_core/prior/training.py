@@ -169,6 +169,5 @@ def fork_figures(fork: Fork, scores: np.ndarray) -> dict[str, float | None]:
             first = int(np.flatnonzero(m == fork.first)[0])
             out["first_slowdown"] = metrics.index_slowdown(first, fork.times[m], fork.ok[m])
     if fork.golden is not None:
-        strict, ties = metrics.golden_rank(scores, fork.golden)
-        out["golden_rank"], out["golden_rank_ties"] = float(strict), float(ties)
+        out.update(metrics.golden_figures(scores, fork.golden))
     return out

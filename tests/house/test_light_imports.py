@@ -1,5 +1,5 @@
-"""The compile and bench paths, and the prior (scoring; the fit imports its libraries lazily), import without
-duckdb, polars, catboost, mlflow or dagster (DESIGN.md 2)."""
+"""The compile and bench paths, the prior (scoring; the fit imports its libraries lazily) and the evaluation
+import without duckdb, polars, catboost, mlflow or dagster (DESIGN.md 2)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("duckdb", "polars", "catboost", "mlflow", "dagster", "pyarrow", "sklearn", "scipy")
 LIGHT_PACKAGES = ("emmy_core.ir", "emmy_core.graph", "emmy_core.knobs", "emmy_core.targets",
                   "emmy_core.codegen", "emmy_core.bench", "emmy_core.prior", "emmy_core.evidence",
-                  "emmy_core.compiler")
+                  "emmy_core.compiler", "emmy_core.eval")
 
 SCRIPT = textwrap.dedent(
     """

@@ -1,0 +1,69 @@
+"""`emmy eval prior|compare`: where the prior is wrong and what a wrong choice costs; two reports side by side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from emmy_core.cli.common import fail
+from emmy_core.cli.fit_cmd import progress_printer
+
+app = typer.Typer(help="Evaluate a prior on a dataset export; compare two evaluations.", no_args_is_help=True)
+
+
+@app.command("prior")
+def prior(dataset: Annotated[Path, typer.Argument(help="dataset export folder (emmy db export)", show_default=False)],
+          pools: Annotated[str, typer.Option("--pools", help="golden (where each golden ranks) | measured (what "
+                                             "a pick costs on fully measured pools) | both")] = "golden",
+          offline_file: Annotated[Path | None, typer.Option(
+              "--offline-file", help="a candidate prior artifact to score instead of the installed one")] = None,
+          cards: Annotated[Path | None, typer.Option("--cards", help="a card file of the table's format, merged "
+                                                     "over the packaged table (as $EMMY_CARDS)")] = None,
+          json_out: Annotated[Path | None, typer.Option("--json", help="write the report as JSON (the shape of a "
+                                                        "fit's metrics.json)")] = None,
+          plots: Annotated[Path | None, typer.Option("--plots", help="write PNG plots into this folder")] = None,
+          extern_order: Annotated[list[Path] | None, typer.Option(
+              "--extern-order", help="Kernel Tuner caches (files or folders; repeatable): the first configuration "
+                                     "of each file is its extern kernel's first-option baseline")] = None,
+          ) -> None:
+    """Judge a prior on a dataset: golden ranks or measured slowdowns per card and setting, beside baselines."""
+    from emmy_core.eval import EvalError, evaluate
+    from emmy_core.eval.extern_order import file_order
+    from emmy_core.eval.report import write_json
+    from emmy_core.prior import PriorError, installed_prior_path
+    from emmy_core.store.sourcefile import SourceError
+    from emmy_core.targets import CardTableError
+
+    progress = progress_printer()
+    try:
+        order = file_order(extern_order) if extern_order else None
+        report = evaluate(dataset, offline_file if offline_file is not None else installed_prior_path(),
+                          pools=pools, cards_file=cards, extern_order=order, progress=progress)
+        doc = report.to_json()
+        if json_out is not None:
+            write_json(doc, json_out)
+            progress(f"wrote {json_out}")
+        if plots is not None:
+            from emmy_core.eval.plots import write_plots
+
+            for path in write_plots(report, plots):
+                progress(f"wrote {path}")
+    except (EvalError, PriorError, SourceError, CardTableError, OSError) as exc:
+        fail(str(exc))
+    typer.echo(report.markdown(), nl=False)
+
+
+@app.command("compare")
+def compare(a: Annotated[Path, typer.Argument(help="report A (emmy eval prior --json)", show_default=False)],
+            b: Annotated[Path, typer.Argument(help="report B", show_default=False)]) -> None:
+    """Print two evaluation reports side by side, per card and setting, with the change from A to B."""
+    from emmy_core.eval import compare_reports
+    from emmy_core.store.sourcefile import SourceError
+
+    try:
+        text = compare_reports(a, b)
+    except SourceError as exc:
+        fail(str(exc))
+    typer.echo(text, nl=False)
