@@ -154,6 +154,9 @@ class LoadGuard:
         per_cpu = busy.loadavg / max(1, busy.cpus)
         if not self.too_busy(busy) and per_cpu <= self.max_busy:
             return None
-        return (f"the machine is busy: {busy.describe()}. Timings taken now can be many times slow; a variant "
+        why = busy.describe() if self.too_busy(busy) else (
+            f"its load average is {busy.loadavg:.2f} on {busy.cpus} CPUs, though in the last {busy.seconds:.1f} s "
+            f"other processes used {busy.others:.0%} of them")
+        return (f"the machine is busy: {why}. Timings taken now can be many times slow; a variant "
                 f"timed while others take more than {self.max_busy:.0%} of the CPUs is measured again, then "
                 "flagged 'busy' and not recorded")
