@@ -49,7 +49,8 @@ def test_golden_contexts_are_built_for_the_goldens_card_even_when_the_host_is_an
     prior = load_installed_prior()
     doc = evaluate(freeze_export, prior, pools="golden").to_json()
     forks = {(f.kernel_id, f.sizes, f.card_name, f.setting): f for f in read_dataset(freeze_export).forks}
-    assert {f.card.name for f in forks.values() if f.card is not None} == {"Intel(R) Xeon(R) Processor x2"}
+    recorded_on = {f.card.name for f in forks.values() if f.card is not None}
+    assert recorded_on and host.name not in recorded_on  # the freeze's CPUs, never the host
     moved = 0
     for r in doc["per_pool"]:
         fork = forks[(r["kernel_id"], r["sizes"], r["card"], r["setting"])]
@@ -62,12 +63,17 @@ def test_golden_contexts_are_built_for_the_goldens_card_even_when_the_host_is_an
 
 def test_the_baselines_rank_the_goldens_on_the_same_pools(freeze_export: Path) -> None:
     doc = evaluate(freeze_export, load_installed_prior(), pools="golden").to_json()
-    forks = {(f.kernel_id, f.sizes, f.setting): f for f in read_dataset(freeze_export).forks}
+    forks = {(f.kernel_id, f.sizes, f.card_name, f.setting): f for f in read_dataset(freeze_export).forks}
+    cards = {key[2] for key in forks}
+    borrowed = 0
     for r in doc["per_pool"]:
-        fork = forks[(r["kernel_id"], r["sizes"], r["setting"])]
+        fork = forks[(r["kernel_id"], r["sizes"], r["card"], r["setting"])]
         assert r["first_golden_rank"] == fork.golden  # the golden's place in the rule's own order
         assert r["random_golden_rank"] == (r["members"] - 1) / 2
-        assert r.get("similar_golden_rank") is None  # one card in the freeze: no other card to borrow from
+        if len(cards) == 1:
+            assert r.get("similar_golden_rank") is None  # one card in the freeze: no other card to borrow from
+        borrowed += r.get("similar_golden_rank") is not None
+    assert (borrowed > 0) == (len(cards) > 1)  # with two cards, the same kernels borrow the other's best
     mean = doc["mean"]
     assert mean["first_golden_rank_pools"] == mean["random_golden_rank_pools"] == len(doc["per_pool"])
     assert mean["golden_rank_ties"] < mean["random_golden_rank"]  # the installed prior beats a random order

@@ -11,6 +11,7 @@ import pytest
 from emmy_core.compiler import PriorUnavailableWarning, StrictEvidenceError, explain
 from emmy_core.compiler import compile as emmy_compile
 from emmy_core.graph.forks import ScheduleOption, schedule_fork, structural_forks
+from emmy_core.ir import kernel_id
 from emmy_core.prior import FEATURE_VERSION, installed_prior_path, load_installed_prior
 from tests.evidence.conftest import CARD, Setup, kernels_of, write_db
 
@@ -18,18 +19,26 @@ from tests.evidence.conftest import CARD, Setup, kernels_of, write_db
 def test_the_prior_answers_with_neither_a_golden_nor_a_local_row(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     module, example, lowered = proj
     compiled = explain(module, example, card=CARD, freezes=tmp_path, tuning_db=tmp_path / "none.db")
-    by_rule = {r.rule: r for r in compiled.record.resolutions}
-    sched, split = by_rule["schedule"], by_rule["split"]
-    assert sched.tier == "prior" and split.tier == "prior"
+    top = kernels_of(lowered)[0]
+    (split,) = [r for r in compiled.record.resolutions if r.rule == "split"]
+    assert split.tier == "prior" and split.time_us is not None and "by the prior" in split.evidence  # priced, summed
+    # the kernels whose schedule forks the compile resolved: the model's, or the pieces of the split it took
+    programs = {kernel_id(k): k for k in kernels_of(lowered)}
+    for option in structural_forks(top)[0].options:
+        if option.decision is not None:
+            programs.update({kernel_id(p): p for p in option.decision.pieces})
+    scheds = [r for r in compiled.record.resolutions if r.rule == "schedule" and r.applied]
+    assert scheds and {r.tier for r in scheds} == {"prior"}
     prior = load_installed_prior()
-    options = schedule_fork(kernels_of(lowered)[0], CARD).options
-    scores = prior.score(kernels_of(lowered)[0], {"T": 16}, CARD, "deploy", [dict(o.knobs) for o in options])
-    best = max(range(len(options)), key=lambda i: (scores[i], -i))
-    assert sched.choice == options[best] and sched.score == pytest.approx(float(scores[best]))
-    assert sched.evidence.startswith("prior score") and sched.runner_up is not None and sched.margin >= 0  # type: ignore[operator]
-    assert sched.source == str(installed_prior_path())
-    assert split.time_us is not None and "by the prior" in split.evidence  # priced: a latency stand-in, summed
-    assert [t for t, _ in sched.tried] == ["golden", "local"]
+    for sched in scheds:
+        program = programs[sched.key.kernel_id]
+        options = schedule_fork(program, CARD).options
+        scores = prior.score(program, sched.key.sizes, CARD, "deploy", [dict(o.knobs) for o in options])
+        best = max(range(len(options)), key=lambda i: (scores[i], -i))  # ties: the first emitted
+        assert sched.choice == options[best] and sched.score == pytest.approx(float(scores[best]))
+        assert sched.evidence.startswith("prior score") and sched.runner_up is not None and sched.margin >= 0  # type: ignore[operator]
+        assert sched.source == str(installed_prior_path())
+        assert [t for t, _ in sched.tried] == ["golden", "local"]
 
 
 def test_where_nothing_measured_prices_a_piece_the_prior_does(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -77,7 +86,9 @@ def test_strict_evidence_fails_when_the_prior_answers(proj, tmp_path: Path) -> N
     with pytest.raises(StrictEvidenceError) as info:
         emmy_compile(module, example, card=CARD, freezes=tmp_path, tuning_db=tmp_path / "none.db",
                      strict_evidence=True)
-    assert {r.tier for r in info.value.forks} == {"prior"} and len(info.value.forks) == 2
+    settled = explain(module, example, card=CARD, freezes=tmp_path, tuning_db=tmp_path / "none.db").record
+    fell = [r for r in settled.resolutions if r.applied and not r.measured]
+    assert {r.tier for r in info.value.forks} == {"prior"} and len(info.value.forks) == len(fell) >= 2
 
 
 def test_a_measured_row_outranks_the_prior(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
