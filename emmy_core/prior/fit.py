@@ -35,7 +35,7 @@ from emmy_core.prior.artifact import ARTIFACT_FORMAT, artifact_text, write_artif
 from emmy_core.prior.dataset import Dataset, Fork, read_dataset
 from emmy_core.prior.features import FEATURE_VERSION, fork_features
 from emmy_core.prior.price import curve_key, fit_curve, scale_of
-from emmy_core.prior.training import Params, design, fork_figures, model_json, train, training_groups
+from emmy_core.prior.training import Params, design, fork_figures, groups_of, model_json, train
 from emmy_core.prior.trees import parse_model
 
 Progress = Callable[[str], None]
@@ -99,12 +99,12 @@ def cross_validate(forks: Sequence[Fork], names: Sequence[str], pools: str, fold
         train_k, val_k = set(kernels[train_idx].tolist()), set(kernels[val_idx].tolist())
         assert not train_k & val_k, f"fold {k}: kernels in both train and validation: {sorted(train_k & val_k)}"
         train_forks = [forks[i] for i in train_idx]
-        groups = training_groups(train_forks, pools, seed, params.golden_sample, params.max_group)
+        groups = groups_of(train_forks, pools, seed, params)
         if not groups:
             continue
         if progress is not None:
             progress(f"fold {k + 1}/{n}: training on {len(groups)} forks")
-        model = train(*design(train_forks, groups, names), params, seed)
+        model = train(design(train_forks, groups, names, params.balance), params, seed)
         val = [forks[i] for i in val_idx]
         figures = [fork_figures(f, s) for f, s in zip(val, score_forks(model, val, names), strict=True)]
         out.append({"fold": k, "train_kernels": sorted(train_k), "validation_kernels": sorted(val_k),
@@ -164,10 +164,10 @@ def fit_dataset(dataset: Dataset, out_path: Path | str, *, pools: str = "golden"
         progress(f"{len(forks)} forks; features")
     names = featurize(forks, progress)
     fold_figures = cross_validate(forks, names, pools, folds, seed, params, progress)
-    groups = training_groups(forks, pools, seed, params.golden_sample, params.max_group)
+    groups = groups_of(forks, pools, seed, params)
     if progress is not None:
         progress(f"final model on {len(groups)} forks")
-    model = train(*design(forks, groups, names), params, seed)
+    model = train(design(forks, groups, names, params.balance), params, seed)
     scores = score_forks(model, forks, names)
     in_sample = metrics.summarize([fork_figures(f, s) for f, s in zip(forks, scores, strict=True)])
     headline = {"cv": _mean_of_folds(fold_figures), "folds": len(fold_figures), "train_groups": len(groups),
