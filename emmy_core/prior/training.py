@@ -117,11 +117,16 @@ def _measured_groups(i: int, fork: Fork, rng: np.random.Generator, max_group: in
     return [Group(i, c, rel[c]) for c in chunks if len(c) >= MIN_MEASURED and not np.all(rel[c] == rel[c[0]])]
 
 
+def check_pools(pools: str) -> None:
+    """Refuses an unknown pool kind (before any work is done)."""
+    if pools not in POOL_KINDS:
+        raise ValueError(f"pools must be one of {', '.join(POOL_KINDS)}, not {str(pools)[:20]!r}")
+
+
 def training_groups(forks: Sequence[Fork], pools: str, seed: int, sample: int = GOLDEN_SAMPLE,
                     max_group: int = MAX_GROUP, sharpness: float = 1.0) -> list[Group]:
     """The groups a fit trains on (see the module's docstring); samples and chunks are drawn with `seed`."""
-    if pools not in POOL_KINDS:
-        raise ValueError(f"pools must be one of {', '.join(POOL_KINDS)}, not {pools[:20]!r}")
+    check_pools(pools)
     rng = np.random.default_rng(seed)
     out: list[Group] = []
     for i, fork in enumerate(forks):
@@ -155,7 +160,8 @@ def design(forks: Sequence[Fork], groups: Sequence[Group], names: Sequence[str],
     (0: every group alike; 1: every fork alike, however many chunks its pool made)."""
     xs = [forks[g.fork].features.matrix(names)[g.members] for g in groups]
     if not xs:
-        raise ValueError("no fork can be trained on (no golden member, no measured order)")
+        raise ValueError("no fork can be trained on: none has a golden member (--pools golden) or a measured order "
+                         "(--pools measured)")
     ys = [g.relevance for g in groups]
     ids = [np.full(len(g.members), k, dtype=np.int64) for k, g in enumerate(groups)]
     weights = None
