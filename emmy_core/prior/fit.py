@@ -30,12 +30,21 @@ from typing import Any
 
 import numpy as np
 
+from emmy_core.ir import Extern
 from emmy_core.prior import metrics
 from emmy_core.prior.artifact import ARTIFACT_FORMAT, artifact_text, write_artifact
 from emmy_core.prior.dataset import Dataset, Fork, read_dataset
 from emmy_core.prior.features import FEATURE_VERSION, fork_features
 from emmy_core.prior.price import curve_key, fit_curve, scale_of
-from emmy_core.prior.training import Params, design, fork_figures, model_json, train, training_groups
+from emmy_core.prior.training import (
+    Params,
+    check_pools,
+    design,
+    fork_figures,
+    groups_of,
+    model_json,
+    train,
+)
 from emmy_core.prior.trees import parse_model
 
 Progress = Callable[[str], None]
@@ -99,12 +108,12 @@ def cross_validate(forks: Sequence[Fork], names: Sequence[str], pools: str, fold
         train_k, val_k = set(kernels[train_idx].tolist()), set(kernels[val_idx].tolist())
         assert not train_k & val_k, f"fold {k}: kernels in both train and validation: {sorted(train_k & val_k)}"
         train_forks = [forks[i] for i in train_idx]
-        groups = training_groups(train_forks, pools, seed, params.golden_sample, params.max_group)
+        groups = groups_of(train_forks, pools, seed, params)
         if not groups:
             continue
         if progress is not None:
             progress(f"fold {k + 1}/{n}: training on {len(groups)} forks")
-        model = train(*design(train_forks, groups, names), params, seed)
+        model = train(design(train_forks, groups, names, params.balance), params, seed)
         val = [forks[i] for i in val_idx]
         figures = [fork_figures(f, s) for f, s in zip(val, score_forks(model, val, names), strict=True)]
         out.append({"fold": k, "train_kernels": sorted(train_k), "validation_kernels": sorted(val_k),
@@ -121,7 +130,7 @@ def calibrate(forks: Sequence[Fork], scores: Sequence[np.ndarray], names: Sequen
             continue
         rows = fork.features.matrix(names)[ok]
         part = (s[ok], np.log(fork.times[ok]), scale_of(rows, names), np.full(len(ok), g))
-        for key in {curve_key(fork.target, fork.kernel.__class__.__name__ == "Extern"), "any"}:
+        for key in {curve_key(fork.target, isinstance(fork.kernel, Extern)), "any"}:
             per_key.setdefault(key, []).append(part)
     curves: dict[str, Any] = {}
     for key, parts in sorted(per_key.items()):
@@ -150,6 +159,7 @@ def fit_prior(dataset_dir: Path | str, out_path: Path | str, *, pools: str = "go
     `tracking_uri`: MLflow's tracking URI (default `$MLFLOW_TRACKING_URI`, else
     `sqlite:///_tune/mlflow.db`); `off` logs nothing (`run_id` None). `tags` are added to the run.
     """
+    check_pools(pools)
     return fit_dataset(read_dataset(dataset_dir, cards_file, progress), out_path, pools=pools, folds=folds, seed=seed,
                        tracking_uri=tracking_uri, tags=tags, progress=progress)
 
@@ -159,15 +169,16 @@ def fit_dataset(dataset: Dataset, out_path: Path | str, *, pools: str = "golden"
                 progress: Progress | None = None, fits_dir: Path = FITS_DIR) -> FitResult:
     """`fit_prior` on forks already read (the bench and the installed prior's refit use it directly)."""
     params = params or Params()
+    check_pools(pools)
     forks = dataset.forks
     if progress is not None:
         progress(f"{len(forks)} forks; features")
     names = featurize(forks, progress)
     fold_figures = cross_validate(forks, names, pools, folds, seed, params, progress)
-    groups = training_groups(forks, pools, seed, params.golden_sample, params.max_group)
+    groups = groups_of(forks, pools, seed, params)
     if progress is not None:
         progress(f"final model on {len(groups)} forks")
-    model = train(*design(forks, groups, names), params, seed)
+    model = train(design(forks, groups, names, params.balance), params, seed)
     scores = score_forks(model, forks, names)
     in_sample = metrics.summarize([fork_figures(f, s) for f, s in zip(forks, scores, strict=True)])
     headline = {"cv": _mean_of_folds(fold_figures), "folds": len(fold_figures), "train_groups": len(groups),
@@ -180,9 +191,9 @@ def fit_dataset(dataset: Dataset, out_path: Path | str, *, pools: str = "golden"
                        "time": now.isoformat().replace("+00:00", "Z")},
         "metrics": headline, "calibration": calibrate(forks, scores, names), "model": model_json(model)}
     trees = parse_model(doc["model"], len(names))
-    check = [f.features.matrix(names) for f in forks[:3]]
-    for rows, s in zip(check, scores, strict=False):
-        assert np.allclose(trees.predict(rows), s, rtol=0, atol=1e-9), "the numpy evaluator disagrees with CatBoost"
+    for fork, s in zip(forks[:3], scores, strict=False):
+        if not np.allclose(trees.predict(fork.features.matrix(names)), s, rtol=0, atol=1e-9):
+            raise RuntimeError(f"the numpy evaluator disagrees with CatBoost on fork {fork.key}: not written")
     digest = hashlib.sha256(artifact_text(doc).encode("utf-8")).hexdigest()[:12]
     fit_dir = Path(fits_dir) / f"{now.strftime('%Y%m%dT%H%M%SZ')}-{digest}"
     report = {"feature_version": FEATURE_VERSION, "dataset_digest": dataset.digest, "pools": pools, "seed": seed,

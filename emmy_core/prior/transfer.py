@@ -15,7 +15,7 @@ import numpy as np
 
 from emmy_core.prior import baselines, metrics
 from emmy_core.prior.dataset import Fork
-from emmy_core.prior.training import Params, design, train, training_groups
+from emmy_core.prior.training import Params, design, groups_of, train
 
 Progress = Callable[[str], None]
 
@@ -43,10 +43,10 @@ def leave_one_card_out(forks: Sequence[Fork], names: Sequence[str], card: str, p
     """Per fork of `card`: the prior's figures (fitted without `card`) and the baselines'. Forks carry features."""
     train_forks = [f for f in forks if f.card_name != card]
     held = [f for f in forks if f.card_name == card]
-    groups = training_groups(train_forks, pools, seed, params.golden_sample, params.max_group)
+    groups = groups_of(train_forks, pools, seed, params)
     if progress is not None:
         progress(f"without {card}: training on {len(groups)} groups of {len(train_forks)} forks")
-    model = train(*design(train_forks, groups, names), params, seed)
+    model = train(design(train_forks, groups, names, params.balance), params, seed)
     out = []
     for fork in held:
         m = np.flatnonzero(fork.measured)

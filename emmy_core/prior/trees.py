@@ -123,7 +123,8 @@ def parse_model(model: object, n_features: int) -> Trees:
         path = f"$.model.oblivious_trees[{t}]"
         if not isinstance(tree, dict):
             raise _fail(path, "must be an object")
-        splits = _list(tree.get("splits"), path + ".splits", MAX_DEPTH)
+        raw = tree.get("splits")  # a tree of no split (a constant) has null splits
+        splits = [] if raw is None else _list(raw, path + ".splits", MAX_DEPTH)
         row: list[int] = []
         for s, split in enumerate(splits):
             sp = f"{path}.splits[{s}]"

@@ -64,7 +64,7 @@ def test_a_missing_or_unreadable_artifact_is_refused_naming_it(tmp_path: Path) -
 def test_the_numpy_evaluator_equals_catboosts_predict_within_1e_9(freeze_export: Path) -> None:
     dataset = read_dataset(freeze_export)
     names = featurize(dataset.forks)
-    model = train(*design(dataset.forks, training_groups(dataset.forks, "both", 3), names), SMALL, 3)
+    model = train(design(dataset.forks, training_groups(dataset.forks, "both", 3), names), SMALL, 3)
     from emmy_core.prior.trees import parse_model
 
     trees = parse_model(model_json(model), len(names))
@@ -99,7 +99,7 @@ def test_the_same_seed_fits_identical_trees_and_another_seed_does_not(freeze_exp
 
     def trees(seed: int) -> str:
         groups = training_groups(dataset.forks, "golden", seed)
-        return json.dumps(model_json(train(*design(dataset.forks, groups, names), SMALL, seed)), sort_keys=True)
+        return json.dumps(model_json(train(design(dataset.forks, groups, names), SMALL, seed)), sort_keys=True)
 
     first = trees(11)
     assert trees(11) == first
@@ -109,3 +109,19 @@ def test_the_same_seed_fits_identical_trees_and_another_seed_does_not(freeze_exp
 def test_the_artifact_text_is_canonical(small_fit: tuple) -> None:
     text = small_fit[0].artifact_path.read_text()
     assert artifact_text(json.loads(text)) == text
+
+
+def test_the_evaluator_reads_a_constant_tree_and_shallower_trees_beside_deeper_ones() -> None:
+    from emmy_core.prior.trees import parse_model
+
+    feature = {"borders": [0.5, 2.0], "feature_index": 0, "flat_feature_index": 0, "nan_value_treatment": "AsTrue"}
+    model = {"features_info": {"float_features": [feature]}, "scale_and_bias": [2.0, [1.0]], "oblivious_trees": [
+        {"leaf_values": [0.25], "splits": None},
+        {"leaf_values": [1.0, 3.0], "splits": [{"border": 0.5, "float_feature_index": 0, "split_type": "FloatFeature"}]},
+        {"leaf_values": [0.0, 10.0, 20.0, 30.0], "splits": [
+            {"border": 0.5, "float_feature_index": 0, "split_type": "FloatFeature"},
+            {"border": 2.0, "float_feature_index": 0, "split_type": "FloatFeature"}]}]}
+    trees = parse_model(model, 1)
+    got = trees.predict(np.array([[0.0], [1.0], [5.0], [np.nan]]))
+    # x=0: 0.25+1+0; x=1: 0.25+3+10; x=5: 0.25+3+30; NaN answers true (AsTrue): as x=5
+    np.testing.assert_allclose(got, 2.0 * np.array([1.25, 13.25, 33.25, 33.25]) + 1.0)

@@ -10,7 +10,7 @@ from emmy_core.ir import Extern
 from emmy_core.ir.builders import matmul, rmsnorm
 from emmy_core.knobs import candidates
 from emmy_core.prior import fork_features
-from emmy_core.prior.training import Params, train
+from emmy_core.prior.training import Params, Rows, train
 from emmy_core.targets import load_table
 
 H200 = load_table()["NVIDIA H200"]
@@ -79,11 +79,11 @@ def test_a_feature_constant_across_a_forks_candidates_cannot_influence_that_fork
     own = rng.normal(size=(forks * size, 1))
     label = (own[:, 0] + 0.3 * card[:, 0] * own[:, 0] > 0).astype(float) + rng.random(forks * size) * 0.1
     group = np.repeat(np.arange(forks), size)
-    constant_only = train(card, label, group, Params(iterations=40, depth=3), 0)
+    constant_only = train(Rows(card, label, group), Params(iterations=40, depth=3), 0)
     scores = constant_only.predict(card).reshape(forks, size)
     assert np.ptp(scores, axis=1).max() == 0.0  # every fork's candidates tie: nothing ordered them
     both = np.hstack([card, own])
-    ordered = train(both, label, group, Params(iterations=40, depth=3), 0).predict(both).reshape(forks, size)
+    ordered = train(Rows(both, label, group), Params(iterations=40, depth=3), 0).predict(both).reshape(forks, size)
     assert (np.ptp(ordered, axis=1) > 0).all()
 
 

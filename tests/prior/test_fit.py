@@ -115,3 +115,27 @@ def test_emmy_fit_compare_prints_two_runs_side_by_side(small_fit: tuple, mlflow_
     assert done.exit_code == 0, done.output
     line = next(ln for ln in done.output.splitlines() if ln.startswith("cv.top1 "))
     assert line.split()[1] == line.split()[2] and line.split()[3] == "+0.0%"
+
+
+def test_a_card_the_dataset_does_not_describe_is_read_from_the_cards_file_else_counted(tmp_path: Path) -> None:
+    from emmy_core.ir import kernel_id
+    from emmy_core.prior.dataset import read_dataset
+    from emmy_core.store import CardRow, MeasurementRow, open_store
+    from emmy_core.store.export import export_db
+
+    kernel = matmul(64, 64, 64)
+    rows = [MeasurementRow.ok(kernel_id(kernel), "", {"block": b, "num_warps": 4}, "Mystery GPU", "deploy", 10.0 + b)
+            for b in (64, 128)]
+    with open_store(tmp_path / "m.db", "w") as s:
+        s.record(rows, kernels=[kernel], cards=[CardRow("Mystery GPU", "cuda", {})])
+    export_db(tmp_path / "m.db", tmp_path / "ds")
+    nowhere = read_dataset(tmp_path / "ds")
+    assert nowhere.undescribed_pools == 1 and nowhere.undescribed_cards == ["Mystery GPU"]
+    assert nowhere.forks[0].card is None
+    entry = {**json.loads((Path(__file__).parents[2] / "emmy_core/targets/gpus.json").read_text())["cards"][2],
+             "name": "Mystery GPU"}
+    cards = tmp_path / "cards.json"
+    cards.write_text(json.dumps({"format": "emmy-gpu-table", "version": 1, "cards": [entry]}))
+    described = read_dataset(tmp_path / "ds", cards_file=cards)
+    assert described.undescribed_pools == 0 and described.forks[0].card is not None
+    assert described.forks[0].card.sms == entry["sms"]
