@@ -3,6 +3,7 @@
 import dagster as dg
 
 from assets.dataset import dataset
+from emmy_core.prior.training import DEFAULT_POOLS
 from pipelines.resources import EmmyPaths, MLflowTracking
 
 GROUP = "prior"
@@ -16,7 +17,7 @@ class FitConfig(dg.Config):
 
     folds: int = 5
     seed: int = 0
-    pools: str = "golden"
+    pools: str = DEFAULT_POOLS
 
 
 @dg.asset(deps=[dataset], group_name=GROUP, description=(

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from emmy_core.cli.common import fail
+from emmy_core.prior.training import DEFAULT_POOLS
 
 
 def progress_printer() -> Callable[[str], None]:
@@ -26,7 +27,7 @@ def progress_printer() -> Callable[[str], None]:
 def fit(dataset: Annotated[Path | None, typer.Argument(help="dataset export folder (emmy db export)",
                                                        show_default=False)] = None,
         out: Annotated[Path | None, typer.Argument(help="artifact to write (JSON)", show_default=False)] = None,
-        pools: Annotated[str, typer.Option("--pools", help="golden | measured | both")] = "golden",
+        pools: Annotated[str, typer.Option("--pools", help="golden | measured | both")] = DEFAULT_POOLS,
         folds: Annotated[int, typer.Option("--folds", min=2, max=50, help="cross-validation folds, by kernel")] = 5,
         seed: Annotated[int | None, typer.Option("--seed", help="seed of the sample and the trees (default 0; "
                                                  "with --install, the shipped prior's)")] = None,

@@ -37,6 +37,7 @@ from emmy_core.prior.dataset import Dataset, Fork, read_dataset
 from emmy_core.prior.features import FEATURE_VERSION, fork_features
 from emmy_core.prior.price import curve_key, fit_curve, scale_of
 from emmy_core.prior.training import (
+    DEFAULT_POOLS,
     Params,
     check_pools,
     design,
@@ -151,7 +152,7 @@ def _mean_of_folds(folds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def fit_prior(dataset_dir: Path | str, out_path: Path | str, *, pools: str = "golden", folds: int = 5, seed: int = 0,
+def fit_prior(dataset_dir: Path | str, out_path: Path | str, *, pools: str = DEFAULT_POOLS, folds: int = 5, seed: int = 0,
               cards_file: Path | str | None = None, tracking_uri: str | None = None,
               tags: Mapping[str, str] | None = None, progress: Progress | None = None) -> FitResult:
     """Fits the prior on a dataset export and writes it to `out_path` (see the module's docstring).
@@ -164,7 +165,7 @@ def fit_prior(dataset_dir: Path | str, out_path: Path | str, *, pools: str = "go
                        tracking_uri=tracking_uri, tags=tags, progress=progress)
 
 
-def fit_dataset(dataset: Dataset, out_path: Path | str, *, pools: str = "golden", folds: int = 5, seed: int = 0,
+def fit_dataset(dataset: Dataset, out_path: Path | str, *, pools: str = DEFAULT_POOLS, folds: int = 5, seed: int = 0,
                 params: Params | None = None, tracking_uri: str | None = None, tags: Mapping[str, str] | None = None,
                 progress: Progress | None = None, fits_dir: Path = FITS_DIR) -> FitResult:
     """`fit_prior` on forks already read (the bench and the installed prior's refit use it directly)."""

@@ -15,8 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from emmy_core.prior.artifact import installed_prior_path
+from emmy_core.prior.training import DEFAULT_POOLS
 
-INSTALL_POOLS = "both"
+INSTALL_POOLS = DEFAULT_POOLS
 DEFAULT_SEED = 0
 Progress = Callable[[str], None]
 

@@ -38,6 +38,8 @@ from emmy_core.prior import metrics
 from emmy_core.prior.dataset import Fork
 
 POOL_KINDS = ("golden", "measured", "both")
+DEFAULT_POOLS = "both"  # what every fit learns from unless told: the installed prior's recipe, so a chain fit
+# on the committed freeze reproduces the shipped artifact (the evaluation gate compares the two)
 GOLDEN_SAMPLE = 31  # other candidates drawn below a golden
 MIN_MEASURED = 2  # measured members a fork needs to teach an order
 MAX_GROUP = 256  # members of one training group at most (a larger measured pool is cut into chunks)

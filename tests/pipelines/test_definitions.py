@@ -56,3 +56,18 @@ def test_the_mlflow_uri_is_read_when_a_fit_runs_not_when_the_definitions_are_bui
     assert resource.uri() == DEFAULT_TRACKING_URI
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:////elsewhere.db")
     assert resource.uri() == "sqlite:////elsewhere.db"
+
+
+def test_the_chain_fits_by_the_installed_priors_recipe() -> None:
+    """`make run` fits a candidate on the committed freeze and gates it against the shipped prior: with
+    another recipe (pools, folds, seed, parameters) the gate compares two different fits and may fail."""
+    import json
+
+    from assets.prior import FitConfig
+    from emmy_core.prior import installed_prior_path
+    from emmy_core.prior.training import Params
+
+    shipped = json.loads(installed_prior_path().read_text())["provenance"]
+    config = FitConfig()
+    assert (config.pools, config.folds, config.seed) == (shipped["pools"], shipped["folds"], shipped["seed"])
+    assert Params().to_json() == shipped["params"]
