@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from emmy_core.evidence.resolution import MEASURED_TIERS, Measured
 from emmy_core.graph.forks import Fork, ForkKey, ForkOption, ScheduleOption, StructuralOption, schedule_fork
 from emmy_core.ir.identity import kernel_id
@@ -174,20 +176,25 @@ class PriorSource(Source):
         self.label = label
         self.reason = reason
         self._prices: dict[ForkKey, tuple[float, str]] = {}
-        self._scored: dict[tuple[ForkKey, tuple[str, ...]], list[float]] = {}  # a pool scored once per key
+        # a pool's feature rows and scores, built once per key (pricing its top reuses the row)
+        self._scored: dict[tuple[ForkKey, tuple[str, ...]], tuple[list[float], np.ndarray]] = {}
 
     def unavailable(self) -> str | None:
         return None if self.prior is not None else f"no prior: {self.reason}"
 
-    def _scores(self, kernel: Program, key: ForkKey, options: Sequence[ScheduleOption], card: Card) -> list[float]:
+    def _scored_pool(self, kernel: Program, key: ForkKey, options: Sequence[ScheduleOption],
+                     card: Card) -> tuple[list[float], np.ndarray]:
         memo = (key, tuple(o.schedule_id for o in options))
         if memo not in self._scored:
-            scores = self.prior.score(kernel, sizes_of(key), card, key.setting, [dict(o.knobs) for o in options])
-            out = [float(s) for s in scores]
+            rows = self.prior.rows(kernel, sizes_of(key), card, key.setting, [dict(o.knobs) for o in options])
+            out = [float(s) for s in self.prior.score_rows(rows)]
             if len(out) != len(options):
                 raise ValueError(f"the prior gave {len(out)} scores for {len(options)} candidates")
-            self._scored[memo] = out
+            self._scored[memo] = (out, rows)
         return self._scored[memo]
+
+    def _scores(self, kernel: Program, key: ForkKey, options: Sequence[ScheduleOption], card: Card) -> list[float]:
+        return self._scored_pool(kernel, key, options, card)[0]
 
     def schedule(self, fork: Fork, key: ForkKey, blocked: Mapping[str, str], sources: Sources) -> Answer | Miss:
         options = [o for o in fork.options if isinstance(o, ScheduleOption) and o.schedule_id not in blocked]
@@ -206,9 +213,9 @@ class PriorSource(Source):
             options = [o for o in sources.schedule_fork(kernel).options if isinstance(o, ScheduleOption)]
             if not options:
                 raise ValueError(f"{kernel.name} has no schedule options on {sources.card.name}")
-            scores = self._scores(kernel, key, options, sources.card)
+            scores, rows = self._scored_pool(kernel, key, options, sources.card)
             top = max(range(len(options)), key=lambda i: (scores[i], -i))
-            price = self.prior.price(kernel, sizes_of(key), sources.card, key.setting, [dict(options[top].knobs)])
+            price = self.prior.price_rows(kernel, sources.card, rows[top:top + 1], np.array([scores[top]]))
             self._prices[key] = (float(price[0]), options[top].label)
         return self._prices[key]
 

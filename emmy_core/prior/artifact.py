@@ -80,8 +80,13 @@ class Prior:
         if not candidates:
             return np.zeros(0)
         rows = self.rows(kernel, sizes, card, setting, candidates)
+        return self.price_rows(kernel, card, rows, self.score_rows(rows))
+
+    def price_rows(self, kernel: Program | Extern, card: Card | None, rows: np.ndarray,
+                   scores: np.ndarray) -> np.ndarray:
+        """`price` of rows already built and scored (a resolver prices the top of a pool it scored)."""
         key = curve_key(card.target if card is not None else None, isinstance(kernel, Extern))
-        return price(self.curves, key, self.score_rows(rows), scale_of(rows, self.features))
+        return price(self.curves, key, scores, scale_of(rows, self.features))
 
 
 def _refuse(path: str, why: str) -> PriorError:

@@ -76,8 +76,8 @@ def _column(values: list[object]) -> np.ndarray:
     try:
         return np.array([NAN if v is None else v for v in values], dtype=np.float64)  # numbers and bools
     except (TypeError, ValueError):
-        codes: dict[object, float] = {}
-        return np.array([NAN if v is None else codes.setdefault(v, _encode(v)) for v in values], dtype=np.float64)
+        codes = {v: _encode(v) for v in set(values) if v is not None}  # each distinct value encoded once
+        return np.array([NAN if v is None else codes[v] for v in values], dtype=np.float64)
 
 
 def knob_columns(candidates: Sequence[Mapping[str, object]]) -> dict[str, np.ndarray]:

@@ -22,6 +22,8 @@ import numpy as np
 NAN_TREATMENTS = ("AsFalse", "AsTrue", "AsIs")
 MAX_TREES = 100_000
 MAX_DEPTH = 16
+FLAT_ROWS = 512  # rows at most scored by block gathers (a fork's pool); more take the per-tree loop
+BLOCK_BYTES = 64 * 1024  # a gather block's temporaries, well under malloc's 128 KiB mmap threshold
 
 
 class ModelFormatError(ValueError):
@@ -74,10 +76,37 @@ class Trees:
             np.left_shift(answer.view(np.uint8) if index.dtype == np.uint8 else answer.astype(index.dtype), level,
                           out=bit)
             index |= bit
-        total = np.zeros(n)
-        for t in range(trees):  # a small leaf table per tree stays in cache: faster than one flat gather
-            total += self.leaves[t].take(index[t])
+        if n <= FLAT_ROWS:  # a fork's pool: gathers over all trees at once, in column blocks
+            total = self._gather_sum(index)
+        else:  # a dataset: a small leaf table per tree stays in cache, and no trees x rows table is made
+            total = np.zeros(n)
+            for t in range(trees):
+                total += self.leaves[t].take(index[t])
         return self.scale * total + self.bias
+
+
+    def _gather_sum(self, index: np.ndarray) -> np.ndarray:
+        """Each row's leaf values summed in tree order, one gather per block of rows.
+
+        numpy adds a (trees, w) block down axis 0 row after row (the per-tree loop's order) when
+        w >= 2; one column alone it would sum pairwise, so a lone row takes `cumsum`. Blocks stay
+        under BLOCK_BYTES: temporaries past malloc's mmap threshold cost a page fault per page."""
+        trees, n = index.shape
+        width = self.leaves.shape[1]
+        flat = self.leaves.ravel()
+        offsets = np.arange(0, trees * width, width)[:, None]
+        if n == 1:
+            return np.cumsum(flat.take(index + offsets), axis=0)[-1]
+        step = max(2, BLOCK_BYTES // (8 * trees))
+        total = np.empty(n)
+        start = 0
+        while start < n:
+            stop = min(n, start + step)
+            if n - stop == 1:  # never leave one row to a block of its own
+                stop = n
+            total[start:stop] = flat.take(index[:, start:stop] + offsets).sum(axis=0)
+            start = stop
+        return total
 
 
 def _fail(path: str, why: str) -> ModelFormatError:

@@ -125,3 +125,38 @@ def test_the_evaluator_reads_a_constant_tree_and_shallower_trees_beside_deeper_o
     got = trees.predict(np.array([[0.0], [1.0], [5.0], [np.nan]]))
     # x=0: 0.25+1+0; x=1: 0.25+3+10; x=5: 0.25+3+30; NaN answers true (AsTrue): as x=5
     np.testing.assert_allclose(got, 2.0 * np.array([1.25, 13.25, 33.25, 33.25]) + 1.0)
+
+
+def test_a_pools_flat_gather_sums_the_trees_as_the_per_tree_loop_does_bit_for_bit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small row counts (a fork's pool) take one gather; a dataset the per-tree loop: the same scores."""
+    import emmy_core.prior.trees as trees_module
+    from emmy_core.prior import load_installed_prior
+
+    trees = load_installed_prior().trees
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 24, 300):
+        x = rng.normal(size=(n, trees.n_features)) * 4
+        x[rng.random(x.shape) < 0.1] = np.nan
+        flat = trees.predict(x)
+        monkeypatch.setattr(trees_module, "FLAT_ROWS", 0)
+        loop = trees.predict(x)
+        monkeypatch.undo()
+        assert np.array_equal(flat, loop), n
+
+
+def test_pricing_a_row_of_a_scored_pool_equals_pricing_that_candidate_alone() -> None:
+    """The resolver prices a pool's top from the rows it scored: a row does not depend on its pool."""
+    from emmy_core.ir.builders import matmul
+    from emmy_core.knobs import candidates
+    from emmy_core.prior import load_installed_prior
+    from tests.prior.test_installed import OTHER_CPU
+
+    prior = load_installed_prior()
+    kernel = matmul("T", 688, 256, "f32", b_transposed=True, hints={"T": 128})
+    pool = [dict(c) for c in candidates(kernel, OTHER_CPU)]
+    rows = prior.rows(kernel, {"T": 128}, OTHER_CPU, "deploy", pool)
+    scores = prior.score_rows(rows)
+    for i in (0, len(pool) // 2, len(pool) - 1):
+        alone = prior.price(kernel, {"T": 128}, OTHER_CPU, "deploy", [pool[i]])
+        assert prior.price_rows(kernel, OTHER_CPU, rows[i:i + 1], scores[i:i + 1]).tolist() == alone.tolist()
