@@ -150,10 +150,11 @@ def schedule_fork(kernel: Program, card: Card, lazy: bool = False) -> Fork:
 
     `lazy`: the candidates are enumerated only when something reads `options`.
     """
-    from emmy_core.knobs import candidates, first_option, view
+    from emmy_core.knobs import candidate_options, first_option, view
 
-    def enumerate_() -> tuple[ForkOption, ...]:
-        return tuple(ScheduleOption.of(k) for k in candidates(kernel, card))
+    def enumerate_() -> tuple[ForkOption, ...]:  # `candidates`, with the canonical text already made
+        return tuple(ScheduleOption(dict(o.knobs), schedule_id_of_text(o.canonical))
+                     for o in candidate_options(kernel, card) if o.problem is None)
 
     if lazy:
         return Fork(kernel, SCHEDULE, enumerator=enumerate_, first=ScheduleOption.of(first_option(view(kernel), card)))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from emmy_core.ir.nodes import Kernel
 from emmy_core.knobs.instructions import tile_instruction
-from emmy_core.knobs.validity import view_problem
+from emmy_core.knobs.validity import fit_problem, view_problem
 from emmy_core.knobs.view import KernelView, view
 from emmy_core.knobs.vocab import canonical_knobs
 from emmy_core.targets.card import Card
@@ -58,10 +58,12 @@ CPU_UNROLL_ROW = (1, 2, 4, 8)
 
 @dataclass(frozen=True)
 class Candidate:
-    """One enumerated option and why the card cannot build it (None: it can)."""
+    """One enumerated option, why the card cannot build it (None: it can), and its canonical knob
+    JSON (`canonical_knobs`, which the enumerator computes anyway: a schedule id is its digest)."""
 
     knobs: Knobs
     problem: str | None
+    canonical: str
 
 
 def _fits(value: int, cap: int | None) -> bool:
@@ -269,13 +271,14 @@ def candidate_options(kernel: Kernel, card: Card) -> tuple[Candidate, ...]:
     else:
         rest = _cpu_options(v, card)
     first_key = canonical_knobs(first)
-    seen: dict[str, Candidate] = {first_key: Candidate(first, None)}
+    seen: dict[str, Candidate] = {first_key: Candidate(first, None, first_key)}
     for k in rest:
         key = canonical_knobs(k)
-        bare = canonical_knobs({n: x for n, x in k.items() if n != "mma"})
-        if key in seen or bare == first_key:  # the default's tile with its instruction named is the default
+        if key in seen:
             continue
-        seen[key] = Candidate(k, view_problem(v, card, k))
+        if "mma" in k and canonical_knobs({n: x for n, x in k.items() if n != "mma"}) == first_key:
+            continue  # the default's tile with its instruction named is the default
+        seen[key] = Candidate(k, fit_problem(v, card, k), key)
     return tuple(seen.values())
 
 

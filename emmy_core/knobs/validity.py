@@ -158,10 +158,18 @@ def option_problem(kernel: Kernel, card: Card, knobs: dict[str, object],
 
 
 def view_problem(v: KernelView, card: Card, knobs: dict[str, object]) -> str | None:
-    """`option_problem` on a kernel already read by `view` (the enumerator checks hundreds of options)."""
+    """`option_problem` on a kernel already read by `view`: the vocabulary, then `fit_problem`."""
     p = knobs_problem(knobs)
     if p is not None:
         return p
+    return fit_problem(v, card, knobs)
+
+
+def fit_problem(v: KernelView, card: Card, knobs: dict[str, object]) -> str | None:
+    """Why knobs already in the vocabulary cannot build this kernel on `card`, or None.
+
+    The enumerator checks its own options (hundreds per kernel) here: they are in the vocabulary
+    by construction, which a test holds for every option on every kind of card."""
     if v.family == "extern":
         bad = sorted(n for n in knobs if not n.startswith("extern."))
         return f"an extern kernel takes extern.* knobs only, not {bad[0]!r}" if bad else None

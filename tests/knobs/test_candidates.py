@@ -117,6 +117,7 @@ def test_every_option_is_in_the_cards_target_vocabulary() -> None:
                 assert knobs_problem(option.knobs) is None
                 assert all(SCHEDULE_KNOBS[n].target == card.target for n in option.knobs)
                 assert option.problem == option_problem(kernel, card, option.knobs)
+                assert option.canonical == canonical_knobs(option.knobs)  # a schedule id is its digest
 
 
 def test_gpu_matmul_space_is_a_few_hundred_triton_style_options() -> None:
