@@ -213,9 +213,11 @@ def bench_cpu(cpu_db: Path, prior_path: Path | None) -> None:
         f.update(fork_baselines(fork, freeze.forks))
         figures.append(f)
     cards = sorted({f.card_name for f in here.forks})
-    fitted_on = sorted({f.card_name for f in freeze.forks})
-    say(f"cpu: the installed prior (fitted on {', '.join(fitted_on)}) on {len(figures)} pools measured on "
-        f"{', '.join(cards)} ({load()})")
+    which = (f"the prior {prior_path} (dataset {prior.doc['provenance']['dataset_digest'][:12]}, pools "
+             f"{prior.doc['provenance']['pools']})" if prior_path else
+             f"the installed prior (fitted on {', '.join(sorted({f.card_name for f in freeze.forks}))})")
+    say(f"cpu: {which} on {len(figures)} pools measured on {', '.join(cards)} ({load()}); the baselines "
+        f"(similar card, transfer) read the repository freeze")
     say(_header())
     say(_row(", ".join(cards)[:28], figures))
     for f in figures:
