@@ -155,7 +155,7 @@ def tune(be: CBackend, step: KernelStep, dyn: dict[str, int], bufs: dict[str, to
               for k in sample_candidates(step.program, card, budget, seed)}  # type: ignore[arg-type]
     for knobs in sample.values():
         try:
-            us = median_us(emmy_launch(be, step, knobs, dyn, bufs), 3)
+            us = median_us(emmy_launch(be, step, knobs, dyn, bufs), 9)
         except RuntimeError:
             failed += 1
             continue
