@@ -26,7 +26,7 @@
 # It is kept as a Jupytext pair: this `.py` file is the source; `jupytext --to ipynb` makes a notebook of it.
 
 # %% tags=["parameters"]
-DATA = "_data"  # the folder the chain wrote
+DATA = "_data"  # the folder the chain wrote; a relative path is read from the repository root
 PRIOR = ""  # a prior artifact to judge; empty: the installed prior
 WORST = 10  # how many of the worst pools to list
 
@@ -38,7 +38,17 @@ import matplotlib.pyplot as plt
 import numpy as np
 import polars as pl
 
-data = Path(DATA)
+
+
+def repository_root(start: Path) -> Path:
+    """The repository this notebook belongs to: Jupyter starts kernels in `notebooks/`, not at the root."""
+    for folder in (start, *start.parents):
+        if (folder / "notebooks" / "measurements_and_the_prior.py").is_file():
+            return folder
+    return start
+
+
+data = Path(DATA) if Path(DATA).is_absolute() else repository_root(Path.cwd().resolve()) / DATA
 con = duckdb.connect(str(data / "tune.db"), read_only=True)
 con.sql("SELECT card, setting, count(*) AS rows, count(*) FILTER (WHERE status = 'failed') AS failed, "
         "count(DISTINCT kernel_id) AS kernels FROM measurements GROUP BY ALL ORDER BY ALL").pl()
@@ -118,14 +128,19 @@ worst = wrong.sort("slowdown", descending=True).group_by("card", maintain_order=
 worst.select("card", "setting", "c_name", "sizes", "members", "slowdown")
 
 # %%
-fig, ax = plt.subplots(figsize=(8, 0.32 * max(4, worst.height) + 1))
-labels = [f"{r['c_name'][:36]} {r['sizes']} ({r['setting']})" for r in worst.iter_rows(named=True)]
-ax.barh(range(worst.height), worst["slowdown"].to_numpy(), color="tab:red")
+fig, ax = plt.subplots(figsize=(11, 0.34 * max(4, worst.height) + 1.4))
+cards = list(dict.fromkeys(worst["card"].to_list()))
+colours = dict(zip(cards, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False))
+labels = [f"{r['c_name']} {r['sizes']} ({r['setting']})" for r in worst.iter_rows(named=True)]
+ax.barh(range(worst.height), worst["slowdown"].to_numpy() - 1.0, left=1.0,
+        color=[colours.get(c, "tab:gray") for c in worst["card"].to_list()])
 ax.set_yticks(range(worst.height), labels, fontsize=7)
 ax.invert_yaxis()
-ax.axvline(1.0, color="black", linewidth=0.8)
-ax.set_xlabel("the prior's pick over the fastest measured (1.00 = best)")
+ax.set_xlim(left=1.0)
+ax.set_xlabel("the prior's pick over the fastest measured (1.00 = best; the axis starts there)")
 ax.set_title("Where the prior is wrong: the worst pools by card")
+ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=colours[c]) for c in cards], labels=cards, fontsize=7,
+          loc="lower right")
 fig.tight_layout()
 plt.show()
 

@@ -47,6 +47,20 @@ def test_the_notebook_runs_headless_on_the_repository_freeze(chain_data: Path) -
     assert "slowdown" in text
 
 
+def test_the_notebook_finds_the_chains_data_from_the_notebooks_folder(chain_data: Path, tmp_path: Path) -> None:
+    """Jupyter starts a kernel in `notebooks/`: the default `_data` is read from the repository root."""
+    import shutil
+
+    repo = tmp_path / "repo"
+    (repo / "notebooks").mkdir(parents=True)
+    shutil.copy(NOTEBOOK, repo / "notebooks" / NOTEBOOK.name)
+    shutil.copytree(chain_data, repo / "_data")
+    nb = run_notebook(repo / "notebooks" / NOTEBOOK.name, {}, repo / "notebooks")
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]  # type: ignore[attr-defined]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    assert len([o for o in outputs if "image/png" in o.get("data", {})]) == 2
+
+
 def test_the_notebook_is_a_jupytext_percent_file_without_outputs() -> None:
     text = NOTEBOOK.read_text(encoding="utf-8")
     assert "format_name: percent" in text and "# %% tags=[\"parameters\"]" in text
