@@ -11,7 +11,7 @@ import typer
 from emmy_core.cli.common import fail
 from emmy_core.store.promote import DEFAULT_MIN_POOL
 
-app = typer.Typer(help="The measurement store (DuckDB): check, stats.", no_args_is_help=True)
+app = typer.Typer(help="The measurement store (DuckDB): check, stats, import, export, freeze, promote, refresh-freeze.", no_args_is_help=True)
 
 DbOption = Annotated[Path | None, typer.Option(
     "--db", help="store file (default: $EMMY_TUNING_DB, else ~/.cache/emmy/autotune.db)")]

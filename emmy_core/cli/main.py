@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from emmy_core.cli import (
@@ -42,8 +44,30 @@ app.command("gate")(gate_cmd.gate_command)
 app.add_typer(eval_cmd.app, name="eval")
 
 
+def command() -> Any:
+    """The click command typer builds, with flags shown as flags: typer labels every bool `<bool>`,
+    which reads as if `--json` took a value."""
+    root = typer.main.get_command(app)
+
+    def as_flag(param: Any) -> Any:
+        if getattr(param, "is_flag", False) and hasattr(param, "display_type_rich"):
+            param.display_type_rich = lambda ctx: None
+        return param
+
+    def walk(cmd: Any) -> None:
+        for param in cmd.params:
+            as_flag(param)
+        help_option = cmd.get_help_option
+        cmd.get_help_option = lambda ctx, made=help_option: as_flag(made(ctx))
+        for sub in getattr(cmd, "commands", {}).values():
+            walk(sub)
+
+    walk(root)
+    return root
+
+
 def main() -> None:
-    app()
+    command()(prog_name="emmy")
 
 
 if __name__ == "__main__":

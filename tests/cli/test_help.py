@@ -1,0 +1,35 @@
+"""`emmy --help` tells the truth: a group's summary names its commands, and a flag does not look like it takes a value."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def emmy_help(*argv: str) -> str:
+    env = {**os.environ, "COLUMNS": "120", "NO_COLOR": "1"}
+    done = subprocess.run([sys.executable, "-m", "emmy_core.cli.main", *argv, "--help"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_flags_are_shown_without_a_value_type() -> None:
+    for argv in ((), ("tune",), ("eval", "prior")):
+        text = emmy_help(*argv)
+        assert "--help" in text and "<bool>" not in text
+
+
+def test_the_db_group_summary_names_every_db_command() -> None:
+    from emmy_core.cli.main import app as root  # registers the file commands on the db group
+
+    app = next(g.typer_instance for g in root.registered_groups if g.name == "db")
+
+    summary = app.info.help or ""
+    names = [c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands]
+    assert len(names) >= 7
+    assert all(name in summary for name in names)
