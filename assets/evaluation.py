@@ -101,6 +101,6 @@ def installed_prior(paths: EmmyPaths) -> dg.MaterializeResult:
     from emmy_core.prior.artifact import write_artifact
 
     candidate = load_prior(paths.candidate)
-    target = write_artifact(candidate.doc, paths.installed())
+    target = write_artifact(candidate.doc, paths.installed(), install=True)  # the chain's install step
     return dg.MaterializeResult(metadata={"path": dg.MetadataValue.path(str(target)),
                                           "provenance": dg.MetadataValue.json(candidate.info["provenance"])})
