@@ -57,6 +57,13 @@ def model_and_inputs(model: str, dtype: str, inputs: list[str] | None) -> tuple[
 def prior_arg(prior: Path | None, no_prior: bool) -> Any:
     if prior is not None and no_prior:
         fail("give --prior or --no-prior, not both")
+    if prior is not None:  # a prior named explicitly must load: refused, it is an error, never a warning
+        from emmy_core.prior import PriorError, load_prior
+
+        try:
+            return load_prior(prior)
+        except PriorError as exc:
+            fail(f"--prior: {exc}")
     return False if no_prior else prior
 
 

@@ -27,6 +27,9 @@ MAX_SOURCE_BYTES = 512 * 1024 * 1024
 MAX_TEXT_FIELD = 64
 """Longest short text field (names, settings, sizes are shorter still by their own rules)."""
 
+MAX_EXACT_INT = 2**53
+"""Largest integer a number field takes (beyond it a float is not exact, and far beyond it not finite)."""
+
 _CHUNK = 1 << 20
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -208,6 +211,8 @@ class Fields:
         v = self.raw(key)
         if isinstance(v, bool) or not isinstance(v, int | float):
             raise self.fail(key, f"must be a number, not {_kind(v)}")
+        if isinstance(v, int) and abs(v) > MAX_EXACT_INT:
+            raise self.fail(key, f"an integer of {len(str(abs(v)))} digits is out of range (at most {MAX_EXACT_INT})")
         if not math.isfinite(v):
             raise self.fail(key, "must be a finite number")
         return float(v)

@@ -41,6 +41,9 @@ def _number(where: str, field: str, value: object, kind: type) -> int | float | 
         raise CardTableError(f"{where}: field {field!r} must be a number, not {type(value).__name__}")
     if kind is int and not isinstance(value, int):
         raise CardTableError(f"{where}: field {field!r} must be an integer, not {value!r}")
+    if isinstance(value, int) and abs(value) > 2**53:
+        raise CardTableError(f"{where}: field {field!r} is an integer of {len(str(abs(value)))} digits: out of range "
+                             "for a hardware figure (at most 2**53)")
     if not math.isfinite(value) or value <= 0:
         raise CardTableError(f"{where}: field {field!r} must be positive and finite, not {value!r}")
     return int(value) if kind is int else float(value)
