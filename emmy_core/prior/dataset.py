@@ -121,6 +121,19 @@ def describe_cards(rows: list[dict[str, Any]], names: set[str], cards_file: Path
     return out
 
 
+def _kernel(snap: Any, kernels: dict[str, str], kid: str) -> Program | Extern:
+    """A pool's kernel parsed from the export's text; SourceError naming the file, row and column else."""
+    from emmy_core.ir import IRError
+    from emmy_core.store.sourcefile import SourceError
+
+    try:
+        return parse(kernels[kid])
+    except IRError as exc:
+        row = list(kernels).index(kid)
+        raise SourceError(snap.file("kernels"), f"kernels row {row}", "loop_program",
+                          f"kernel {kid[:16]!r} does not parse: {str(exc)[:300]}") from None
+
+
 def read_dataset(export_dir: Path | str, cards_file: Path | str | None = None,
                  progress: Progress | None = None) -> Dataset:
     """Every fork of a verified export (refused naming both versions when it is another export version)."""
@@ -146,7 +159,7 @@ def read_dataset(export_dir: Path | str, cards_file: Path | str | None = None,
     for key, group in pools.group_by(keys, maintain_order=True):
         kid, sizes, card_name, setting = (str(k) for k in key)
         if kid not in parsed:
-            parsed[kid] = parse(kernels[kid])
+            parsed[kid] = _kernel(snap, kernels, kid)
         card = cards.get(card_name)
         if card is None:
             undescribed += 1
