@@ -282,7 +282,7 @@ def _snapshot(d: Path) -> Snapshot:
     try:
         dir_fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
     except FileNotFoundError:
-        raise SourceError(str(d), "", "", "no such dataset export") from None
+        raise SourceError(str(d), "", "", "no such folder: not a dataset export") from None
     except NotADirectoryError:
         raise SourceError(str(d), "", "", "not a folder: not a dataset export") from None
     except OSError as exc:
