@@ -68,3 +68,39 @@ def test_a_kernel_whose_text_does_not_parse_is_refused_naming_its_row(freeze_exp
     with pytest.raises(SourceError) as info:
         read_dataset(bad)
     assert info.value.file.endswith("kernels.parquet") and info.value.field == "loop_program"
+
+
+def test_a_dropped_column_is_refused_naming_it_not_a_column_not_found_trace(freeze_export: Path,  # noqa: F811
+                                                                          tmp_path: Path) -> None:
+    import shutil
+
+    from emmy_core.prior.dataset import read_dataset
+    from tests.faults.exports import edit_table
+
+    bad = tmp_path / "bad"
+    shutil.copytree(freeze_export, bad)
+    edit_table(bad, "pools", lambda t: t.drop(["status"]))
+    with pytest.raises(SourceError) as info:
+        read_dataset(bad)
+    assert info.value.file.endswith("pools.parquet") and info.value.field == "status"
+    assert "column missing" in str(info.value)
+
+
+def test_a_file_that_is_not_parquet_under_a_matching_hash_is_refused_not_a_parse_trace(freeze_export: Path,  # noqa: F811
+                                                                                      tmp_path: Path) -> None:
+    import hashlib
+    import json
+    import shutil
+
+    from emmy_core.store.export import content_digest
+
+    bad = tmp_path / "bad"
+    shutil.copytree(freeze_export, bad)
+    (bad / "goldens.parquet").write_bytes(b"PAR1 not really parquet PAR1")
+    manifest = json.loads((bad / "manifest.json").read_text())
+    manifest["tables"]["goldens"]["sha256"] = hashlib.sha256((bad / "goldens.parquet").read_bytes()).hexdigest()
+    manifest["digest"] = content_digest(manifest["tables"])
+    (bad / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(SourceError, match="not a readable Parquet file") as info:
+        open_snapshot(bad)
+    assert info.value.file.endswith("goldens.parquet")
