@@ -161,3 +161,24 @@ def test_writers_of_other_kinds_refuse_a_folder_named_as_their_file(tmp_path: Pa
     doc = load_prior(installed_prior_path()).doc
     with pytest.raises(FileWriteError, match="a folder"):
         write_artifact(doc, tmp_path)
+
+
+def test_two_identical_fits_stamped_with_the_same_second_write_two_metrics_folders(
+        freeze_export: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    import datetime as dt
+
+    from emmy_core.prior import fit as fit_module
+    from emmy_core.prior.dataset import read_dataset
+    from emmy_core.prior.training import Params
+
+    class Frozen(dt.datetime):
+        @classmethod
+        def now(cls, tz: dt.tzinfo | None = None) -> Frozen:  # type: ignore[override]
+            return cls(2026, 1, 1, 12, 0, 0, tzinfo=tz)
+
+    monkeypatch.setattr(fit_module._dt, "datetime", Frozen)
+    data = read_dataset(freeze_export)
+    dirs = [fit_module.fit_dataset(data, tmp_path / f"p{i}.json", folds=2, params=Params(iterations=10, depth=3),
+                                   tracking_uri="off", fits_dir=tmp_path / "fits").fit_dir for i in range(2)]
+    assert dirs[0] != dirs[1] and dirs[1].name == dirs[0].name + "-2"
+    assert all((d / "metrics.json").is_file() for d in dirs)
