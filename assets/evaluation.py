@@ -50,15 +50,17 @@ def evaluation(context: dg.AssetExecutionContext, paths: EmmyPaths, mlflow: MLfl
     v = verdict(docs["candidate"], docs["installed"], TOLERANCE)
     if unusable:
         v = dataclasses.replace(v, reason=f"{v.reason} (the installed prior cannot be used: {unusable[:300]})")
+    from emmy_core.store.safefile import atomic_write_text, ensure_folder
+
     out = paths.evaluation_dir
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps({**docs, "verdict": v.to_json()}, indent=1, sort_keys=True) + "\n",
-                                     encoding="utf-8")
+    ensure_folder(out)
+    atomic_write_text(out / "report.json", json.dumps({**docs, "verdict": v.to_json()}, indent=1,
+                                                      sort_keys=True) + "\n")
     table = candidate.markdown()
     if installed is not None:
         table += "\n## the candidate (B) beside the installed prior (A)\n" + compare_reports(
             installed, candidate, "installed", "candidate")
-    (out / "table.md").write_text(table, encoding="utf-8")
+    atomic_write_text(out / "table.md", table.encode("utf-8"))
     pngs = write_plots(candidate, out)
     run_id = fit_run_id(context)
     if run_id is not None:
@@ -101,6 +103,6 @@ def installed_prior(paths: EmmyPaths) -> dg.MaterializeResult:
     from emmy_core.prior.artifact import write_artifact
 
     candidate = load_prior(paths.candidate)
-    target = write_artifact(candidate.doc, paths.installed())
+    target = write_artifact(candidate.doc, paths.installed(), install=True)  # the chain's install step
     return dg.MaterializeResult(metadata={"path": dg.MetadataValue.path(str(target)),
                                           "provenance": dg.MetadataValue.json(candidate.info["provenance"])})

@@ -12,14 +12,28 @@ number of examples). It prints, per section, the inputs tried, the faults inject
    database and into a tune file), killed at random moments over its run (tests/faults/kill.py);
 3. disk full: freeze, export, refresh-freeze and import under a file-size limit (`ulimit -f`);
 4. with --atheris RUNS (when atheris is installed): coverage-guided fuzzing of the importers, started
-   from the same valid sources, RUNS inputs per kind.
+   from the same valid sources, RUNS inputs per kind;
+5. the export race: readers open snapshots of a folder that `emmy db export` keeps swapping between two
+   stores' exports; a snapshot whose manifest and tables come from different exports, or a read that
+   fails, is a violation (a reader by paths, the old way, is run beside it for comparison);
+6. concurrent chains: processes taking the workspace's chain lock at once (holding intervals must not
+   overlap; one that may not wait must refuse naming the holder), and a holder killed -9 whose stale
+   lock must be taken over with a note;
+7. special input files: a FIFO, /dev/zero and a folder given to every reader of an input path (prior,
+   card file, extern order, report, import source, loop program); a hang, an acceptance or a raw
+   exception is a violation;
+8. the prior bomb: a 4 MB artifact of a depth-16 tree and 99,999 constant trees, loaded and scored
+   under a 4 GiB address-space limit; anything but a clean refusal or a bounded load is a violation.
 
 Run: .venv/bin/python bench/faults.py [--seeds 500] [--kills 10] [--rows 8000] [--no-tune] [--atheris 20000]
+     [--race-reads 300] [--chains 6]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
 import os
 import random
 import re
@@ -30,6 +44,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -181,6 +196,266 @@ def coverage_guided(corpus: dict[str, Path], work: Path, runs: int) -> int:
     return findings
 
 
+def _mixed(snap_or_pair: tuple[str, int], digests: dict[str, str], rows: dict[str, int]) -> bool:
+    digest, n = snap_or_pair
+    return digest not in digests or rows[digests[digest]] != n
+
+
+def _swapper(a: Path, b: Path, out: Path, stop: Any, swaps: list[int], errors: list[BaseException]) -> None:
+    """Exports the two stores into `out` in turn until `stop` is set (counting swaps, keeping errors)."""
+    from emmy_core.store.export import export_db
+
+    try:
+        while not stop.is_set():
+            export_db(b if swaps[0] % 2 == 0 else a, out)
+            swaps[0] += 1
+    except BaseException as exc:  # counted and shown by the caller
+        errors.append(exc)
+
+
+def export_race(work: Path, reads: int) -> int:
+    """Section 5; returns the violations (mixed snapshots and failed reads)."""
+    import threading
+
+    import pyarrow.parquet as pq
+
+    from emmy_core.store.export import MANIFEST, export_db, open_snapshot
+    from tests.faults.test_export_race import two_stores
+
+    print(f"\n== 5. export race ({load()})")
+    folder = work / "race"
+    folder.mkdir()
+    a, b = two_stores(folder)
+    digests = {export_db(a, folder / "ref-a")["digest"]: "a", export_db(b, folder / "ref-b")["digest"]: "b"}
+    rows = {"a": open_snapshot(folder / "ref-a").tables["measurements"].num_rows,
+            "b": open_snapshot(folder / "ref-b").tables["measurements"].num_rows}
+    out = folder / "dataset"
+    export_db(a, out)
+    print(f"{'reader':<16} {'reads':>6} {'swaps':>6} {'mixed':>6} {'failed':>7} {'seconds':>8}")
+    violations = 0
+    for reader in ("snapshot", "by paths (old)"):
+        stop, swaps, errors = threading.Event(), [0], []
+        thread = threading.Thread(target=_swapper, args=(a, b, out, stop, swaps, errors))
+        t0 = time.monotonic()
+        thread.start()
+        mixed = failed = 0
+        try:
+            done = 0
+            while (done < reads or swaps[0] < 6) and done < 50 * reads and not errors:
+                done += 1
+                try:
+                    if reader == "snapshot":
+                        snap = open_snapshot(out)
+                        pair = (snap.manifest["digest"], snap.tables["measurements"].num_rows)
+                    else:
+                        manifest = json.loads((out / MANIFEST).read_text())
+                        pair = (manifest["digest"], pq.read_table(out / "measurements.parquet").num_rows)
+                    mixed += _mixed(pair, digests, rows)
+                except Exception:  # a read that fails mid-swap
+                    failed += 1
+        finally:
+            stop.set()
+            thread.join()
+        failed += len(errors)
+        if reader == "snapshot":
+            violations += mixed + failed
+        print(f"{reader:<16} {done:>6} {swaps[0]:>6} {mixed:>6} {failed:>7} {time.monotonic() - t0:>8.1f}")
+    return violations
+
+
+LOCKER = """
+import sys, time, json
+from emmy_core.store.runlock import RunLockedError, run_lock
+lock, log, wait = sys.argv[1], sys.argv[2], float(sys.argv[3])
+notes = []
+try:
+    with run_lock(lock, wait_s=wait, say=notes.append):
+        start = time.time()
+        time.sleep(0.2)
+        end = time.time()
+    print(json.dumps({"start": start, "end": end, "notes": notes}))
+except RunLockedError as exc:
+    print(json.dumps({"refused": str(exc), "notes": notes}))
+"""
+
+
+def concurrent_chains(work: Path, chains: int) -> int:
+    """Section 6; returns the violations (overlapping holders, a refusal without the holder, no stale note)."""
+    print(f"\n== 6. concurrent chains ({load()})")
+    lock = work / "chains" / "_data" / "chain.lock"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def start(wait: float) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-c", LOCKER, str(lock), "-", str(wait)], cwd=ROOT, text=True,
+                                stdout=subprocess.PIPE, env=env)
+
+    t0 = time.monotonic()
+    procs = [start(60.0) for _ in range(chains)]
+    runs = [json.loads(p.communicate(timeout=300)[0]) for p in procs]
+    spans = sorted((r["start"], r["end"]) for r in runs if "start" in r)
+    overlaps = sum(1 for (_, e1), (s2, _) in itertools.pairwise(spans) if s2 < e1)
+    waited = sum(1 for r in runs if any("waiting" in n for n in r["notes"]))
+    holder = subprocess.Popen([sys.executable, "-c", LOCKER.replace("time.sleep(0.2)", "time.sleep(30)"),
+                               str(lock), "-", "0"], cwd=ROOT, text=True, stdout=subprocess.PIPE, env=env)
+    time.sleep(3.0)
+    refused = json.loads(start(0.0).communicate(timeout=120)[0])
+    named = "refused" in refused and f"PID {holder.pid}" in refused["refused"]
+    holder.kill()  # kill -9: the lock's record stays, the flock goes with the process
+    holder.wait()
+    after = json.loads(start(0.0).communicate(timeout=120)[0])
+    stale = "start" in after and any("taken over" in n and f"PID {holder.pid}" in n for n in after["notes"])
+    violations = overlaps + (len(spans) != chains) + (not named) + (not stale)
+    print(f"{chains} chains at once: {len(spans)} ran, {waited} waited, {overlaps} overlapping; a chain that may "
+          f"not wait {'refused naming the holder' if named else 'DID NOT refuse naming the holder'}; a holder "
+          f"killed -9 {'was taken over with a note' if stale else 'WAS NOT taken over with a note'} "
+          f"({time.monotonic() - t0:.1f} s)")
+    return violations
+
+
+SPECIAL = """
+import os, signal, sys, traceback
+from pathlib import Path
+
+def alarm(*_):
+    raise TimeoutError("hang")
+
+signal.signal(signal.SIGALRM, alarm)
+work = Path(sys.argv[1])
+fifo = work / "pipe.json"
+if not fifo.exists():
+    os.mkfifo(fifo)
+specials = {"fifo": str(fifo), "/dev/zero": "/dev/zero", "folder": str(work)}
+
+def prior(p):
+    from emmy_core.prior import load_prior
+    load_prior(p)
+
+def cards(p):
+    from emmy_core.targets.table import load_table
+    load_table(p)
+
+def extern_order(p):
+    from emmy_core.eval.extern_order import file_order
+    file_order([p])
+
+def report(p):
+    from emmy_core.eval.compare import read_report
+    read_report(p)
+
+def import_source(p):
+    from emmy_core.store import MemoryStore
+    from emmy_core.store.importer import load_source
+    load_source(p, MemoryStore("x"))
+
+def loop_program(p):
+    from emmy_core.store.inputfile import read_input
+    read_input(p, 1 << 20, "source file")
+
+def export(p):
+    from emmy_core.prior.dataset import read_dataset
+    read_dataset(p)
+
+readers = {"prior": prior, "cards": cards, "extern-order": extern_order, "report": report,
+           "import": import_source, "loop program": loop_program, "export": export}
+from emmy_core.prior import PriorError
+from emmy_core.store.errors import StoreError
+from emmy_core.targets import CardTableError
+for name, read in readers.items():
+    for kind, path in specials.items():
+        if name == "extern-order" and kind == "folder":
+            continue  # a folder stands for the cache files in it (documented), not a file to refuse
+        if name == "export" and kind != "folder":
+            path = str(work / "not-an-export")
+            os.makedirs(path, exist_ok=True)
+            if kind == "fifo" and not os.path.exists(os.path.join(path, "manifest.json")):
+                os.mkfifo(os.path.join(path, "manifest.json"))
+            elif kind == "/dev/zero" and not os.path.exists(os.path.join(path, "manifest.json")):
+                os.symlink("/dev/zero", os.path.join(path, "manifest.json"))
+        signal.alarm(10)
+        try:
+            read(path)
+            outcome = "ACCEPTED"
+        except (PriorError, StoreError, CardTableError, ValueError) as exc:
+            outcome = "refused: " + str(exc).splitlines()[0][:90]
+        except TimeoutError:
+            outcome = "HANG"
+        except BaseException as exc:
+            outcome = f"RAW {type(exc).__name__}: {str(exc)[:80]}"
+        finally:
+            signal.alarm(0)
+        print(f"{name}\t{kind}\t{outcome}", flush=True)
+"""
+
+
+def special_inputs(work: Path) -> int:
+    """Section 7; returns the violations (hangs, acceptances, raw exceptions)."""
+    print(f"\n== 7. special input files ({load()})")
+    folder = work / "special"
+    folder.mkdir()
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", SPECIAL, str(folder)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    lines = [line.split("\t") for line in done.stdout.splitlines() if line.count("\t") == 2]
+    bad = [x for x in lines if not x[2].startswith("refused")]
+    for name, kind, outcome in bad:
+        print(f"   VIOLATION {name} given {kind}: {outcome}")
+    if done.returncode != 0:
+        print(f"   the readers' process failed: {done.stderr[-400:]}")
+    print(f"{len(lines)} reads of a FIFO, /dev/zero or a folder: {len(lines) - len(bad)} refused at once, "
+          f"{len(bad)} violations ({time.monotonic() - t0:.1f} s)")
+    return len(bad) + (done.returncode != 0) + (len(lines) == 0)
+
+
+BOMB = """
+import json, resource, sys, time
+import numpy as np
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+from emmy_core.prior import PriorError, load_prior
+t0 = time.monotonic()
+try:
+    prior = load_prior(sys.argv[1])
+    rows = np.random.default_rng(0).normal(size=(64, len(prior.features)))
+    prior.score_rows(rows)
+    outcome = "loaded and scored in bounded memory"
+except PriorError as exc:
+    outcome = "refused: " + str(exc)[:160]
+except MemoryError as exc:
+    outcome = "VIOLATION MemoryError"
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"outcome": outcome, "seconds": time.monotonic() - t0, "peak_mib": peak}))
+"""
+
+
+def bomb_artifact(path: Path) -> Path:
+    """The artifact of the issue: the installed prior's features, a depth-16 tree and 99,999 constant trees."""
+    from emmy_core.prior import installed_prior_path
+
+    doc = json.loads(installed_prior_path().read_text())
+    deep = {"splits": [{"split_type": "FloatFeature", "float_feature_index": i % len(doc["features"]),
+                        "border": 0.5 + i, "split_index": i} for i in range(16)],
+            "leaf_values": [0.0] * (1 << 16)}
+    flat = {"splits": [], "leaf_values": [0.0]}
+    doc["model"]["oblivious_trees"] = [deep, *([flat] * 99_999)]
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def prior_bomb(work: Path) -> int:
+    """Section 8; returns 1 when the bomb is neither refused nor loaded in bounded memory."""
+    print(f"\n== 8. prior bomb ({load()})")
+    bomb = bomb_artifact(work / "bomb.json")
+    done = subprocess.run([sys.executable, "-c", BOMB, str(bomb)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        print(f"   VIOLATION: the loader's process died (rc {done.returncode}): {done.stderr.strip()[-300:]}")
+        return 1
+    print(f"{bomb.stat().st_size / 2**20:.1f} MiB artifact: {result['outcome']} ({result['seconds']:.1f} s, "
+          f"peak {result['peak_mib']:.0f} MiB, under a 4 GiB address-space limit)")
+    return int("VIOLATION" in result["outcome"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=500, help="hostile inputs per source kind")
@@ -188,6 +463,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=8000, help="rows per source in the kill scenarios")
     parser.add_argument("--no-tune", action="store_true", help="leave the tune out of the kills (slow: compiles)")
     parser.add_argument("--atheris", type=int, default=0, help="coverage-guided inputs per importer (0: off)")
+    parser.add_argument("--race-reads", type=int, default=300, help="snapshot reads racing the exports")
+    parser.add_argument("--chains", type=int, default=6, help="chains taking the workspace lock at once")
     args = parser.parse_args()
     started = time.monotonic()
     print(f"bench/faults.py ({load()})")
@@ -198,11 +475,17 @@ def main() -> None:
         lost = kills(work, args.kills, args.rows, not args.no_tune)
         full = disk_full()
         findings = coverage_guided(corpus, work, args.atheris) if args.atheris else 0
+        race = export_race(work, args.race_reads)
+        chains = concurrent_chains(work, args.chains)
+        special = special_inputs(work)
+        bomb = prior_bomb(work)
     peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
     print(f"\nviolations of the import rules {violations}; rows lost to kills {lost}; disk-full failures {full}; "
-          f"atheris findings {findings}; {time.monotonic() - started:.0f} s; peak memory {peak:.0f} MiB ({load()})")
-    sys.exit(1 if violations or lost or full or findings else 0)
+          f"atheris findings {findings}; export-race violations {race}; concurrent-chain violations {chains}; "
+          f"special-input violations {special}; prior-bomb violations {bomb}; {time.monotonic() - started:.0f} s; "
+          f"peak memory {peak:.0f} MiB ({load()})")
+    sys.exit(1 if violations or lost or full or findings or race or chains or special or bomb else 0)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from emmy_core.cli.main_job import DEFAULT_MODEL, DEFAULT_SHAPE, report
 from pipelines.definitions import chain_assets, defs
 from pipelines.jobs import CHAIN, run_chain
 
+LOCK_FILE = "chain.lock"  # in the data folder: one chain at a time per workspace
 SUMMARY = {  # what to say of each asset: its metadata keys worth a line
     "freeze_files": ("freeze files", "tune files waiting"),
     "refreshed_freeze": ("freeze files", "tune files folded", "rows read"),
@@ -66,7 +67,24 @@ def summarize(result: dg.ExecuteInProcessResult) -> None:
                   f"{data.description or ''}", flush=True)  # type: ignore[union-attr]
         elif kind == "STEP_FAILURE":
             error = e.event_specific_data.error  # type: ignore[union-attr]
-            print(f"  step {e.step_key} FAILED: {error.message.strip()[:600] if error else ''}", flush=True)
+            print(f"  step {e.step_key} FAILED: {innermost(error)[:600]}", flush=True)
+
+
+def innermost(error: object) -> str:
+    """The message of the error that caused a step's failure (Dagster wraps the user's error in its own
+    'Error occurred while executing op' message: the cause is what a person needs to read)."""
+    while getattr(error, "cause", None) is not None:
+        error = error.cause  # type: ignore[attr-defined]
+    message = str(getattr(error, "message", "") or "").strip()
+    return message.splitlines()[-1] if message else "(no message)"
+
+
+def failure_cause(result: dg.ExecuteInProcessResult) -> str:
+    """The first failed step and its cause, in one line ('' when no step failed)."""
+    for e in result.all_events:
+        if e.event_type_value == "STEP_FAILURE":
+            return f"step {e.step_key}: {innermost(e.event_specific_data.error)}"  # type: ignore[union-attr]
+    return ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -74,6 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", default=DEFAULT_MODEL, help="reference model whose forks are shown")
     parser.add_argument("--shape", default=DEFAULT_SHAPE, help="model shape, e.g. B=1,S=128")
     parser.add_argument("--setting", default="deploy", help="compile setting of the forks shown")
+    parser.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                        help="when another chain runs in this workspace, wait this long for it (default: refuse)")
     args = parser.parse_args(argv)
     from emmy_core.ir import IRError, parse_sizes
 
@@ -81,15 +101,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         dims = parse_sizes(args.shape)
     except IRError as exc:
         parser.error(f"--shape {args.shape!r}: {exc}")
+    if not 0 <= args.wait <= 24 * 3600:
+        parser.error("--wait must be 0..86400 seconds")
+    from emmy_core.store.chainstatus import write_status
+    from emmy_core.store.runlock import RunLockedError, run_lock
+
     root = Path.cwd()
-    started = time.monotonic()
-    print(f"== the chain, in this process: {' -> '.join(CHAIN)}", flush=True)
-    with repository_instance(root) as instance:
-        result = run_chain(chain_assets(), dict(defs.resources), instance)
-    summarize(result)
-    print(f"  {'done' if result.success else 'STOPPED'} in {time.monotonic() - started:.0f} s "
-          f"(Dagster run {result.run_id})\n", flush=True)
-    report(args.model, dims, Path(defs.resources["paths"].data_dir), args.setting)  # type: ignore[union-attr]
+    data = Path(defs.resources["paths"].data_dir)  # type: ignore[union-attr]
+    try:
+        with run_lock(data / LOCK_FILE, wait_s=args.wait, say=lambda m: print(m, flush=True)):
+            started = time.monotonic()
+            print(f"== the chain, in this process: {' -> '.join(CHAIN)}", flush=True)
+            with repository_instance(root) as instance:
+                result = run_chain(chain_assets(), dict(defs.resources), instance)
+            summarize(result)
+            cause = "" if result.success else failure_cause(result) or "a step failed"
+            write_status(data, result.run_id, result.success, cause)
+            print(f"  {'done' if result.success else 'STOPPED: ' + cause} in {time.monotonic() - started:.0f} s "
+                  f"(Dagster run {result.run_id})\n", flush=True)
+            report(args.model, dims, data, args.setting)
+    except RunLockedError as exc:
+        print(f"python -m pipelines: {exc}", file=sys.stderr, flush=True)
+        return 3
     return 0 if result.success else 1
 
 

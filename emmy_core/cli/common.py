@@ -8,16 +8,23 @@ from typing import NoReturn
 
 import typer
 
+MAX_INPUT_BYTES = 64 * 1024 * 1024
+"""Largest file (or standard input) a command reads as one program or model source."""
+
 
 def read_source(path: str) -> tuple[bytes, str]:
     """Bytes of FILE, or of standard input for `-`, with the name to report errors against."""
     if path == "-":
-        return sys.stdin.buffer.read(), "<stdin>"
-    p = Path(path)
+        data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+        if len(data) > MAX_INPUT_BYTES:
+            fail(f"<stdin>: over the cap of {MAX_INPUT_BYTES} bytes")
+        return data, "<stdin>"
+    from emmy_core.store.inputfile import InputFileError, read_input
+
     try:
-        return p.read_bytes(), str(p)
-    except OSError as exc:
-        fail(f"cannot read {path}: {exc.strerror or exc}")
+        return read_input(Path(path), MAX_INPUT_BYTES, "source file"), path
+    except InputFileError as exc:
+        fail(str(exc))
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

@@ -57,6 +57,13 @@ def model_and_inputs(model: str, dtype: str, inputs: list[str] | None) -> tuple[
 def prior_arg(prior: Path | None, no_prior: bool) -> Any:
     if prior is not None and no_prior:
         fail("give --prior or --no-prior, not both")
+    if prior is not None:  # a prior named explicitly must load: refused, it is an error, never a warning
+        from emmy_core.prior import PriorError, load_prior
+
+        try:
+            return load_prior(prior)
+        except PriorError as exc:
+            fail(f"--prior: {exc}")
     return False if no_prior else prior
 
 
@@ -86,10 +93,11 @@ def compile_command(
     from emmy_core.targets import UnknownCard
 
     sizes = shape_of(shape)
+    chosen_prior = prior_arg(prior, no_prior)  # an explicit --prior that is refused stops here, before any work
     module, inputs_fn = model_and_inputs(model, dtype, inputs)
     try:
         compiled = emmy_compile(module, inputs_fn(SMALL), card=card, setting=setting, tuning_db=db, freezes=freezes,
-                                prior=prior_arg(prior, no_prior), strict_evidence=strict_evidence)
+                                prior=chosen_prior, strict_evidence=strict_evidence)
         compiled.prepare(sizes) if compiled.builder is not None else compiled.resolve(sizes)
     except StrictEvidenceError as exc:
         typer.echo(str(exc), err=True)

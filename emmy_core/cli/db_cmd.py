@@ -27,12 +27,15 @@ def _path(db: Path | None) -> Path:
 
 @app.command("check")
 def check(db: DbOption = None, as_json: JsonOption = False, lock_timeout: LockOption = 30.0) -> None:
-    """Count the rows that break the store's own rules, per kind; exit 1 when any count is non-zero."""
+    """Count the rows that break the store's own rules, per kind; exit 1 when any count is non-zero. A
+    dataset export folder as --db is checked as an export (its content, then its tables)."""
     from emmy_core.store import StoreError
     from emmy_core.store.check import check_db
+    from emmy_core.store.check_export import check_export
 
     try:
-        report = check_db(_path(db), lock_timeout=lock_timeout)
+        path = _path(db)
+        report = check_export(path) if path.is_dir() else check_db(path, lock_timeout=lock_timeout)
     except StoreError as exc:
         fail(str(exc))
     if as_json:

@@ -31,13 +31,18 @@ def prior(dataset: Annotated[Path, typer.Argument(help="dataset export folder (e
     """Judge a prior on a dataset: golden ranks or measured slowdowns per card and setting, beside baselines."""
     from emmy_core.eval import EvalError, evaluate
     from emmy_core.eval.extern_order import file_order
-    from emmy_core.eval.report import write_json
+    from emmy_core.eval.plots import check_plots_out
+    from emmy_core.eval.report import check_report_out, write_json
     from emmy_core.prior import PriorError, installed_prior_path
-    from emmy_core.store.sourcefile import SourceError
+    from emmy_core.store.errors import StoreError
     from emmy_core.targets import CardTableError
 
     progress = progress_printer()
     try:
+        if json_out is not None:
+            check_report_out(json_out)  # refused before the evaluation, not after
+        if plots is not None:
+            check_plots_out(plots)
         order = file_order(extern_order) if extern_order else None
         report = evaluate(dataset, offline_file if offline_file is not None else installed_prior_path(),
                           pools=pools, cards_file=cards, extern_order=order, progress=progress)
@@ -50,7 +55,7 @@ def prior(dataset: Annotated[Path, typer.Argument(help="dataset export folder (e
 
             for path in write_plots(report, plots):
                 progress(f"wrote {path}")
-    except (EvalError, PriorError, SourceError, CardTableError, OSError) as exc:
+    except (EvalError, PriorError, StoreError, CardTableError, OSError) as exc:
         fail(str(exc))
     typer.echo(report.markdown(), nl=False)
 

@@ -13,6 +13,9 @@ import typer
 from emmy_core.cli.common import fail
 from emmy_core.prior.training import DEFAULT_POOLS
 
+MAX_SEED = 2**32 - 1
+"""Largest seed: CatBoost and numpy take a seed of 32 bits; a larger one is refused, not wrapped."""
+
 
 def progress_printer() -> Callable[[str], None]:
     """Progress lines on stderr, each with the seconds since the command started."""
@@ -29,7 +32,8 @@ def fit(dataset: Annotated[Path | None, typer.Argument(help="dataset export fold
         out: Annotated[Path | None, typer.Argument(help="artifact to write (JSON)", show_default=False)] = None,
         pools: Annotated[str, typer.Option("--pools", help="golden | measured | both")] = DEFAULT_POOLS,
         folds: Annotated[int, typer.Option("--folds", min=2, max=50, help="cross-validation folds, by kernel")] = 5,
-        seed: Annotated[int | None, typer.Option("--seed", help="seed of the sample and the trees (default 0; "
+        seed: Annotated[int | None, typer.Option("--seed", min=0, max=MAX_SEED,
+                                                 help="seed of the sample and the trees (default 0; "
                                                  "with --install, the shipped prior's)")] = None,
         cards: Annotated[Path | None, typer.Option("--cards", help="a card file of the table's format, merged over "
                                                    "the packaged table (as $EMMY_CARDS)")] = None,
@@ -46,7 +50,7 @@ def fit(dataset: Annotated[Path | None, typer.Argument(help="dataset export fold
     """Fit the prior (CatBoost ranker, cross-validated by kernel) and track the run in MLflow."""
     from emmy_core.prior import PriorError
     from emmy_core.prior.tracking import TrackingError
-    from emmy_core.store.sourcefile import SourceError
+    from emmy_core.store.errors import StoreError
     from emmy_core.targets import CardTableError
 
     if compare is not None:
@@ -65,11 +69,13 @@ def fit(dataset: Annotated[Path | None, typer.Argument(help="dataset export fold
         else:
             if dataset is None or out is None:
                 fail("give DATASET and OUT.json (or --install, or --compare RUN_A RUN_B)")
+            from emmy_core.prior.artifact import check_artifact_out
             from emmy_core.prior.fit import fit_prior
 
+            check_artifact_out(out)  # before minutes of fitting: a refusal comes first
             result = fit_prior(dataset, out, pools=pools, folds=folds, seed=0 if seed is None else seed,
                                cards_file=cards, tracking_uri=tracking_uri, progress=progress)
-    except (PriorError, SourceError, CardTableError, TrackingError, ValueError, FileNotFoundError) as exc:
+    except (PriorError, StoreError, CardTableError, TrackingError, ValueError, FileNotFoundError) as exc:
         fail(str(exc))
     if dataset is not None:
         from emmy_core.eval.tracking import evaluate_fit
@@ -77,7 +83,7 @@ def fit(dataset: Annotated[Path | None, typer.Argument(help="dataset export fold
         try:  # the fit is written whatever happens here: a failure is reported, never swallowed
             evaluate_fit(dataset, result.artifact_path, result.fit_dir, result.run_id, tracking_uri,  # type: ignore[attr-defined]
                          cards_file=cards, progress=progress)
-        except (PriorError, SourceError, TrackingError, ValueError) as exc:
+        except (PriorError, StoreError, TrackingError, ValueError) as exc:
             typer.echo(f"emmy: warning: the fit was written, but its evaluation was not kept: {exc}", err=True)
     m = result.metrics  # type: ignore[attr-defined]
     mean = m["mean"]

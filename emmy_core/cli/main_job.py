@@ -9,7 +9,7 @@ answers each on this machine's card, and the three ways to look further.
 
 from __future__ import annotations
 
-import json
+import datetime as _dt
 from collections import Counter
 from pathlib import Path
 from typing import Annotated
@@ -47,17 +47,39 @@ def report(model: str, dims: dict[str, int], data: Path, setting: str = "deploy"
 
 
 def evaluation_section(folder: Path) -> None:
-    """The evaluation table: the candidate prior beside the installed one, the baselines, and the verdict."""
+    """The evaluation table: the candidate prior beside the installed one, the baselines, and the verdict.
+
+    An evaluation older than the last chain run, when that run stopped, is marked stale with the run's
+    cause (`chain-status.json`): it is never shown as if it were this run's."""
+    from emmy_core.store.chainstatus import read_status
+    from emmy_core.store.sourcefile import SourceError, load_json_file
+
     typer.echo("== the prior, judged on the dataset (candidate beside the installed prior)")
     table, doc = folder / "table.md", folder / "report.json"
+    try:
+        status = read_status(folder.parent)
+    except SourceError as exc:
+        status = None
+        typer.echo(f"  (the last run's status cannot be read: {exc})")
+    if status is not None and not status.success:
+        typer.echo(f"  the last chain run ({status.run_id[:36]}, {status.finished}) STOPPED: {status.cause}")
     if not table.is_file() or not doc.is_file():
         typer.echo(f"  no evaluation in {folder} yet: `make run` fits and evaluates a prior")
         return
-    for line in table.read_text(encoding="utf-8").splitlines():
+    if status is not None and not status.success and doc.stat().st_mtime < status.finished_at():
+        written = _dt.datetime.fromtimestamp(doc.stat().st_mtime, _dt.UTC).replace(microsecond=0).isoformat()
+        typer.echo(f"  STALE: the evaluation below is from an earlier run (written {written}), not from the run "
+                   "that stopped")
+    for line in table.read_text(encoding="utf-8", errors="replace").splitlines():
         typer.echo("  " + line)
-    verdict = json.loads(doc.read_text(encoding="utf-8")).get("verdict", {})
-    typer.echo(f"  verdict: {'install' if verdict.get('passed') else 'keep the installed prior'} "
-               f"({verdict.get('reason', 'no verdict recorded')})")
+    try:
+        report = load_json_file(doc, 256 * 1024 * 1024)
+        verdict = report.get("verdict", {}) if isinstance(report, dict) else {}
+        verdict = verdict if isinstance(verdict, dict) else {}
+    except SourceError as exc:
+        verdict = {"reason": f"the report cannot be read: {exc}"}
+    typer.echo(f"  verdict: {'install' if verdict.get('passed') is True else 'keep the installed prior'} "
+               f"({str(verdict.get('reason', 'no verdict recorded'))[:600]})")
 
 
 def fork_section(model: str, dims: dict[str, int], setting: str) -> dict[str, int]:

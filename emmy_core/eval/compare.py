@@ -8,6 +8,7 @@ refused naming the file, the record and the field; a report of another version n
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,19 @@ def _summary(file: str, record: str, obj: object) -> dict[str, Any]:
     for key, value in f.obj.items():
         if not isinstance(key, str) or len(key) > 80:
             raise f.fail(str(key)[:40], "a figure's name must be text of at most 80 characters")
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
             raise f.fail(key, "must be a number or null")
+        if isinstance(value, int) and abs(value) > 2**53:
+            raise f.fail(key, f"an integer of {len(str(abs(value)))} digits is out of range")
+        if not math.isfinite(value):
+            raise f.fail(key, f"{value} is not a finite number (no figure of a report is infinite)")
+        if key.startswith("tau"):
+            if not -1.0 <= value <= 1.0 and not key.endswith("_pools"):
+                raise f.fail(key, f"{value} is not a rank correlation (-1..1)")
+        elif value < 0:
+            raise f.fail(key, f"{value} is negative: slowdowns, ranks, rates and counts are at least 0")
     return f.obj
 
 

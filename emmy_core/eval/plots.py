@@ -124,15 +124,40 @@ def golden_ranks(report: EvalReport, out: Path) -> Path | None:
     return _save(plt, fig, out / "golden_ranks.png")
 
 
+PLOT_NAMES = ("price_vs_time.png", "slowdowns.png", "golden_ranks.png")
+
+
 def _save(plt: Any, fig: Any, path: Path) -> Path:
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    """The figure rendered in memory, then written beside `path` and renamed over it (a PNG only)."""
+    import io
+
+    from emmy_core.store.safefile import atomic_write_text
+
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, format="png", dpi=110)
+    finally:
+        plt.close(fig)
+    atomic_write_text(path, buf.getvalue())
     return path
 
 
-def write_plots(report: EvalReport, out_dir: Path | str) -> list[Path]:
-    """Writes the report's plots into `out_dir` (created); returns the paths written (none without data)."""
+def check_plots_out(out_dir: Path | str) -> None:
+    """Refuses (FileWriteError) a plots folder that is a file, or whose plot names hold other kinds of file."""
+    from emmy_core.store.filekind import check_output
+
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    for name in PLOT_NAMES:
+        check_output(out / name, "png", "a PNG plot")
+
+
+def write_plots(report: EvalReport, out_dir: Path | str) -> list[Path]:
+    """Writes the report's plots into `out_dir` (created); returns the paths written (none without data).
+    A plot replaces only a PNG image of its name."""
+    from emmy_core.store.safefile import ensure_folder
+
+    out = Path(out_dir)
+    check_plots_out(out)
+    ensure_folder(out)
     written = [price_vs_time(report, out), slowdowns(report, out), golden_ranks(report, out)]
     return [p for p in written if p is not None]

@@ -16,8 +16,6 @@ every pool), so two reports compare by diff or with `compare_reports`.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,19 +122,21 @@ class EvalReport:
         return report_text(self.to_json())
 
 
+def check_report_out(out: Path | str) -> None:
+    """Refuses (FileWriteError) a report's output unless it is absent or an evaluation report already."""
+    from emmy_core.store.filekind import check_output
+
+    check_output(Path(out), REPORT_FORMAT, "an evaluation report")
+
+
 def write_json(doc: Mapping[str, Any], out: Path | str) -> Path:
-    """Writes a report through a temporary file beside `out` and a rename: an older report there stays whole
-    until the new one is complete."""
+    """Writes a report through a temporary file beside `out` and a rename (`emmy_core.store.safefile`): an
+    older report there stays whole until the new one is complete; any other kind of file is refused."""
+    from emmy_core.store.safefile import atomic_write_text
+
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    check_report_out(out)
+    atomic_write_text(out, json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
     return out
 
 

@@ -29,7 +29,7 @@ def load_prior_best_effort(prior: PriorArg = None) -> tuple[Any | None, str, str
     if prior is False:
         return None, "", "turned off by the caller (prior=False)"
     if prior is not None and not isinstance(prior, str | Path):
-        return prior, type(prior).__name__, ""
+        return prior, str(getattr(prior, "source", type(prior).__name__)), ""
     try:
         from emmy_core.prior import load_installed_prior, load_prior  # type: ignore[attr-defined]
     except ImportError as exc:

@@ -63,12 +63,14 @@ def card_files(card: str, freezes: FreezesArg = None) -> tuple[list[Path], list[
 
 
 @functools.lru_cache(maxsize=16)
-def _load(files: tuple[tuple[str, int, int], ...]) -> tuple[object, tuple[str, ...]]:
+def _load(files: tuple[tuple[str, int, int], ...]) -> tuple[object, tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]]:
+    """(store of every file's rows, notes, per file the cards its goldens are for)."""
     from emmy_core.store import MemoryStore, StoreError
     from emmy_core.store.importer import load_source
 
     store = MemoryStore("freeze")
     notes: list[str] = []
+    cards: list[tuple[str, tuple[str, ...]]] = []
     for path, _, _ in files:
         try:
             loaded = load_source(path, store)
@@ -76,9 +78,10 @@ def _load(files: tuple[tuple[str, int, int], ...]) -> tuple[object, tuple[str, .
                 notes.append(f"freeze {path}: a {loaded.kind} file, not a freeze or golden record (skipped)")
                 continue
             store.write(loaded.batch)
+            cards.append((path, tuple(sorted({g.card for g in loaded.batch.goldens}))))
         except StoreError as exc:
             notes.append(f"freeze file refused (skipped): {str(exc)[:400]}")
-    return store, tuple(notes)
+    return store, tuple(notes), tuple(cards)
 
 
 def golden_source(card: str, setting: str, freezes: FreezesArg = None) -> tuple[GoldenSource | None, list[str]]:
@@ -96,7 +99,11 @@ def golden_source(card: str, setting: str, freezes: FreezesArg = None) -> tuple[
         stamp.append((str(p), st.st_size, st.st_mtime_ns))
     if not stamp:
         return None, notes
-    store, more = _load(tuple(stamp))
+    store, more, of_cards = _load(tuple(stamp))
     notes.extend(more)
+    for path, names in of_cards:
+        if names and card not in names:  # e.g. a file renamed to this card's slug: its goldens answer nothing here
+            notes.append(f"freeze {path}: its goldens are for {', '.join(repr(n[:60]) for n in names[:3])}, not "
+                         f"{card!r} (nothing in it applies to this card)")
     label = ", ".join(Path(p).name for p, _, _ in stamp)
     return GoldenSource(store, label, card, setting), notes

@@ -12,8 +12,6 @@ version, is a `PriorError` naming the file (and both versions). Scoring needs nu
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -89,6 +87,17 @@ class Prior:
         return price(self.curves, key, scores, scale_of(rows, self.features))
 
 
+def computed_feature(name: str) -> bool:
+    """Whether this Emmy computes the feature `name` (the fixed names of this feature version, or an
+    extern knob's `x.*`): a prior over names it does not compute would see only missing values."""
+    from emmy_core.prior.features import EXTERN_PREFIX, HW_NAMES, REGIME_NAMES, ST_NAMES
+    from emmy_core.prior.geometry import GEOMETRY_NAMES, KNOB_NAMES
+
+    if name.startswith(EXTERN_PREFIX):
+        return len(name) > len(EXTERN_PREFIX)
+    return name in {*HW_NAMES, *REGIME_NAMES, *ST_NAMES, *KNOB_NAMES, *GEOMETRY_NAMES}
+
+
 def _refuse(path: str, why: str) -> PriorError:
     return PriorError(f"{path}: {why}")
 
@@ -99,7 +108,11 @@ def _parse(doc: object, path: str) -> Prior:
     if doc.get("format") != ARTIFACT_FORMAT:
         raise _refuse(path, f"$.format is {str(doc.get('format'))[:40]!r}, not {ARTIFACT_FORMAT!r}")
     version = doc.get("feature_version")
-    if version != FEATURE_VERSION or isinstance(version, bool):
+    if isinstance(version, bool) or not isinstance(version, int):
+        shown = "missing" if "feature_version" not in doc else f"{type(version).__name__} {str(version)[:20]!r}"
+        raise _refuse(path, f"$.feature_version must be an integer, not {shown} (this Emmy computes feature "
+                            f"version {FEATURE_VERSION})")
+    if version != FEATURE_VERSION:
         raise _refuse(path, f"written with feature version {str(version)[:20]}; this Emmy computes feature version "
                             f"{FEATURE_VERSION} (refit it: emmy fit DATASET OUT.json, or emmy fit --install)")
     missing = sorted(_KEYS - set(doc))
@@ -112,9 +125,19 @@ def _parse(doc: object, path: str) -> Prior:
     if not isinstance(names, list) or not 0 < len(names) <= MAX_FEATURES or not all(
             isinstance(n, str) and 0 < len(n) <= 80 for n in names) or len(set(names)) != len(names):
         raise _refuse(path, f"$.features must be 1..{MAX_FEATURES} distinct names of at most 80 characters")
+    unknown = [n for n in names if not computed_feature(n)]
+    if unknown:
+        raise _refuse(path, f"$.features names {unknown[0][:80]!r} (and {len(unknown) - 1} more), which this Emmy "
+                            f"does not compute at feature version {FEATURE_VERSION}: every candidate would score "
+                            "alike on it (refit it with this version)")
     for field in ("provenance", "metrics"):
         if not isinstance(doc[field], dict):
             raise _refuse(path, f"$.{field} must be an object")
+    model = doc["model"]
+    trees = model.get("oblivious_trees") if isinstance(model, dict) else None
+    if isinstance(trees, list) and not trees:
+        raise _refuse(path, "$.model.oblivious_trees is empty: a prior with no trees scores every candidate "
+                            "alike, so it cannot rank anything")
     try:
         return Prior(doc, path)
     except (ModelFormatError, ValueError) as exc:
@@ -123,16 +146,15 @@ def _parse(doc: object, path: str) -> Prior:
 
 def load_prior(path: Path | str) -> Prior:
     """Reads a prior artifact strictly; PriorError naming the file when it cannot be used."""
+    from emmy_core.store.inputfile import InputFileError, read_input
+
     p = Path(path)
+    if not p.exists() and not p.is_symlink():
+        raise _refuse(str(p), "no such prior artifact (fit one: emmy fit DATASET OUT.json)")
     try:
-        size = p.stat().st_size
-        if size > MAX_ARTIFACT_BYTES:
-            raise _refuse(str(p), f"larger than {MAX_ARTIFACT_BYTES // 2**20} MiB: not a prior artifact")
-        text = p.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise _refuse(str(p), "no such prior artifact (fit one: emmy fit DATASET OUT.json)") from None
-    except OSError as exc:
-        raise _refuse(str(p), f"cannot read: {exc.strerror or exc}") from None
+        text = read_input(p, MAX_ARTIFACT_BYTES, "prior artifact").decode("utf-8")
+    except InputFileError as exc:
+        raise PriorError(str(exc)) from None
     except UnicodeDecodeError:
         raise _refuse(str(p), "not UTF-8 text: not a prior artifact") from None
     try:
@@ -163,18 +185,37 @@ def artifact_text(doc: Mapping[str, Any]) -> str:
     return "{\n" + body + "\n}\n"
 
 
-def write_artifact(doc: Mapping[str, Any], out: Path | str) -> Path:
-    """Writes an artifact atomically (a temporary file beside `out`, checked by `load_prior`, then renamed)."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+def is_installed_path(out: Path | str) -> bool:
+    """Whether `out` is the shipped prior (however the path is spelled)."""
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(artifact_text(doc))
-        load_prior(tmp)  # never replace a working prior by one that does not load
-        os.chmod(tmp, 0o644)  # a file people and the package read, like any other in the repository
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        return Path(out).resolve() == installed_prior_path().resolve()
+    except OSError:
+        return False
+
+
+def check_artifact_out(out: Path | str, *, install: bool = False) -> None:
+    """Refuses an artifact's output before any work: the installed prior unless `install` (only
+    `emmy fit --install` and the chain's install step, after its gate, replace it), and any file of
+    another kind (FileWriteError: an output replaces only a file of its own kind)."""
+    from emmy_core.store.filekind import check_output
+
+    if is_installed_path(out) and not install:
+        raise PriorError(f"{out}: is the installed prior; it is replaced only by `emmy fit --install` or the "
+                         "chain's install step (after its evaluation gate): write the fit elsewhere")
+    if not install:
+        check_output(Path(out), ARTIFACT_FORMAT, "a prior artifact", max_bytes=MAX_ARTIFACT_BYTES)
+
+
+def write_artifact(doc: Mapping[str, Any], out: Path | str, *, install: bool = False) -> Path:
+    """Writes an artifact atomically: checked by the loader's own rules first (never replace a working
+    prior by one that does not load), then a temporary file beside `out` and a rename
+    (`emmy_core.store.safefile`). `out` must be absent or a prior artifact, and not the installed prior
+    unless `install` (see `check_artifact_out`)."""
+    from emmy_core.store.safefile import atomic_write_text
+
+    out = Path(out)
+    check_artifact_out(out, install=install)
+    text = artifact_text(doc)
+    _parse(json.loads(text, parse_constant=_no_constant), str(out))
+    atomic_write_text(out, text)
     return out

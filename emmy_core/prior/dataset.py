@@ -75,6 +75,23 @@ class Dataset:
         return h.hexdigest()
 
 
+def check_fittable(dataset: Dataset) -> None:
+    """Refuses (PriorError) a dataset a fit cannot learn from or be judged on: no pool with a working
+    measurement or a golden (every row failed), or such pools of one kernel only (cross-validation by
+    kernel would have 0 folds)."""
+    from emmy_core.prior.artifact import PriorError
+
+    usable = [f for f in dataset.forks if f.golden is not None or bool(f.ok.any())]
+    if not usable:
+        raise PriorError(f"dataset {dataset.digest[:16]}: none of its {len(dataset.forks)} pools has a working "
+                         "measurement or a golden (every measured row failed): nothing to fit")
+    kernels = {f.kernel_id for f in usable}
+    if len(kernels) < 2:
+        raise PriorError(f"dataset {dataset.digest[:16]}: only {len(usable)} pool(s) of one kernel have a working "
+                         "measurement or a golden; cross-validation by kernel needs at least 2 kernels (it would "
+                         "have 0 folds)")
+
+
 def _card_from_row(row: dict[str, Any]) -> Card | None:
     from emmy_core.store.rows import CARD_NUMBERS, CardRow
 
@@ -95,6 +112,8 @@ def describe_cards(rows: list[dict[str, Any]], names: set[str], cards_file: Path
 
     out: dict[str, Card | None] = {r["name"]: _card_from_row(r) for r in rows}
     missing = sorted(n for n in names if out.get(n) is None)
+    if cards_file is not None and not missing:
+        known_table(cards_file)  # a card file named is read (and refused when broken) even when no card needs it
     if missing:
         table = known_table(cards_file)
         for name in missing:
@@ -102,15 +121,28 @@ def describe_cards(rows: list[dict[str, Any]], names: set[str], cards_file: Path
     return out
 
 
+def _kernel(snap: Any, kernels: dict[str, str], kid: str) -> Program | Extern:
+    """A pool's kernel parsed from the export's text; SourceError naming the file, row and column else."""
+    from emmy_core.ir import IRError
+    from emmy_core.store.sourcefile import SourceError
+
+    try:
+        return parse(kernels[kid])
+    except IRError as exc:
+        row = list(kernels).index(kid)
+        raise SourceError(snap.file("kernels"), f"kernels row {row}", "loop_program",
+                          f"kernel {kid[:16]!r} does not parse: {str(exc)[:300]}") from None
+
+
 def read_dataset(export_dir: Path | str, cards_file: Path | str | None = None,
                  progress: Progress | None = None) -> Dataset:
     """Every fork of a verified export (refused naming both versions when it is another export version)."""
     import polars as pl
 
-    from emmy_core.store.export import read_export, read_manifest
+    from emmy_core.store.export import open_snapshot
 
-    manifest = read_manifest(export_dir)
-    tables = read_export(export_dir)
+    snap = open_snapshot(export_dir)  # the manifest and the tables of one export, their content checked
+    manifest, tables = snap.manifest, snap.tables
     pools = pl.from_arrow(tables["pools"])
     kernels = {r["kernel_id"]: r["loop_program"] for r in tables["kernels"].to_pylist()}
     goldens = pl.from_arrow(tables["goldens"]).filter(pl.col("schedule_id").is_not_null())
@@ -127,7 +159,7 @@ def read_dataset(export_dir: Path | str, cards_file: Path | str | None = None,
     for key, group in pools.group_by(keys, maintain_order=True):
         kid, sizes, card_name, setting = (str(k) for k in key)
         if kid not in parsed:
-            parsed[kid] = parse(kernels[kid])
+            parsed[kid] = _kernel(snap, kernels, kid)
         card = cards.get(card_name)
         if card is None:
             undescribed += 1

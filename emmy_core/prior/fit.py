@@ -32,8 +32,14 @@ import numpy as np
 
 from emmy_core.ir import Extern
 from emmy_core.prior import metrics
-from emmy_core.prior.artifact import ARTIFACT_FORMAT, artifact_text, write_artifact
-from emmy_core.prior.dataset import Dataset, Fork, read_dataset
+from emmy_core.prior.artifact import (
+    ARTIFACT_FORMAT,
+    PriorError,
+    artifact_text,
+    check_artifact_out,
+    write_artifact,
+)
+from emmy_core.prior.dataset import Dataset, Fork, check_fittable, read_dataset
 from emmy_core.prior.features import FEATURE_VERSION, fork_features
 from emmy_core.prior.price import curve_key, fit_curve, scale_of
 from emmy_core.prior.training import (
@@ -47,6 +53,7 @@ from emmy_core.prior.training import (
     train,
 )
 from emmy_core.prior.trees import parse_model
+from emmy_core.store.safefile import atomic_write_text, fresh_folder
 
 Progress = Callable[[str], None]
 FITS_DIR = Path("_tune") / "fits"
@@ -167,15 +174,22 @@ def fit_prior(dataset_dir: Path | str, out_path: Path | str, *, pools: str = DEF
 
 def fit_dataset(dataset: Dataset, out_path: Path | str, *, pools: str = DEFAULT_POOLS, folds: int = 5, seed: int = 0,
                 params: Params | None = None, tracking_uri: str | None = None, tags: Mapping[str, str] | None = None,
-                progress: Progress | None = None, fits_dir: Path = FITS_DIR) -> FitResult:
-    """`fit_prior` on forks already read (the bench and the installed prior's refit use it directly)."""
+                progress: Progress | None = None, fits_dir: Path = FITS_DIR, install: bool = False) -> FitResult:
+    """`fit_prior` on forks already read (the bench and the installed prior's refit use it directly).
+
+    `install`: `out_path` may be the installed prior (only the install steps pass it)."""
     params = params or Params()
     check_pools(pools)
     forks = dataset.forks
+    check_fittable(dataset)
+    check_artifact_out(out_path, install=install)
     if progress is not None:
         progress(f"{len(forks)} forks; features")
     names = featurize(forks, progress)
     fold_figures = cross_validate(forks, names, pools, folds, seed, params, progress)
+    if not fold_figures:
+        raise PriorError(f"dataset {dataset.digest[:16]}: no cross-validation fold had a pool to train on "
+                         f"({pools} pools): a fit with 0 folds is not judged, so it is not written")
     groups = groups_of(forks, pools, seed, params)
     if progress is not None:
         progress(f"final model on {len(groups)} forks")
@@ -201,10 +215,10 @@ def fit_dataset(dataset: Dataset, out_path: Path | str, *, pools: str = DEFAULT_
               "params": params.to_json(), "folds": fold_figures, "mean": headline["cv"], "in_sample": in_sample,
               "undescribed_pools": dataset.undescribed_pools, "undescribed_cards": dataset.undescribed_cards,
               "train_groups": len(groups), "forks": len(forks)}
-    artifact = write_artifact(doc, out_path)
-    fit_dir.mkdir(parents=True, exist_ok=False)
+    artifact = write_artifact(doc, out_path, install=install)
+    fit_dir = fresh_folder(fit_dir.parent, fit_dir.name)  # two identical fits in one second get two folders
     metrics_path = fit_dir / "metrics.json"
-    metrics_path.write_text(json.dumps(report, indent=1, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
+    atomic_write_text(metrics_path, json.dumps(report, indent=1, sort_keys=True, allow_nan=False) + "\n")
     run_id = None
     uri = tracking_uri if tracking_uri is not None else os.environ.get("MLFLOW_TRACKING_URI")
     if uri != "off":

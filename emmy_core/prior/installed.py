@@ -58,4 +58,5 @@ def refit_installed(freeze_dir: Path | str, out: Path | str | None = None, *, se
         dataset = read_dataset(ds, None, progress)
     return fit_dataset(dataset, out if out is not None else installed_prior_path(), pools=INSTALL_POOLS, folds=5,
                        seed=recorded_seed() if seed is None else seed, tracking_uri=tracking_uri,
-                       progress=progress, fits_dir=Path(fits_dir) if fits_dir is not None else FITS_DIR)
+                       progress=progress, fits_dir=Path(fits_dir) if fits_dir is not None else FITS_DIR,
+                       install=out is None)

@@ -37,8 +37,28 @@ def _artifact_location(uri: str) -> str | None:
     return (db.parent.resolve() / "mlartifacts").as_uri()
 
 
+HTTP_TIMEOUT_S = 5
+"""Seconds an MLflow HTTP request may take before tracking gives up (MLflow's own default is 120 s, with 7
+retries backing off for minutes: a fit must not hang on a server that is not there)."""
+HTTP_RETRIES = 1
+
+
+def bound_http(uri: str) -> str:
+    """For an http(s) tracking URI, bounds MLflow's request timeout and retries (unless the user set them in
+    the environment); returns how long tracking may wait, in words, for a message."""
+    if not uri.startswith(("http://", "https://")):
+        return ""
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(HTTP_TIMEOUT_S))
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(HTTP_RETRIES))
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+    return (f" (tracking gave up: requests time out after {os.environ['MLFLOW_HTTP_REQUEST_TIMEOUT']} s with "
+            f"{os.environ['MLFLOW_HTTP_REQUEST_MAX_RETRIES']} retries; set MLFLOW_HTTP_REQUEST_TIMEOUT and "
+            "MLFLOW_HTTP_REQUEST_MAX_RETRIES to wait longer)")
+
+
 def client(uri: str | None) -> Any:
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    bound_http(resolve_uri(uri))
     from mlflow.tracking import MlflowClient
 
     resolved = resolve_uri(uri)
@@ -76,8 +96,8 @@ def log_fit(uri: str | None, doc: Mapping[str, Any], report: Mapping[str, Any], 
         run = c.create_run(_experiment(c, resolved), tags=run_tags)
         run_id = run.info.run_id
     except Exception as exc:
-        raise TrackingError(f"the prior was written to {artifact}, but MLflow at {resolved} could not start a "
-                            f"run: {exc}") from exc
+        raise TrackingError(f"the prior was written to {artifact} (it is kept), but MLflow at {resolved} could "
+                            f"not start a run: {str(exc)[:400]}{bound_http(resolved)}") from exc
     try:
         params: dict[str, Any] = {}
         _flat("", {"pools": prov["pools"], "folds": prov["folds"], "seed": prov["seed"], **prov["params"]}, params)
@@ -95,9 +115,12 @@ def log_fit(uri: str | None, doc: Mapping[str, Any], report: Mapping[str, Any], 
         c.log_artifact(run_id, str(artifact))
         c.log_artifact(run_id, str(metrics_path))
     except Exception as exc:
-        c.set_terminated(run_id, status="FAILED")
-        raise TrackingError(f"the prior was written to {artifact}, but logging run {run_id} to {resolved} "
-                            f"failed: {exc}") from exc
+        try:
+            c.set_terminated(run_id, status="FAILED")
+        except Exception:  # the store that failed may refuse this too; the error below says what failed first
+            pass
+        raise TrackingError(f"the prior was written to {artifact} (it is kept), but logging run {run_id} to "
+                            f"{resolved} failed: {str(exc)[:400]}{bound_http(resolved)}") from exc
     c.set_terminated(run_id)
     return str(run_id)
 

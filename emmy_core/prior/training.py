@@ -194,10 +194,19 @@ def model_json(model: Any) -> dict[str, Any]:
     only the training parameters), so that the same fit writes the same bytes."""
     fd, tmp = tempfile.mkstemp(suffix=".json")
     os.close(fd)
+    from catboost import CatBoostError
+
+    from emmy_core.store.safefile import FileWriteError, why
+
     try:
         model.save_model(tmp, format="json")
         with open(tmp, encoding="utf-8") as fh:
             doc = json.load(fh)
+    except (OSError, ValueError, CatBoostError) as exc:  # a full disk or a file-size limit cuts the file short
+        reason = why(exc) if isinstance(exc, OSError) else "the file came back incomplete (a full disk or a " \
+                                                            "file-size limit?)"
+        raise FileWriteError(f"cannot pass the fitted model through a temporary file in {tempfile.gettempdir()}: "
+                             f"{reason}; no artifact was written (an old one stands as it was)") from None
     finally:
         os.unlink(tmp)
     return {"features_info": doc["features_info"], "oblivious_trees": doc["oblivious_trees"],

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from typing import Any
 from emmy_core.store.connect import first_line
 from emmy_core.store.errors import StoreError
 from emmy_core.store.safefile import FileWriteError, ensure_folder, shown, swap_folder, why
-from emmy_core.store.sourcefile import Fields, SourceError, load_json_file
+from emmy_core.store.sourcefile import Fields, SourceError, load_json_file, loads_strict
 from emmy_core.store.tablesource import TABLE_COLUMNS, _select
 
 EXPORT_FORMAT = "emmy-export"
@@ -189,13 +190,28 @@ def export_db(db: Path | str, out_dir: Path | str, progress: Progress | None = N
         return export_store(store, out_dir, progress)
 
 
+MAX_TABLE_BYTES = 8 * 1024**3
+"""Largest Parquet file of an export a reader takes (each is read whole, hashed and parsed from memory)."""
+SNAPSHOT_TRIES = 5
+
+
+class _Moved(Exception):
+    """The folder was swapped by an export while it was being opened: open it again."""
+
+
 def read_manifest(export_dir: Path | str) -> dict[str, Any]:
-    """The manifest of an export, refused when its versions are not this Emmy's (naming both)."""
+    """The manifest of an export, refused when its versions are not this Emmy's (naming both).
+
+    Only for a look at the versions and counts: a reader of tables uses `open_snapshot`, which reads
+    the manifest and the tables it lists from one folder, whatever an export does meanwhile."""
     d = Path(export_dir)
     path = d / MANIFEST
     if not path.is_file():
         raise SourceError(str(d), "", "", f"no {MANIFEST}: not a dataset export")
-    doc = load_json_file(path, 16 * 1024 * 1024)
+    return _parse_manifest(load_json_file(path, 16 * 1024 * 1024), path)
+
+
+def _parse_manifest(doc: Any, path: Path) -> dict[str, Any]:
     f = Fields(str(path), "$", doc, "a manifest")
     if f.raw("format") != EXPORT_FORMAT:
         raise f.fail("format", f"{str(f.raw('format'))[:40]!r} is not {EXPORT_FORMAT}")
@@ -203,7 +219,7 @@ def read_manifest(export_dir: Path | str) -> dict[str, Any]:
     found = {k: f.obj.get(k) for k in want}
     if found != want:
         def show(v: dict) -> str:
-            return ", ".join(f"{k.replace('_', ' ')} {v[k]}" for k in want)
+            return ", ".join(f"{k.replace('_', ' ')} {str(v[k])[:20]}" for k in want)
 
         raise f.fail("", f"exported under {show(found)}; this Emmy reads {show(want)} "
                          "(nothing migrates: export again with this version)")
@@ -215,52 +231,137 @@ def read_manifest(export_dir: Path | str) -> dict[str, Any]:
             raise t.fail("file", f"must be {name}.parquet")
         t.integer("rows", 0, 2**62)
         t.text("sha256", 64)
+    extra = sorted(set(tables) - {*TABLE_COLUMNS, POOLS})
+    if extra:
+        raise f.fail(f"tables.{str(extra[0])[:40]}", "not a table of an export")
     if f.raw("digest") != content_digest({n: tables[n] for n in (*TABLE_COLUMNS, POOLS)}):
         raise f.fail("digest", "does not match the tables listed")
     return doc
 
 
-def verify_export(export_dir: Path | str) -> dict[str, Any]:
-    """The manifest, after checking that every file's digest matches it."""
+class Snapshot:
+    """One export as it was at one moment: its manifest and every table it lists, all read from the
+    files of one folder (opened through one folder descriptor) and each checked against the manifest's
+    sha256 on the very bytes parsed. An export swapped in meanwhile is not mixed in."""
+
+    def __init__(self, path: Path, manifest: dict[str, Any], tables: dict[str, Any]) -> None:
+        self.path = path
+        self.manifest = manifest
+        self.tables = tables
+
+    def file(self, table: str) -> str:
+        """The file a table came from, for messages."""
+        return str(self.path / f"{table}.parquet")
+
+
+def _read_at(dir_fd: int, name: str, cap: int, folder: Path) -> bytes:
+    import stat
+
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise _Moved(name) from None
+    except OSError as exc:
+        raise SourceError(str(folder / name), "", "", f"cannot read: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise SourceError(str(folder / name), "", "", "not a regular file: refused unread")
+        if st.st_size > cap:
+            raise SourceError(str(folder / name), "", "", f"{st.st_size} bytes, over the cap of {cap}")
+        data = fh.read(cap + 1)
+    if len(data) > cap:
+        raise SourceError(str(folder / name), "", "", f"over the cap of {cap} bytes")
+    return data
+
+
+def _snapshot(d: Path) -> Snapshot:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        dir_fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        raise SourceError(str(d), "", "", "no such folder: not a dataset export") from None
+    except NotADirectoryError:
+        raise SourceError(str(d), "", "", "not a folder: not a dataset export") from None
+    except OSError as exc:
+        raise SourceError(str(d), "", "", f"cannot open: {exc.strerror or exc}") from None
+    try:
+        try:
+            raw = _read_at(dir_fd, MANIFEST, 16 * 1024 * 1024, d)
+        except _Moved:
+            if os.path.isdir(d) and not os.path.exists(d / MANIFEST):
+                raise SourceError(str(d), "", "", f"no {MANIFEST}: not a dataset export") from None
+            raise
+        manifest = _parse_manifest(loads_strict(raw, str(d / MANIFEST)), d / MANIFEST)
+        entries = manifest["tables"]
+        data = {name: _read_at(dir_fd, t["file"], MAX_TABLE_BYTES, d) for name, t in entries.items()}
+        tables: dict[str, Any] = {}
+        for name, t in entries.items():
+            if hashlib.sha256(data[name]).hexdigest() != t["sha256"]:
+                if _swapped(d, dir_fd):
+                    raise _Moved(name)
+                raise SourceError(str(d / t["file"]), "", "", "content does not match the manifest's sha256 "
+                                                              "(changed or damaged)")
+            try:
+                table = pq.ParquetFile(pa.BufferReader(data.pop(name))).read()
+            except (pa.ArrowException, OSError, ValueError) as exc:
+                raise SourceError(str(d / t["file"]), "", "", f"not a readable Parquet file: "
+                                                              f"{str(exc)[:200]}") from None
+            if table.num_rows != t["rows"]:
+                raise SourceError(str(d / t["file"]), "", "", f"{table.num_rows} rows; the manifest says {t['rows']}")
+            tables[name] = table
+        return Snapshot(d, manifest, tables)
+    finally:
+        os.close(dir_fd)
+
+
+def _swapped(d: Path, dir_fd: int) -> bool:
+    """Whether the folder at `d` is no longer the one opened (an export was swapped in meanwhile)."""
+    try:
+        now, opened = os.stat(d), os.fstat(dir_fd)
+    except OSError:
+        return True
+    return (now.st_dev, now.st_ino) != (opened.st_dev, opened.st_ino)
+
+
+def open_snapshot(export_dir: Path | str, *, content: bool = True) -> Snapshot:
+    """The export at `export_dir` read as one snapshot (`Snapshot`); with `content` also checked row by row
+    (`emmy_core.store.check_export.refuse_bad_content`: types, ranges, unique keys, references). Raises
+    SourceError naming the file, the table, the row and the column."""
     d = Path(export_dir)
-    manifest = read_manifest(d)
-    for name, t in manifest["tables"].items():
-        path = d / t["file"]
-        if not path.is_file():
-            raise SourceError(str(d), f"$.tables.{name}", "file", f"{t['file']} is missing")
-        if _sha256(path) != t["sha256"]:
-            raise SourceError(str(path), "", "", "content does not match the manifest's sha256 (changed or damaged)")
-    return manifest
+    for _ in range(SNAPSHOT_TRIES):
+        try:
+            snap = _snapshot(d)
+        except _Moved:
+            continue
+        if content:
+            from emmy_core.store.check_export import refuse_bad_content
+
+            refuse_bad_content(snap)
+        return snap
+    raise SourceError(str(d), "", "", f"the export changed {SNAPSHOT_TRIES} times while it was read (is "
+                                      "`emmy db export` writing it right now?): try again when it is done")
+
+
+def verify_export(export_dir: Path | str) -> dict[str, Any]:
+    """The manifest, after checking that every file's digest matches it (one snapshot)."""
+    return open_snapshot(export_dir, content=False).manifest
 
 
 def read_export_tables(export_dir: Path | str) -> dict[str, dict[str, list]]:
     """The store tables of a verified export, as columns (what `import` re-keys and writes)."""
-    import pyarrow.parquet as pq
-
-    d = Path(export_dir)
-    manifest = verify_export(d)
-    out: dict[str, dict[str, list]] = {}
-    for name in TABLE_COLUMNS:
-        table = pq.read_table(d / manifest["tables"][name]["file"])
-        if table.num_rows != manifest["tables"][name]["rows"]:
-            raise SourceError(str(d / f"{name}.parquet"), "", "", "row count does not match the manifest")
-        out[name] = table.to_pydict()
-    return out
+    snap = open_snapshot(export_dir)
+    return {name: snap.tables[name].to_pydict() for name in TABLE_COLUMNS}
 
 
 def read_pools(export_dir: Path | str) -> Any:
     """The candidate pools of a verified export, as a pyarrow Table."""
-    import pyarrow.parquet as pq
-
-    d = Path(export_dir)
-    verify_export(d)
-    return pq.read_table(d / f"{POOLS}.parquet")
+    return open_snapshot(export_dir).tables[POOLS]
 
 
 def read_export(export_dir: Path | str) -> dict[str, Any]:
-    """Every table of a verified export (the store's tables and `pools`) as pyarrow Tables: what fit and eval read."""
-    import pyarrow.parquet as pq
-
-    d = Path(export_dir)
-    manifest = verify_export(d)
-    return {name: pq.read_table(d / t["file"]) for name, t in manifest["tables"].items()}
+    """Every table of a verified export (the store's tables and `pools`) as pyarrow Tables: what fit and eval
+    read (one snapshot, its content checked)."""
+    return open_snapshot(export_dir).tables

@@ -32,6 +32,15 @@ def describe_file(path: Path) -> str:
     if is_duckdb(path):
         return "a DuckDB database"
     try:
+        with path.open("rb") as fh:
+            magic = fh.read(8)
+    except OSError:
+        magic = b""
+    if magic == b"\x89PNG\r\n\x1a\n":
+        return "a PNG image"
+    if magic[:4] == b"PAR1":
+        return "a Parquet file"
+    try:
         doc = load_json_file(path, 256 * 1024 * 1024)
     except SourceError as exc:
         return f"not a file Emmy writes ({exc.problem[:120]})"
@@ -51,6 +60,10 @@ def describe_file(path: Path) -> str:
         return f"a tune file{of_card} ({len(kernels)} kernels, {rows} rows)"
     if fmt == "emmy-golden":
         return f"a golden record{of_card}"
+    named = {"emmy-export": "a dataset export's manifest", "emmy-prior": "a prior artifact",
+             "emmy-eval": "an evaluation report", "emmy-chain-status": "the chain's status record"}
+    if isinstance(fmt, str) and fmt in named:
+        return named[fmt]
     return f"a JSON document of format {str(fmt)[:40]!r}"
 
 
@@ -91,3 +104,44 @@ def check_replaceable(path: Path, fmt: str, card: str, what: str) -> None:
         return
     raise FileWriteError(f"refusing to write {what} of card {card[:80]!r} over {shown(path)}: it is "
                          f"{describe_file(path)}; nothing was replaced")
+
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _json_format(path: Path, max_bytes: int) -> str | None:
+    try:
+        doc = load_json_file(path, max_bytes)
+    except SourceError:
+        return None
+    fmt = doc.get("format") if isinstance(doc, dict) else None
+    return fmt if isinstance(fmt, str) else None
+
+
+def check_output(path: Path, fmt: str, what: str, *, max_bytes: int = 256 * 1024 * 1024) -> None:
+    """Refuses (FileWriteError) to replace `path` unless it is absent or a file of the same kind: a JSON
+    document whose `format` is `fmt`, or, for `fmt` "png", a PNG image. Says what the file is instead.
+
+    A folder, a file under a plain file, or anything not a regular file is refused the same way, before
+    any work is done, so a long fit does not end in a refusal."""
+    path = Path(path)
+    for parent in path.parents:
+        if parent.exists() or parent.is_symlink():
+            if not parent.is_dir():
+                raise FileWriteError(f"refusing to write {what} to {shown(path)}: {shown(parent)} is "
+                                     f"{describe_file(parent)}, not a folder; nothing was written")
+            break
+    if not path.exists() and not path.is_symlink():
+        return
+    if path.is_file():
+        if fmt == "png":
+            try:
+                with path.open("rb") as fh:
+                    if fh.read(len(PNG_MAGIC)) == PNG_MAGIC:
+                        return
+            except OSError:
+                pass
+        elif _json_format(path, max_bytes) == fmt:
+            return
+    raise FileWriteError(f"refusing to write {what} over {shown(path)}: it is {describe_file(path)}, not "
+                         f"{what}; nothing was replaced (an output replaces only a file of its own kind)")

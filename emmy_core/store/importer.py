@@ -70,6 +70,8 @@ def load_source(path: Path | str, store: Store, *, card: str | None = None,
 
         return LoadedSource("export", tablesource.batch_from_tables(read_export_tables(p), name), [])
     if not p.is_file():
+        if p.exists():  # a FIFO would block a reader, a device read forever: refused unread
+            raise SourceError(name, "", "", "not a regular file (a FIFO, a device or a socket): refused unread")
         raise SourceError(name, "", "", "no such file or directory")
     if is_duckdb(p):
         label = getattr(store, "path", None)

@@ -74,12 +74,13 @@ def fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def _stage(path: Path, text: str) -> Path:
-    """`text` written and flushed under a temporary name beside `path`; the temporary path."""
+def _stage(path: Path, content: str | bytes) -> Path:
+    """`content` (ASCII text, or bytes) written and flushed under a temporary name beside `path`; the
+    temporary path."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:100]}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="ascii", newline="\n") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(content if isinstance(content, bytes) else content.encode("ascii"))
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes it private; these files are meant to be shared
@@ -89,14 +90,33 @@ def _stage(path: Path, text: str) -> Path:
     return Path(tmp)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Writes `text` to `path` through a temporary file in the same folder and a rename.
+def atomic_write_text(path: Path, text: str | bytes) -> None:
+    """Writes `text` (ASCII text, or bytes) to `path` through a temporary file in the same folder and a
+    rename.
 
-    On any failure the old file (if any) stands as it was and no temporary file is left."""
+    On any failure the old file (if any) stands as it was and no temporary file is left; the message names
+    `path` (never the temporary file) and says so."""
     write_all([(Path(path), lambda: text)])
 
 
-def write_all(files: Iterable[tuple[Path, Callable[[], str]]]) -> list[Path]:
+def fresh_folder(parent: Path, name: str) -> Path:
+    """Creates and returns a new folder `parent/name`, or `name-2`, `name-3`, ... when taken (two runs in
+    the same second with the same content must not collide, nor share a folder)."""
+    ensure_folder(parent)
+    for n in range(1, 10_000):
+        folder = parent / (name if n == 1 else f"{name}-{n}")
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise FileWriteError(f"cannot create the folder {shown(folder)}: {why(exc)}; nothing was written") \
+                from None
+        return folder
+    raise FileWriteError(f"no free folder name beside {shown(parent / name)}")
+
+
+def write_all(files: Iterable[tuple[Path, Callable[[], str | bytes]]]) -> list[Path]:
     """Writes several files as one: each text (made by its callable, one at a time) is staged beside its
     file; only when every one is staged are they renamed into place. Returns the paths written.
 

@@ -27,6 +27,9 @@ MAX_SOURCE_BYTES = 512 * 1024 * 1024
 MAX_TEXT_FIELD = 64
 """Longest short text field (names, settings, sizes are shorter still by their own rules)."""
 
+MAX_EXACT_INT = 2**53
+"""Largest integer a number field takes (beyond it a float is not exact, and far beyond it not finite)."""
+
 _CHUNK = 1 << 20
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -76,19 +79,21 @@ def json_path(base: str, *parts: str | int) -> str:
 
 
 def read_bounded(path: Path | str, max_bytes: int = MAX_SOURCE_BYTES) -> bytes:
-    """The (decompressed, when gzip) bytes of `path`; refuses a file whose content exceeds `max_bytes`."""
+    """The (decompressed, when gzip) bytes of `path`; refuses a file whose content exceeds `max_bytes`, and
+    anything that is not a regular file (a FIFO, a device), unread (`emmy_core.store.inputfile`)."""
+    from emmy_core.store.inputfile import InputFileError, open_input
+
     name = str(path)
-    p = Path(path)
     try:
-        with p.open("rb") as fh:
+        # a gzip file may be up to its cap compressed; its decompressed size is capped while it streams
+        with open_input(path, max_bytes, "source file") as fh:
             magic = fh.read(2)
             fh.seek(0)
             if magic == GZIP_MAGIC:
                 return _read_gzip(fh, name, max_bytes)
-            size = p.stat().st_size
-            if size > max_bytes:
-                raise SourceError(name, "", "", f"file is {size} bytes, over the cap of {max_bytes}")
             data = fh.read(max_bytes + 1)
+    except InputFileError as exc:
+        raise SourceError(name, "", "", str(exc).removeprefix(f"{name}: ")) from None
     except OSError as exc:
         raise SourceError(name, "", "", f"cannot read: {exc.strerror or exc}") from None
     if len(data) > max_bytes:
@@ -206,6 +211,8 @@ class Fields:
         v = self.raw(key)
         if isinstance(v, bool) or not isinstance(v, int | float):
             raise self.fail(key, f"must be a number, not {_kind(v)}")
+        if isinstance(v, int) and abs(v) > MAX_EXACT_INT:
+            raise self.fail(key, f"an integer of {len(str(abs(v)))} digits is out of range (at most {MAX_EXACT_INT})")
         if not math.isfinite(v):
             raise self.fail(key, "must be a finite number")
         return float(v)

@@ -41,6 +41,9 @@ def _number(where: str, field: str, value: object, kind: type) -> int | float | 
         raise CardTableError(f"{where}: field {field!r} must be a number, not {type(value).__name__}")
     if kind is int and not isinstance(value, int):
         raise CardTableError(f"{where}: field {field!r} must be an integer, not {value!r}")
+    if isinstance(value, int) and abs(value) > 2**53:
+        raise CardTableError(f"{where}: field {field!r} is an integer of {len(str(abs(value)))} digits: out of range "
+                             "for a hardware figure (at most 2**53)")
     if not math.isfinite(value) or value <= 0:
         raise CardTableError(f"{where}: field {field!r} must be positive and finite, not {value!r}")
     return int(value) if kind is int else float(value)
@@ -116,12 +119,13 @@ def _default_table() -> tuple[tuple[str, Card], ...]:
 
 def _load(path: Path, file: str) -> dict[str, Card]:
     """Reads `path`; messages call it `file` (the packaged table by its name, a user's file as given)."""
+    from emmy_core.store.inputfile import InputFileError, read_input
+
     try:
-        if path.stat().st_size > MAX_TABLE_BYTES:
-            raise CardTableError(f"{file}: larger than {MAX_TABLE_BYTES // 1024} KiB: not a card table")
-        doc = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_refuse_constant)
-    except OSError as exc:
-        raise CardTableError(f"{file}: cannot read: {exc.strerror or exc}") from exc
+        doc = json.loads(read_input(path, MAX_TABLE_BYTES, "card table").decode("utf-8"),
+                         parse_constant=_refuse_constant)
+    except InputFileError as exc:
+        raise CardTableError(f"{file}: {str(exc).removeprefix(f'{path}: ')}") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise CardTableError(f"{file}: not valid JSON: {exc}") from exc
     if not isinstance(doc, dict):

@@ -67,7 +67,9 @@ def artifact(path: Path, features: list[str], trees: list[dict], scale: float = 
 @pytest.fixture
 def constant_prior(tmp_path: Path) -> Path:
     """A prior whose every score is equal: every pool is one plateau."""
-    return artifact(tmp_path / "constant.json", ["x.tile"], [])
+    tree = {"splits": [{"split_type": "FloatFeature", "float_feature_index": 0, "border": 1.5}],
+            "leaf_values": [0.5, 0.5]}  # one tree whose leaves agree (a prior with no trees is refused)
+    return artifact(tmp_path / "constant.json", ["x.tile"], [tree])
 
 
 @pytest.fixture

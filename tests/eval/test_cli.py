@@ -56,7 +56,7 @@ def test_emmy_eval_compare_prints_two_reports_side_by_side_with_the_change_per_c
     export, _ = caches_export(KT)
     reports = []
     for prior in (constant_prior, tile_prior):
-        reports.append(tmp_path / f"{prior.stem}.json")
+        reports.append(tmp_path / f"{prior.stem}.report.json")  # beside the prior, never over it
         result = CliRunner().invoke(app, ["eval", "prior", str(export), "--pools", "measured", "--offline-file",
                                           str(prior), "--json", str(reports[-1])])
         assert result.exit_code == 0, result.output
