@@ -73,13 +73,13 @@ def test_the_whole_chain_materializes_in_process(chain: Chain) -> None:
               for e in events(chain.first, "ASSET_CHECK_EVALUATION")}
     assert checks == {"tuning_db_consistent": True, "dataset_consistent": True, "candidate_no_worse": True}
     db = metadata(chain.first, "tuning_db")
-    assert db["measurements"] > 1000 and db["goldens"] > 0 and "Intel(R) Xeon(R) Processor x2" in db["cards"]
+    assert db["measurements"] > 1000 and db["goldens"] > 0 and "Intel(R) Xeon(R) Processor AVX-512 x2" in db["cards"]
     assert metadata(chain.first, "dataset")["pools"] > 0
     fit = metadata(chain.first, "prior")
     assert fit["mlflow_run_id"] != "none" and fit["mlflow_tracking_uri"] == chain.resources["mlflow"].tracking_uri
     ev = metadata(chain.first, "evaluation")
     assert "## golden view" in ev["table"] and "## measured view" in ev["table"]
-    assert "| Intel(R) Xeon(R) Processor x2 / deploy" in ev["table"] and "| all pools" in ev["table"]
+    assert "| Intel(R) Xeon(R) Processor AVX-512 x2 / deploy" in ev["table"] and "| all pools" in ev["table"]
     assert ev["mlflow_run_id"] == fit["mlflow_run_id"]
     for name in PLOTS:
         assert (chain.root / "data" / "evaluation" / name).stat().st_size > 1000
