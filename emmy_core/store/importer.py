@@ -65,6 +65,7 @@ def load_source(path: Path | str, store: Store, *, card: str | None = None,
     from emmy_core.store.localcard import check_cards, local_cpu
 
     loaded = _load_source(path, store, card=card, max_bytes=max_bytes)
+    loaded.batch.taken_now = False  # a row read from a file keeps the file's time or none, never the import's
     table = loaded.kind in ("export", "database")
     check_cards(loaded.batch.cards, str(path), local_cpu(), "cards[{i}]" if table else "$.card")
     return loaded
