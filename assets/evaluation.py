@@ -95,12 +95,16 @@ def candidate_no_worse(paths: EmmyPaths) -> dg.AssetCheckResult:
 
 @dg.asset(deps=[evaluation], group_name=GROUP, description=(
     "The installed prior: the candidate copied over it (checked to load, written atomically) once the "
-    "evaluation's check passed. A compile loads it."))
+    "evaluation's check passed; a candidate of the same content changes no byte of it. A compile loads it."))
 def installed_prior(paths: EmmyPaths) -> dg.MaterializeResult:
     from emmy_core.prior import load_prior
-    from emmy_core.prior.artifact import write_artifact
+    from emmy_core.prior.provenance import content_digest, install_artifact
 
     candidate = load_prior(paths.candidate)
-    target = write_artifact(candidate.doc, paths.installed())
-    return dg.MaterializeResult(metadata={"path": dg.MetadataValue.path(str(target)),
-                                          "provenance": dg.MetadataValue.json(candidate.info["provenance"])})
+    target = paths.installed()
+    written = install_artifact(candidate.doc, target)
+    return dg.MaterializeResult(
+        data_version=dg.DataVersion(content_digest(candidate.doc)),
+        metadata={"path": dg.MetadataValue.path(str(target)),
+                  "written": written,  # False: the installed prior already was this one, byte for byte
+                  "provenance": dg.MetadataValue.json(candidate.info["provenance"])})
