@@ -38,6 +38,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import polars as pl
 
+pl.Config.set_fmt_str_lengths(64)  # CPU card names are long (model, family, ISA, cores): show them whole
 data = Path(DATA)
 con = duckdb.connect(str(data / "tune.db"), read_only=True)
 con.sql("SELECT card, setting, count(*) AS rows, count(*) FILTER (WHERE status = 'failed') AS failed, "
