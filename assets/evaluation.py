@@ -50,17 +50,15 @@ def evaluation(context: dg.AssetExecutionContext, paths: EmmyPaths, mlflow: MLfl
     v = verdict(docs["candidate"], docs["installed"], TOLERANCE)
     if unusable:
         v = dataclasses.replace(v, reason=f"{v.reason} (the installed prior cannot be used: {unusable[:300]})")
-    from emmy_core.store.safefile import atomic_write_text, ensure_folder
-
     out = paths.evaluation_dir
-    ensure_folder(out)
-    atomic_write_text(out / "report.json", json.dumps({**docs, "verdict": v.to_json()}, indent=1,
-                                                      sort_keys=True) + "\n")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps({**docs, "verdict": v.to_json()}, indent=1, sort_keys=True) + "\n",
+                                     encoding="utf-8")
     table = candidate.markdown()
     if installed is not None:
         table += "\n## the candidate (B) beside the installed prior (A)\n" + compare_reports(
             installed, candidate, "installed", "candidate")
-    atomic_write_text(out / "table.md", table.encode("utf-8"))
+    (out / "table.md").write_text(table, encoding="utf-8")
     pngs = write_plots(candidate, out)
     run_id = fit_run_id(context)
     if run_id is not None:
@@ -97,12 +95,16 @@ def candidate_no_worse(paths: EmmyPaths) -> dg.AssetCheckResult:
 
 @dg.asset(deps=[evaluation], group_name=GROUP, description=(
     "The installed prior: the candidate copied over it (checked to load, written atomically) once the "
-    "evaluation's check passed. A compile loads it."))
+    "evaluation's check passed; a candidate of the same content changes no byte of it. A compile loads it."))
 def installed_prior(paths: EmmyPaths) -> dg.MaterializeResult:
     from emmy_core.prior import load_prior
-    from emmy_core.prior.artifact import write_artifact
+    from emmy_core.prior.provenance import content_digest, install_artifact
 
     candidate = load_prior(paths.candidate)
-    target = write_artifact(candidate.doc, paths.installed(), install=True)  # the chain's install step
-    return dg.MaterializeResult(metadata={"path": dg.MetadataValue.path(str(target)),
-                                          "provenance": dg.MetadataValue.json(candidate.info["provenance"])})
+    target = paths.installed()
+    written = install_artifact(candidate.doc, target)
+    return dg.MaterializeResult(
+        data_version=dg.DataVersion(content_digest(candidate.doc)),
+        metadata={"path": dg.MetadataValue.path(str(target)),
+                  "written": written,  # False: the installed prior already was this one, byte for byte
+                  "provenance": dg.MetadataValue.json(candidate.info["provenance"])})

@@ -23,11 +23,14 @@ class FitConfig(dg.Config):
 @dg.asset(deps=[dataset], group_name=GROUP, description=(
     "A candidate prior (`_tune/fits/candidate.json`): a CatBoost ranker fitted on the dataset with "
     "cross-validation grouped by kernel; metrics in a fresh folder under `_tune/fits/`; the run, its "
-    "parameters, metrics and artifacts in MLflow (experiment `emmy-prior`)."))
+    "parameters, metrics and artifacts in MLflow (experiment `emmy-prior`). Its data version is the "
+    "artifact's content digest: the same dataset and recipe fit the same prior."))
 def prior(context: dg.AssetExecutionContext, config: FitConfig, paths: EmmyPaths,
           mlflow: MLflowTracking) -> dg.MaterializeResult:
+    from emmy_core.prior import load_prior
     from emmy_core.prior.dataset import read_dataset
     from emmy_core.prior.fit import code_revision, fit_dataset
+    from emmy_core.prior.provenance import content_digest
 
     data = read_dataset(paths.dataset, progress=context.log.info)
     result = fit_dataset(data, paths.candidate, pools=config.pools, folds=config.folds, seed=config.seed,
@@ -35,7 +38,9 @@ def prior(context: dg.AssetExecutionContext, config: FitConfig, paths: EmmyPaths
                          tags={"dagster_run_id": context.run.run_id, "code_revision": code_revision()},
                          progress=context.log.info)
     cv = result.metrics["mean"]  # metrics.json: the cross-validated means of the folds
-    return dg.MaterializeResult(metadata={
+    digest = content_digest(load_prior(result.artifact_path).doc)
+    return dg.MaterializeResult(data_version=dg.DataVersion(digest), metadata={
+        "content digest": digest,
         "artifact": dg.MetadataValue.path(str(result.artifact_path)),
         "fit folder": dg.MetadataValue.path(str(result.fit_dir)),
         **{f"cv {k}": float(cv[k]) for k in HEADLINE if isinstance(cv.get(k), int | float)},

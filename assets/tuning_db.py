@@ -12,8 +12,10 @@ GROUP = "store"
 
 @dg.asset(deps=[refreshed_freeze], group_name=GROUP, pool="duckdb", description=(
     "The freeze imported into a fresh DuckDB file (`_data/tune.db`) through the store's one writer: the "
-    "snapshot the dataset is exported from. A source the importer refuses fails the materialization."))
+    "snapshot the dataset is exported from. A source the importer refuses fails the materialization. Its "
+    "data version is the store's content digest: an unchanged freeze gives the same one."))
 def tuning_db(context: dg.AssetExecutionContext, paths: EmmyPaths, store: DuckDBStore) -> dg.MaterializeResult:
+    from emmy_core.store.digest import store_digest
     from emmy_core.store.importer import import_db
     from emmy_core.store.refresh import freeze_dir_files
     from emmy_core.store.stats import db_stats
@@ -25,8 +27,10 @@ def tuning_db(context: dg.AssetExecutionContext, paths: EmmyPaths, store: DuckDB
         raise dg.Failure(description=f"{len(refused)} of {len(outcomes)} sources refused: {refused[0].message[:500]}",
                          metadata={"refused": dg.MetadataValue.json([o.source for o in refused])})
     stats = db_stats(store.file)
-    return dg.MaterializeResult(metadata={
+    digest = store_digest(store.file)
+    return dg.MaterializeResult(data_version=dg.DataVersion(digest), metadata={
         "path": dg.MetadataValue.path(str(store.file)),
+        "digest": digest,
         "sources": dg.MetadataValue.json([o.source for o in outcomes]),
         "rows": dg.MetadataValue.json(stats["tables"]),
         "measurements": stats["tables"].get("measurements", 0),

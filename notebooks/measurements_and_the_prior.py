@@ -38,6 +38,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import polars as pl
 
+pl.Config.set_fmt_str_lengths(64)  # CPU card names are long (model, family, ISA, cores): show them whole
 
 
 def repository_root(start: Path) -> Path:

@@ -32,7 +32,7 @@ def info(file: Annotated[Path | None, typer.Option("--file", help="an artifact (
     prov = d["provenance"]
     typer.echo(f"prior {d['source']}")
     typer.echo(f"  feature version {d['feature_version']}; {d['trees']} trees of depth {d['depth']}")
-    typer.echo(f"  fitted {prov.get('time')} from dataset {str(prov.get('dataset_digest'))[:16]} "
+    typer.echo(f"  fitted on dataset {str(prov.get('dataset_digest'))[:16]} "
                f"(pools {prov.get('pools')}, seed {prov.get('seed')}, code {str(prov.get('code_revision'))[:16]})")
     typer.echo(f"  parameters {json.dumps(prov.get('params'), sort_keys=True)}")
     cv = d["metrics"].get("cv", {})

@@ -121,7 +121,7 @@ def _view(title: str, pools: object, empty: str, body: Callable[[], list[str]]) 
 def report_text(doc: Mapping[str, Any]) -> str:
     """The whole report as text (see the module's docstring)."""
     prov = doc["prior"].get("provenance", {})
-    out = [f"prior {doc['prior']['source']} (fitted {prov.get('time', '?')} on dataset "
+    out = [f"prior {doc['prior']['source']} (fitted on dataset "
            f"{str(prov.get('dataset_digest', '?'))[:12]}, pools {prov.get('pools', '?')}, seed {prov.get('seed', '?')})",
            f"dataset {doc['dataset_digest'][:12]}: {doc['forks']} forks, {len(doc['per_pool'])} pools evaluated, "
            f"each in the context of the card it was recorded on"]

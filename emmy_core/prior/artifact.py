@@ -1,7 +1,7 @@
 """The prior's artifact (one JSON file) and the object that scores with it.
 
 The file: `format` (`emmy-prior`), `feature_version`, `features` (the column names, in the
-model's order), `provenance` (dataset digest, parameters, code revision, time), `metrics`
+model's order), `provenance` (dataset digest, parameters, code revision; no time: `emmy_core.prior.provenance`), `metrics`
 (the fit's headline figures), `calibration` (the price curves, `emmy_core.prior.price`)
 and `model`: the trees in CatBoost's own JSON format (`features_info`, `oblivious_trees`,
 `scale_and_bias`). Loading is strict (seed 08: "refit it, never silently continue with

@@ -202,8 +202,7 @@ def fit_dataset(dataset: Dataset, out_path: Path | str, *, pools: str = DEFAULT_
     doc: dict[str, Any] = {
         "format": ARTIFACT_FORMAT, "feature_version": FEATURE_VERSION, "features": list(names),
         "provenance": {"dataset_digest": dataset.digest, "content_digest": dataset.content_digest(), "pools": pools, "folds": folds, "seed": seed,
-                       "params": params.to_json(), "code_revision": code_revision(),
-                       "time": now.isoformat().replace("+00:00", "Z")},
+                       "params": params.to_json(), "code_revision": code_revision()},
         "metrics": headline, "calibration": calibrate(forks, scores, names), "model": model_json(model)}
     trees = parse_model(doc["model"], len(names))
     for fork, s in zip(forks[:3], scores, strict=False):

@@ -3,18 +3,21 @@
 `refit_installed` imports every freeze file (`freezes/*.json`, tune files excluded) into a
 temporary database, exports it, and fits with the seed the shipped artifact records (or the
 one given), on INSTALL_POOLS; the new artifact replaces the shipped one atomically (written
-beside it, loaded back, then renamed). The same function, pointed at a temporary output,
+beside it, loaded back, then renamed), and a refit of the same content changes no byte of it
+(`emmy_core.prior.provenance`). The same function, pointed at a temporary output,
 is how a test proves the shipped prior reproduces from the committed freeze.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from emmy_core.prior.artifact import installed_prior_path
+from emmy_core.prior.artifact import installed_prior_path, load_prior
+from emmy_core.prior.provenance import install_artifact
 from emmy_core.prior.training import DEFAULT_POOLS
 
 INSTALL_POOLS = DEFAULT_POOLS
@@ -56,7 +59,9 @@ def refit_installed(freeze_dir: Path | str, out: Path | str | None = None, *, se
             raise ValueError(f"the freeze does not import: {refused[0]}")
         export_db(db, ds)
         dataset = read_dataset(ds, None, progress)
-    return fit_dataset(dataset, out if out is not None else installed_prior_path(), pools=INSTALL_POOLS, folds=5,
-                       seed=recorded_seed() if seed is None else seed, tracking_uri=tracking_uri,
-                       progress=progress, fits_dir=Path(fits_dir) if fits_dir is not None else FITS_DIR,
-                       install=out is None)
+        result = fit_dataset(dataset, Path(tmp) / "prior.json", pools=INSTALL_POOLS, folds=5,
+                             seed=recorded_seed() if seed is None else seed, tracking_uri=tracking_uri,
+                             progress=progress, fits_dir=Path(fits_dir) if fits_dir is not None else FITS_DIR)
+        target = Path(out) if out is not None else installed_prior_path()
+        install_artifact(load_prior(result.artifact_path).doc, target)
+    return dataclasses.replace(result, artifact_path=target)

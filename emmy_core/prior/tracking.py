@@ -91,7 +91,7 @@ def log_fit(uri: str | None, doc: Mapping[str, Any], report: Mapping[str, Any], 
         c = client(resolved)
         prov = doc["provenance"]
         run_tags = {"feature_version": str(doc["feature_version"]), "dataset_digest": str(prov["dataset_digest"]),
-                    "code_revision": str(prov["code_revision"]), "mlflow.runName": f"fit-{prov['time']}",
+                    "code_revision": str(prov["code_revision"]), "mlflow.runName": f"fit-{metrics_path.parent.name}",
                     **{str(k): str(v)[:5000] for k, v in tags.items()}}
         run = c.create_run(_experiment(c, resolved), tags=run_tags)
         run_id = run.info.run_id

@@ -73,6 +73,10 @@ class Batch:
     measurements: list[MeasurementRow] = field(default_factory=list)
     routing: list[RoutingRow] = field(default_factory=list)
     goldens: list[GoldenRow] = field(default_factory=list)
+    taken_now: bool = True
+    """Whether rows without a time were measured now (a tune: stamped with the write's time). A batch read
+    from a file is not (`load_source` sets False): its rows keep the file's own time, or none, so the same
+    file gives the same store content whenever it is imported."""
 
     def add_kernel(self, kernel: Kernel | str, c_name: str | None = None) -> str:
         """Adds a kernel (object or loop-program text) and returns its identity."""
@@ -101,7 +105,7 @@ class Batch:
             if problem is not None:
                 raise p.fail(f"card {i}: {problem}")
             p.cards[card.name] = card.normalized()
-        _prepare_measurements(p, self.measurements)
+        _prepare_measurements(p, self.measurements, self.taken_now)
         _prepare_routing(p, self.routing)
         _prepare_goldens(p, self.goldens)
         p.routing = list({r[:3]: r for r in p.routing}.values())  # one row per key: the last given wins
@@ -224,7 +228,7 @@ def _utc_naive(value: object) -> _dt.datetime:
     return value
 
 
-def _prepare_measurements(p: Prepared, rows: list[MeasurementRow]) -> None:
+def _prepare_measurements(p: Prepared, rows: list[MeasurementRow], taken_now: bool = True) -> None:
     if any(not isinstance(r, MeasurementRow) for r in rows):
         i = next(i for i, r in enumerate(rows) if not isinstance(r, MeasurementRow))
         raise p.fail(f"measurement {i}: not a MeasurementRow ({type(rows[i]).__name__})")
@@ -266,7 +270,7 @@ def _prepare_measurements(p: Prepared, rows: list[MeasurementRow]) -> None:
         raise p.fail(f"{_describe(p, 'measurement', bad)}: {problem}")
     c["median_us"] = [float(m) for m in c["median_us"]]
     c["spread"] = [None if s is None else float(s) for s in c["spread"]]
-    now = _dt.datetime.now(_dt.UTC).replace(tzinfo=None, microsecond=0)
+    now = _dt.datetime.now(_dt.UTC).replace(tzinfo=None, microsecond=0) if taken_now else None
     stamps = [r.measured_at for r in rows]
     try:
         c["measured_at"] = [now if s is None else _utc_naive(s) for s in stamps]

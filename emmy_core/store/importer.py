@@ -60,7 +60,18 @@ class LoadedSource:
 
 def load_source(path: Path | str, store: Store, *, card: str | None = None,
                 max_bytes: int = MAX_SOURCE_BYTES) -> LoadedSource:
-    """The kind of a source and the batch that imports it (nothing written); refuses with a SourceError."""
+    """The kind of a source and the batch that imports it (nothing written); refuses with a SourceError,
+    also when the source names this machine's CPU card with another description (`localcard`)."""
+    from emmy_core.store.localcard import check_cards, local_cpu
+
+    loaded = _load_source(path, store, card=card, max_bytes=max_bytes)
+    loaded.batch.taken_now = False  # a row read from a file keeps the file's time or none, never the import's
+    table = loaded.kind in ("export", "database")
+    check_cards(loaded.batch.cards, str(path), local_cpu(), "cards[{i}]" if table else "$.card")
+    return loaded
+
+
+def _load_source(path: Path | str, store: Store, *, card: str | None, max_bytes: int) -> LoadedSource:
     from emmy_core.store import cardfile, golden, kerneltuner, tablesource
 
     p = Path(path)

@@ -115,7 +115,8 @@ class MeasurementRow:
 
     `knobs` is a knob mapping or a `Schedule`; `sizes` is canonical text (`B=8,S=512`, or ``
     for a static kernel). A failed row carries `failure` (one of FAILURE_KINDS) and the
-    placeholder time; `measured_at` defaults to the time of the write (UTC).
+    placeholder time; `measured_at` defaults to the time of the write (UTC) for a row measured now, and
+    to none for a row read from a file that keeps no time (`Batch.taken_now`).
     """
 
     kernel_id: str
@@ -161,7 +162,7 @@ class StoredMeasurement:
     spread: float | None
     samples: int
     source: str
-    measured_at: _dt.datetime
+    measured_at: _dt.datetime | None  # None: imported from a source that keeps no time
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from emmy_core.store.rows import CARD_NUMBERS
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 WRITER_VERSION = "emmy-store/1"
 
 
@@ -115,7 +115,8 @@ TABLES: tuple[Table, ...] = (
         Column("spread", "DOUBLE", "relative spread of the repeats (NULL: not recorded)"),
         Column("samples", "INTEGER NOT NULL", "timed repeats behind the median (0 for a failure)"),
         Column("source", "TEXT NOT NULL CHECK (source IN ('tune', 'hand', 'import'))", "`tune`, `hand` or `import`"),
-        Column("measured_at", "TIMESTAMP NOT NULL", "when it was measured, UTC"),
+        Column("measured_at", "TIMESTAMP", "when it was measured, UTC (NULL: imported from a source that keeps "
+               "no time, such as a freeze or tune file; an import never stamps its own time)"),
     )),
     Table("goldens", "reviewed choice for (kernel_id, sizes, card, setting)", (
         Column("kernel_id", "TEXT NOT NULL", "`kernels.kernel_id`"),

@@ -7,7 +7,7 @@ checked by the store's own batch rules before a byte is written, and the file is
 through a temporary name and a rename.
 
 A tune never writes over a file that is not its own kind: `merge_into_tune_file` writes over
-an existing file only when it is a tune file of the same card and setting, and then merges
+an existing file only when it is a tune file of the same card (name and description) and setting, and then merges
 the new rows into it by the writer's rules (under a lock on the folder, so two tunes merging
 into one file keep each other's rows). Anything else is refused, naming what the file is.
 """
@@ -137,6 +137,18 @@ def read_own_tune_file(path: Path, card: str, setting: str) -> CardDocument | No
     return doc
 
 
+def _same_description(path: Path, card: CardRow, found: CardRow) -> None:
+    """Refuses merging into a tune file whose card, of the same name, describes other hardware."""
+    from emmy_core.targets.sameness import conflict
+
+    try:
+        problem = conflict(card.to_card(), found.to_card(), "the tune's card")
+    except ValueError as exc:
+        problem = f"its card does not describe a card: {exc}"
+    if problem is not None:
+        raise FileWriteError(f"refusing to write the tune's rows over {shown(path)}: {problem}")
+
+
 def merge_into_tune_file(path: Path, *, card: CardRow, setting: str, kernels: Iterable[Kernel | str],
                          measurements: Iterable[MeasurementRow]) -> Path:
     """Writes the rows into the tune file at `path`: a new file, or merged (by the writer's rules: the
@@ -152,6 +164,7 @@ def merge_into_tune_file(path: Path, *, card: CardRow, setting: str, kernels: It
         old = read_own_tune_file(path, card.name, setting)
         batch = Batch(str(path), list(kernels), [card], rows)
         if old is not None:
+            _same_description(path, card, old.card)
             batch = Batch(str(path), [*old.batch.kernels, *batch.kernels], [card],
                           [*old.batch.measurements, *rows], list(old.batch.routing), list(old.batch.goldens))
         p = batch.prepare()

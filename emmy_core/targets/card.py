@@ -1,8 +1,10 @@
 """A card: the full name of a device (an identity) and its numeric description.
 
 A card is named exactly as the runtime reports it (`torch.cuda.get_device_name()` for a
-GPU; the model name plus the usable core count for a CPU, e.g. `AMD EPYC 7B13 x2`). The
-name is part of every measurement key, so two cards of one architecture never merge.
+GPU); a CPU's name carries its model string, its microarchitecture where the string is
+generic, its widest vector ISA and its usable cores (`AMD EPYC 7B13 AVX2 x2`, the rule in
+`emmy_core.targets.cpu`). The name is part of every measurement key, so two cards of one
+architecture never merge, and one name never carries two descriptions.
 `Card.numeric()` is the card's numeric description: the prior's hardware features and
 the store's `cards` table. A field a card does not have (a CPU has no SMs, a GPU built
 from torch's device properties has no known bandwidth) is left out, never written as 0.

@@ -2,9 +2,26 @@
 
 The parse functions are pure (text in, values out) and tested on sample text; `probe_cpu`
 reads the machine and `probe_isa` its instruction-set features (FMA, F16C, AVX-512 BF16,
-vector registers), which the card's numeric description leaves out. The card's name is the model name plus the number of CPUs this
-process may run on (`Intel(R) Xeon(R) Processor x2`): two slices of one host with
-different core counts are different cards, since their measurements differ.
+vector registers), which the card's numeric description leaves out.
+
+A CPU card's name is part of every measurement key, so it separates everything that changes
+which configuration wins, and stays recognisable (`card_name`):
+
+    <model string> [(family F model M stepping S)] <widest vector ISA> x<usable cores>
+
+- the vendor's model string, as the CPU reports it (`AMD EPYC 7B13`);
+- where that string is generic (no word of it carries a digit once the `@ 2.20GHz` clock is
+  dropped, as `AMD EPYC` or `Intel(R) Xeon(R) Processor` in a VM), the microarchitecture the
+  CPU identifies itself by: x86 family, model and stepping (Arm: implementer, part, variant,
+  revision), from /proc/cpuinfo, else lscpu; left out only when the CPU reports none;
+- the widest vector ISA the compiler may use: `AVX-512`, `AVX2`, `AVX` or `SSE2` on x86, `SVE`
+  or `NEON` on Arm (a hypervisor that masks AVX-512 makes another card);
+- the number of CPUs this process may run on: two slices of one host are two cards.
+
+So a 2-vCPU Zen 3 guest is `AMD EPYC (family 25 model 1 stepping 1) AVX2 x2` and a Zen 4 guest
+of the same string `AMD EPYC (family 25 model 17 stepping 1) AVX-512 x2`. Caches and clock are
+the card's description, not its name; one name must never carry two descriptions, which the
+readers of freeze and tune files check (`emmy_core.targets.sameness`).
 """
 
 from __future__ import annotations
@@ -22,6 +39,12 @@ _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMG]?)(?:i?B)?\s*\Z", re.IGNOR
 _LSCPU_CACHE = re.compile(r"(L1d|L2|L3) cache:\s*([0-9.]+\s*[KMG]i?B?)(?:\s*\((\d+) instances?\))?", re.IGNORECASE)
 _GHZ_IN_MODEL = re.compile(r"@\s*([0-9]+(?:\.[0-9]+)?)\s*GHz", re.IGNORECASE)
 _UNIT_KIB = {"": 1 / 1024, "K": 1, "M": 1024, "G": 1024 * 1024}
+_CLOCK_IN_MODEL = re.compile(r"@\s*[0-9.]+\s*[GM]Hz", re.IGNORECASE)
+_VIRTUAL = re.compile(r"\b(QEMU|KVM|Virtual)\b", re.IGNORECASE)
+# The identification fields of /proc/cpuinfo: x86 (with lscpu's spelling), then Arm.
+_X86_ID = (("cpu family", "CPU family", "family"), ("model", "Model", "model"), ("stepping", "Stepping", "stepping"))
+_ARM_ID = (("CPU implementer", "implementer"), ("CPU part", "part"), ("CPU variant", "variant"),
+           ("CPU revision", "revision"))
 
 
 class ProbeError(RuntimeError):
@@ -72,6 +95,67 @@ def simd_bits(flags: str, machine: str = "x86_64") -> int:
     if {"sse2", "asimd", "neon"} & words or machine in ("x86_64", "aarch64", "arm64"):
         return 128
     return 64
+
+
+def vector_isa(flags: str, machine: str = "x86_64") -> str:
+    """The widest vector ISA the flags promise: `AVX-512`, `AVX2`, `AVX`, `SSE2` (x86); `SVE`, `NEON` (Arm).
+
+    Empty when the flags name none (another architecture): the name then says nothing of it.
+    """
+    words = set(flags.split())
+    if machine in ("aarch64", "arm64") or "asimd" in words:
+        return "SVE" if "sve" in words else "NEON"
+    if "avx512f" in words:
+        return "AVX-512"
+    if "avx2" in words:
+        return "AVX2"
+    if "avx" in words:
+        return "AVX"
+    if "sse2" in words or machine == "x86_64":
+        return "SSE2"
+    return ""
+
+
+def generic_model(model: str) -> bool:
+    """Whether a model string leaves the microarchitecture open: no word carries a digit once the
+    clock (`@ 2.20GHz`) is dropped (`AMD EPYC`, `Intel(R) Xeon(R) CPU @ 2.20GHz`), or it names a
+    virtual CPU (`QEMU Virtual CPU version 2.5+`)."""
+    text = _CLOCK_IN_MODEL.sub(" ", model)
+    return _VIRTUAL.search(text) is not None or not any(ch.isdigit() for ch in text)
+
+
+def _lscpu_fields(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and value.strip() and value.strip() != "-":
+            out.setdefault(key.strip(), value.strip())
+    return out
+
+
+def microarchitecture(info: dict[str, str], lscpu_text: str = "") -> str | None:
+    """How the CPU identifies its microarchitecture: `family 25 model 1 stepping 1` on x86 (cpuinfo,
+    else lscpu's `CPU family`, `Model`, `Stepping`), `implementer 0x41 part 0xd0c variant 0x3 revision 1`
+    on Arm (cpuinfo's identification registers); None when the CPU says nothing of it."""
+    if info.get("CPU part"):
+        return " ".join(f"{label} {' '.join(info[key].split())}" for key, label in _ARM_ID if info.get(key))
+    lscpu = _lscpu_fields(lscpu_text)
+    values = [info.get(key) or lscpu.get(lscpu_key) or "" for key, lscpu_key, _ in _X86_ID]
+    if all(v.strip().isdigit() for v in values):
+        return " ".join(f"{label} {int(v)}" for (_, _, label), v in zip(_X86_ID, values, strict=True))
+    return None
+
+
+def card_name(model: str, microarch: str | None, isa: str, cores: int) -> str:
+    """A CPU card's name (the rule is in the module's docstring): the model string, the microarchitecture
+    when the string is generic, the widest vector ISA, `x<cores>`."""
+    parts = [" ".join(model.split())]
+    if microarch and generic_model(model):
+        parts.append(f"({microarch})")
+    if isa:
+        parts.append(isa)
+    parts.append(f"x{cores}")
+    return " ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -156,10 +240,10 @@ def frequency_mhz(max_freq_khz: str | None, model: str | None, info: dict[str, s
     return float(round(mhz)) if mhz > 0 else None
 
 
-def cpu_card(model: str, cores: int, caches: dict[str, float], simd: int, freq: float | None,
+def cpu_card(name: str, cores: int, caches: dict[str, float], simd: int, freq: float | None,
              machine: str) -> Card:
-    """A CPU card from probed values; its name is `<model> x<cores>`."""
-    return Card(name=f"{model} x{cores}", target="cpu", arch=machine, compute_capability="", tensor_cores=(),
+    """A CPU card from probed values, named by `card_name`."""
+    return Card(name=name, target="cpu", arch=machine, compute_capability="", tensor_cores=(),
                 source="probed from /proc/cpuinfo, sysfs caches and lscpu", cores=cores,
                 l1d_kib=caches.get("l1d_kib"), l2_kib=caches.get("l2_kib"), l3_kib=caches.get("l3_kib"),
                 simd_bits=simd, freq_mhz=freq)
@@ -195,16 +279,37 @@ def probe_isa() -> IsaFeatures:
     return isa_features(info.get("flags") or info.get("Features") or "", platform.machine() or "unknown")
 
 
+def cpu_flags(info: dict[str, str], lscpu_text: str = "") -> str:
+    """The flags line: cpuinfo's `flags` (x86) or `Features` (Arm), else lscpu's `Flags`."""
+    return info.get("flags") or info.get("Features") or _lscpu_fields(lscpu_text).get("Flags", "")
+
+
+def cpu_name(info: dict[str, str], lscpu_text: str, cores: int, machine: str) -> str | None:
+    """This CPU's card name from cpuinfo's first processor and lscpu's text (either may be empty);
+    None when neither names the model."""
+    model = model_name(info, lscpu_text)
+    if model is None:
+        return None
+    flags = cpu_flags(info, lscpu_text)
+    return card_name(model, microarchitecture(info, lscpu_text), vector_isa(flags, machine), cores)
+
+
+def _needs_lscpu(info: dict[str, str]) -> bool:
+    """Whether cpuinfo leaves something of the name to lscpu (model name, flags, or the family of a generic string)."""
+    model = model_name(info)
+    return model is None or not cpu_flags(info) or (generic_model(model) and microarchitecture(info) is None)
+
+
 def probe_cpu() -> Card:
     """Describes this machine's CPU. Raises ProbeError when no model name can be read."""
     info = parse_cpuinfo(_read(Path("/proc/cpuinfo")) or "")
-    lscpu = ""
-    model = model_name(info)
-    if model is None:
-        lscpu = _lscpu()
-        model = model_name(info, lscpu)
-    if model is None:
+    lscpu = _lscpu() if _needs_lscpu(info) else ""
+    machine = platform.machine() or "unknown"
+    cores = usable_cores()
+    name = cpu_name(info, lscpu, cores, machine)
+    if name is None:
         raise ProbeError("cannot read the CPU model name from /proc/cpuinfo or lscpu")
+    model = model_name(info, lscpu)
     cache_dir = Path("/sys/devices/system/cpu/cpu0/cache")
     entries = []
     for index in sorted(cache_dir.glob("index*")) if cache_dir.is_dir() else []:
@@ -217,8 +322,6 @@ def probe_cpu() -> Card:
         caches = {}
     if "l1d_kib" not in caches:
         caches = parse_lscpu_caches(lscpu or _lscpu())
-    machine = platform.machine() or "unknown"
-    flags = info.get("flags") or info.get("Features") or ""
+    flags = cpu_flags(info, lscpu)
     max_khz = _read(Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"))
-    return cpu_card(model, usable_cores(), caches, simd_bits(flags, machine),
-                    frequency_mhz(max_khz, model, info), machine)
+    return cpu_card(name, cores, caches, simd_bits(flags, machine), frequency_mhz(max_khz, model, info), machine)

@@ -32,7 +32,7 @@ def known_cards() -> tuple[str, ...]:
 def card_slug(name: str) -> str:
     """File-name form of a card name: lowercase, runs of anything but [a-z0-9] become one `-`.
 
-    `NVIDIA H200` -> `nvidia-h200`; `Intel(R) Xeon(R) Processor x2` -> `intel-r-xeon-r-processor-x2`.
+    `NVIDIA H200` -> `nvidia-h200`; `Intel(R) Xeon(R) Processor AVX-512 x2` -> `intel-r-xeon-r-processor-avx-512-x2`.
     """
     slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
     if not slug:

@@ -180,7 +180,7 @@ def test_the_committed_cpu_freeze_still_checks() -> None:
     from emmy_core.ir import parse
     from emmy_core.knobs.vocab import knobs_problem
 
-    path = Path(__file__).resolve().parents[2] / "freezes" / "intel-r-xeon-r-processor-x2.json"
+    path = Path(__file__).resolve().parents[2] / "freezes" / "intel-r-xeon-r-processor-avx-512-x2.json"
     freeze = json.loads(path.read_text(encoding="utf-8"))
     nums = freeze["card"]["numbers"]
     card = Card(freeze["card"]["name"], "cpu", freeze["card"]["arch"], "", (), "the freeze's card",

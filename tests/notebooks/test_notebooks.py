@@ -43,7 +43,7 @@ def test_the_notebook_runs_headless_on_the_repository_freeze(chain_data: Path) -
     assert len(images) == 2  # what tuning buys; where the prior is wrong
     text = "".join(str(o.get("data", {}).get("text/plain", "")) + str(o.get("text", "")) for o in outputs)
     assert "pools have a fastest row" in text
-    assert "Intel(R) Xeon(R) Processor x2" in text
+    assert "Intel(R) Xeon(R) Processor AVX-512 x2" in text
     assert "slowdown" in text
 
 

@@ -1,6 +1,7 @@
 """The whole chain materializes in-process against a temporary DuckDB and the session's MLflow store;
-materialized again with no new input it changes no byte of the freeze and logs a new MLflow run whose
-metrics equal the first; the evaluation's check installs a candidate no worse than the installed prior
+materialized again with no new input it changes no byte of the freeze, logs a new MLflow run whose
+metrics equal the first, gives `tuning_db`, `dataset` and `prior` the same data versions and leaves no
+asset stale; the evaluation's check installs a candidate no worse than the installed prior
 and refuses one worse beyond the tolerance."""
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class Chain:
     freeze_before: dict[str, str]
     freeze_after_first: dict[str, str]
     freeze_after_second: dict[str, str]
+    stale_after_second: dict[str, str]  # asset -> Dagster's stale status right after the second run
 
 
 def freeze_bytes(root: Path) -> dict[str, str]:
@@ -55,7 +57,22 @@ def chain(tmp_path_factory: pytest.TempPathFactory, mlflow_uri: str) -> Iterator
         first = materialize(assets, resources, instance, CHAIN)
         after_first = freeze_bytes(root)
         second = materialize(assets, resources, instance, REFIT)
-        yield Chain(root, resources, instance, first, second, before, after_first, freeze_bytes(root))
+        stale = stale_statuses(instance, assets)
+        yield Chain(root, resources, instance, first, second, before, after_first, freeze_bytes(root), stale)
+
+
+def stale_statuses(instance: dg.DagsterInstance, assets: list) -> dict[str, str]:
+    """Dagster's own verdict on each asset of the chain: FRESH, STALE or MISSING (the UI's 'stale' badge)."""
+    from dagster._utils.test.data_versions import get_stale_status_resolver
+
+    resolver = get_stale_status_resolver(instance, assets)
+    return {key: resolver.get_status(dg.AssetKey(key)).value for key in CHAIN}
+
+
+def data_versions(result: dg.ExecuteInProcessResult) -> dict[str, str]:
+    """The data version each asset materialized by a run recorded."""
+    return {e.asset_key.to_user_string(): e.event_specific_data.materialization.tags[  # type: ignore[union-attr]
+        "dagster/data_version"] for e in events(result, "ASSET_MATERIALIZATION") if e.asset_key}
 
 
 def metadata(result: dg.ExecuteInProcessResult, key: str) -> dict:
@@ -73,13 +90,13 @@ def test_the_whole_chain_materializes_in_process(chain: Chain) -> None:
               for e in events(chain.first, "ASSET_CHECK_EVALUATION")}
     assert checks == {"tuning_db_consistent": True, "dataset_consistent": True, "candidate_no_worse": True}
     db = metadata(chain.first, "tuning_db")
-    assert db["measurements"] > 1000 and db["goldens"] > 0 and "Intel(R) Xeon(R) Processor x2" in db["cards"]
+    assert db["measurements"] > 1000 and db["goldens"] > 0 and "Intel(R) Xeon(R) Processor AVX-512 x2" in db["cards"]
     assert metadata(chain.first, "dataset")["pools"] > 0
     fit = metadata(chain.first, "prior")
     assert fit["mlflow_run_id"] != "none" and fit["mlflow_tracking_uri"] == chain.resources["mlflow"].tracking_uri
     ev = metadata(chain.first, "evaluation")
     assert "## golden view" in ev["table"] and "## measured view" in ev["table"]
-    assert "| Intel(R) Xeon(R) Processor x2 / deploy" in ev["table"] and "| all pools" in ev["table"]
+    assert "| Intel(R) Xeon(R) Processor AVX-512 x2 / deploy" in ev["table"] and "| all pools" in ev["table"]
     assert ev["mlflow_run_id"] == fit["mlflow_run_id"]
     for name in PLOTS:
         assert (chain.root / "data" / "evaluation" / name).stat().st_size > 1000
@@ -102,6 +119,16 @@ def test_a_frozen_snapshot_makes_a_fit_reproducible(chain: Chain) -> None:
     assert run_a.data.tags["dagster_run_id"] == chain.first.run_id
     assert run_b.data.tags["dagster_run_id"] == chain.second.run_id
     assert run_a.data.tags["code_revision"]
+
+
+def test_two_chain_runs_over_an_unchanged_freeze_give_the_same_data_versions_and_leave_nothing_stale(
+        chain: Chain) -> None:
+    first, second = data_versions(chain.first), data_versions(chain.second)
+    for key in ("refreshed_freeze", "tuning_db", "dataset", "prior"):
+        assert first[key] == second[key], f"{key} got a new data version from an unchanged freeze"
+    assert second["dataset"] == metadata(chain.second, "dataset")["digest"]
+    assert second["tuning_db"] == metadata(chain.second, "tuning_db")["digest"]
+    assert chain.stale_after_second == {key: "FRESH" for key in CHAIN}  # evaluation too: its prior is the same
 
 
 def test_the_evaluation_plot_is_an_artifact_of_the_fit_run(chain: Chain) -> None:

@@ -33,7 +33,7 @@ ADD_ID, MUL_ID, SUB_ID = kernel_id(ADD), kernel_id(MUL), kernel_id(SUB)
 
 H100 = "NVIDIA H100 80GB HBM3"
 H200 = "NVIDIA H200"
-CPU = "AMD EPYC x2"
+CPU = "AMD EPYC AVX-512 x2"
 CARDS = [
     CardRow(H100, "cuda", {"sm_count": 132, "memory_gb": 80, "bandwidth_gbs": 3350, "smem_per_block_kb": 227}),
     CardRow(H200, "cuda", {"sm_count": 132, "memory_gb": 141, "bandwidth_gbs": 4800, "smem_per_block_kb": 227}),

@@ -34,7 +34,7 @@ def test_freeze_export_import_refresh_through_the_command_line(db: Path, tmp_pat
     out = run(app, ["db", "freeze", "--db", str(db), "--out", str(tmp_path / "fz")])
     assert out.exit_code == 0, out.output
     assert sorted(p.name for p in (tmp_path / "fz").iterdir()) == [
-        "amd-epyc-x2.json", "nvidia-h100-80gb-hbm3.json", "nvidia-h200.json"]
+        "amd-epyc-avx-512-x2.json", "nvidia-h100-80gb-hbm3.json", "nvidia-h200.json"]
     out = run(app, ["db", "export", "--db", str(db), str(tmp_path / "ex")])
     assert out.exit_code == 0 and "digest" in out.output, out.output
     out = run(app, ["db", "import", "--db", str(tmp_path / "back.db"), "--fresh", str(tmp_path / "ex")])

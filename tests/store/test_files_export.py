@@ -173,6 +173,6 @@ def test_card_row_to_card_inverts_from_card_for_every_table_card() -> None:
         assert CardRow.from_card(back) == row, card.name
         assert back.numeric() == card.numeric(), card.name
         assert (back.vendor, back.cc, back.tensor_cores) == (card.vendor, card.cc, card.tensor_cores), card.name
-    cpu = CardRow("AMD EPYC x2", "cpu", {"cores": 2, "simd_bits": 512, "l1d_kb": 32.0}, "x86_64")
+    cpu = CardRow("AMD EPYC AVX-512 x2", "cpu", {"cores": 2, "simd_bits": 512, "l1d_kb": 32.0}, "x86_64")
     assert CardRow.from_card(cpu.to_card()) == cpu
     assert not CardRow("Mystery GPU", "cuda", {}).described and cpu.described

@@ -30,7 +30,7 @@ from emmy_core.store.stats import db_stats
 
 H200 = CardRow("NVIDIA H200", "cuda", {"sm_count": 132, "bandwidth_gbs": 4800.0, "memory_gb": 141.0})
 H100 = CardRow("NVIDIA H100 80GB HBM3", "cuda", {"sm_count": 132, "bandwidth_gbs": 3350.0})
-CPU = CardRow("AMD EPYC x2", "cpu", {"cores": 2})
+CPU = CardRow("AMD EPYC AVX-512 x2", "cpu", {"cores": 2})
 NORM, SOFT, MM, PIECE_A, PIECE_B = rmsnorm(64), softmax(128), matmul(64, 64, 64), rmsnorm(32), softmax(32)
 KERNELS = [NORM, SOFT, MM, PIECE_A, PIECE_B]
 
@@ -76,7 +76,7 @@ def stats_of(path: Path) -> dict:
 def test_freezing_the_same_database_twice_gives_byte_identical_files(db: Path, tmp_path: Path) -> None:
     first = freeze_db(db, tmp_path / "one")
     second = freeze_db(db, tmp_path / "two")
-    assert [p.name for p in first] == ["amd-epyc-x2.json", "nvidia-h100-80gb-hbm3.json", "nvidia-h200.json"]
+    assert [p.name for p in first] == ["amd-epyc-avx-512-x2.json", "nvidia-h100-80gb-hbm3.json", "nvidia-h200.json"]
     for a, b in zip(first, second, strict=True):
         assert a.read_bytes() == b.read_bytes()
         text = a.read_text()
@@ -174,7 +174,7 @@ def test_import_recomputes_identity_from_text_so_a_new_identity_version_rekeys(
 
 def test_freeze_of_one_card_only(db: Path, tmp_path: Path) -> None:
     paths = freeze_db(db, tmp_path, CPU.name)
-    assert [p.name for p in paths] == ["amd-epyc-x2.json"]
+    assert [p.name for p in paths] == ["amd-epyc-avx-512-x2.json"]
     doc = json.loads(paths[0].read_text())
     assert doc["card"]["name"] == CPU.name and doc["card"]["target"] == "cpu"
     assert [r["knobs"] for k in doc["kernels"] for r in k["rows"]] == [{"threads": 2, "tile_m": 8}]

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 from emmy_core.targets import probe_cpu
 from emmy_core.targets.cpu import (
+    card_name,
     cpu_card,
+    cpu_name,
     frequency_mhz,
+    generic_model,
     isa_features,
+    microarchitecture,
     model_name,
     parse_cpuinfo,
     parse_lscpu_caches,
@@ -19,7 +24,15 @@ from emmy_core.targets.cpu import (
     probe_isa,
     register_count,
     simd_bits,
+    vector_isa,
 )
+
+CPUS = Path(__file__).with_name("cpus")  # /proc/cpuinfo (first processor) and lscpu text of three CPUs
+
+
+def fixture(name: str) -> tuple[dict[str, str], str]:
+    """(cpuinfo's first processor, lscpu's text) of a fixture CPU."""
+    return parse_cpuinfo((CPUS / f"{name}.cpuinfo").read_text()), (CPUS / f"{name}.lscpu").read_text()
 
 X86 = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -78,16 +91,65 @@ def test_frequency_prefers_the_stable_maximum() -> None:
     assert frequency_mhz(None, None, {}) is None
 
 
-def test_cpu_card_name_is_model_plus_core_count() -> None:
-    card = cpu_card("AMD EPYC 7B13", 2, {"l1d_kib": 32.0}, 256, 2450.0, "x86_64")
-    assert card.name == "AMD EPYC 7B13 x2" and card.target == "cpu"
+def test_cpu_card_carries_its_name_and_numbers() -> None:
+    card = cpu_card("AMD EPYC 7B13 AVX2 x2", 2, {"l1d_kib": 32.0}, 256, 2450.0, "x86_64")
+    assert card.name == "AMD EPYC 7B13 AVX2 x2" and card.target == "cpu"
     assert card.numeric() == {"cores": 2.0, "l1d_kib": 32.0, "simd_bits": 256.0, "freq_mhz": 2450.0}
+
+
+def test_two_probes_of_one_model_string_with_different_simd_widths_give_different_names() -> None:
+    """The issue's case: `AMD EPYC` in a VM, a Zen 3 guest (AVX2, 256-bit) and a Zen 4 guest (AVX-512)."""
+    for source in ("cpuinfo", "lscpu"):  # each alone names the CPU (lscpu where cpuinfo says nothing)
+        names = {}
+        for cpu in ("epyc-zen3-avx2", "epyc-zen4-avx512", "xeon-generic-avx512"):
+            info, lscpu = fixture(cpu)
+            names[cpu] = cpu_name(info, "", 2, "x86_64") if source == "cpuinfo" else cpu_name({}, lscpu, 2, "x86_64")
+        assert names == {"epyc-zen3-avx2": "AMD EPYC (family 25 model 1 stepping 1) AVX2 x2",
+                         "epyc-zen4-avx512": "AMD EPYC (family 25 model 17 stepping 1) AVX-512 x2",
+                         "xeon-generic-avx512": "Intel(R) Xeon(R) Processor (family 6 model 143 stepping 8) AVX-512 x2"}
+    info, lscpu = fixture("epyc-zen3-avx2")
+    assert cpu_name(info, lscpu, 2, "x86_64") == names["epyc-zen3-avx2"]
+    assert cpu_name(info, lscpu, 4, "x86_64") == "AMD EPYC (family 25 model 1 stepping 1) AVX2 x4"
+
+
+def test_a_hypervisor_that_masks_avx512_makes_another_card() -> None:
+    """One CPU model, family, model and stepping: the widest ISA still separates the names."""
+    info, _ = fixture("epyc-zen4-avx512")
+    masked = {**info, "flags": " ".join(f for f in info["flags"].split() if not f.startswith("avx512"))}
+    assert cpu_name(masked, "", 2, "x86_64") == "AMD EPYC (family 25 model 17 stepping 1) AVX2 x2"
+    assert cpu_name(masked, "", 2, "x86_64") != cpu_name(info, "", 2, "x86_64")
+
+
+def test_the_microarchitecture_is_named_only_where_the_model_string_is_generic() -> None:
+    for generic in ("AMD EPYC", "Intel(R) Xeon(R) Processor", "Intel(R) Xeon(R) CPU @ 2.20GHz",
+                    "QEMU Virtual CPU version 2.5+", "Common KVM processor"):
+        assert generic_model(generic), generic
+    for specific in ("AMD EPYC 7B13", "Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz", "Neoverse-N1",
+                     "AMD EPYC 9B14 96-Core Processor"):
+        assert not generic_model(specific), specific
+    arch = "family 25 model 1 stepping 1"
+    assert card_name("AMD EPYC 7B13", arch, "AVX2", 8) == "AMD EPYC 7B13 AVX2 x8"
+    assert card_name("AMD EPYC", arch, "AVX2", 8) == f"AMD EPYC ({arch}) AVX2 x8"
+    assert card_name("AMD EPYC", None, "AVX-512", 2) == "AMD EPYC AVX-512 x2"  # a CPU that reports no family
+    assert microarchitecture({}, "") is None and microarchitecture({"cpu family": "25", "model": "1"}) is None
+    arm = parse_cpuinfo("processor\t: 0\nFeatures\t: fp asimd sve\nCPU implementer\t: 0x41\nCPU architecture: 8\n"
+                        "CPU variant\t: 0x1\nCPU part\t: 0xd40\nCPU revision\t: 1\n")
+    assert microarchitecture(arm) == "implementer 0x41 part 0xd40 variant 0x1 revision 1"
+    assert cpu_name(arm, "Model name: Neoverse-V1\n", 64, "aarch64") == "Neoverse-V1 SVE x64"
+
+
+def test_the_widest_vector_isa_from_flags() -> None:
+    assert vector_isa(ZEN4) == "AVX-512" and vector_isa(ZEN3) == "AVX2" and vector_isa(OLD_XEON) == "AVX"
+    assert vector_isa("fpu sse sse2") == "SSE2"
+    assert vector_isa("fp asimd evtstrm", "aarch64") == "NEON" and vector_isa("fp asimd sve", "aarch64") == "SVE"
 
 
 def test_probe_describes_this_machine() -> None:
     card = probe_cpu()
     assert card.target == "cpu"
     assert card.name.endswith(f" x{len(os.sched_getaffinity(0))}")
+    isa = probe_isa()
+    assert {512: " AVX-512 x", 256: " AVX2 x"}.get(isa.simd_bits, " x") in card.name
     assert card.simd_bits in (64, 128, 256, 512)
     assert card == probe_cpu()  # stable between calls: the name and numbers key measurements
 

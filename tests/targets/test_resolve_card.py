@@ -51,7 +51,7 @@ def test_unknown_card_error_lists_known_names() -> None:
 def test_card_slug_is_a_safe_file_name() -> None:
     assert card_slug("NVIDIA H200") == "nvidia-h200"
     assert card_slug("NVIDIA A100-SXM4-40GB") == "nvidia-a100-sxm4-40gb"
-    assert card_slug("Intel(R) Xeon(R) Processor x2") == "intel-r-xeon-r-processor-x2"
+    assert card_slug("Intel(R) Xeon(R) Processor AVX-512 x2") == "intel-r-xeon-r-processor-avx-512-x2"
     slugs = [card_slug(n) for n in known_cards()]
     assert len(set(slugs)) == len(slugs)
     with pytest.raises(ValueError, match="no letters"):

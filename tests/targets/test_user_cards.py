@@ -11,7 +11,7 @@ import pytest
 from emmy_core.targets import CPU_FIELDS, CardTableError, known_cards, known_table, load_table, resolve_card
 from emmy_core.targets.user_cards import CARDS_ENV
 
-EPYC = {"name": "AMD EPYC 7B13 x8", "target": "cpu", "arch": "x86_64", "compute_capability": "",
+EPYC = {"name": "AMD EPYC 7B13 AVX2 x8", "target": "cpu", "arch": "x86_64", "compute_capability": "",
         "tensor_cores": [], "cores": 8, "l1d_kib": 32, "l2_kib": 512, "l3_kib": 32768, "simd_bits": 256,
         "freq_mhz": None, "source": "lscpu on the machine"}
 
@@ -26,13 +26,13 @@ def test_a_cpu_card_in_a_user_file_is_known_by_name_with_unknown_numbers_missing
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _file(tmp_path, EPYC)
     monkeypatch.setenv(CARDS_ENV, str(path))
-    card = resolve_card("AMD EPYC 7B13 x8")
+    card = resolve_card("AMD EPYC 7B13 AVX2 x8")
     assert card.target == "cpu" and card.cores == 8 and card.simd_bits == 256 and card.freq_mhz is None
     assert "hw.freq_mhz" not in {f"hw.{k}" for k in card.numeric()}  # null is unknown, never 0
-    assert known_cards()[-1] == "AMD EPYC 7B13 x8" and set(load_table()) < set(known_cards())
+    assert known_cards()[-1] == "AMD EPYC 7B13 AVX2 x8" and set(load_table()) < set(known_cards())
     monkeypatch.delenv(CARDS_ENV)
-    assert "AMD EPYC 7B13 x8" not in known_cards()
-    assert known_table(path)["AMD EPYC 7B13 x8"] == card
+    assert "AMD EPYC 7B13 AVX2 x8" not in known_cards()
+    assert known_table(path)["AMD EPYC 7B13 AVX2 x8"] == card
 
 
 def test_a_name_in_both_the_packaged_table_and_the_user_file_is_an_error_naming_both_files(tmp_path: Path) -> None:
@@ -51,7 +51,7 @@ def test_a_name_in_both_the_packaged_table_and_the_user_file_is_an_error_naming_
 ])
 def test_a_bad_user_card_is_refused_naming_file_card_and_field(tmp_path: Path, change: dict, field: str) -> None:
     path = _file(tmp_path, {**EPYC, **change})
-    with pytest.raises(CardTableError, match=rf"my-cards\.json: card 'AMD EPYC 7B13 x8'.*{field}"):
+    with pytest.raises(CardTableError, match=rf"my-cards\.json: card 'AMD EPYC 7B13 AVX2 x8'.*{field}"):
         known_table(path)
 
 
