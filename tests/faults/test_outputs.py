@@ -32,7 +32,7 @@ def _victims(export: Path, tmp: Path) -> dict[str, Path]:
     ds = tmp / "ds"
     shutil.copytree(export, ds)
     freeze = tmp / "card.json"
-    shutil.copy(ROOT / "freezes" / "amd-epyc-x2.json", freeze)
+    shutil.copy(ROOT / "freezes" / "amd-epyc-avx-512-x2.json", freeze)
     db = tmp / "store.db"
     with open_store(db, "w") as s:
         populate(s)

@@ -152,9 +152,9 @@ def test_a_400_digit_integer_in_a_source_number_field_is_refused_not_an_overflow
 def test_a_freeze_file_holding_another_cards_name_is_noted_not_skipped_silently(tmp_path: Path) -> None:
     from emmy_core.evidence.freeze import golden_source
 
-    shutil.copy(ROOT / "freezes" / "amd-epyc-x2.json", tmp_path / "nvidia-h200.json")
+    shutil.copy(ROOT / "freezes" / "amd-epyc-avx-512-x2.json", tmp_path / "nvidia-h200.json")
     _, notes = golden_source("NVIDIA H200", "deploy", tmp_path)
-    assert any("nvidia-h200.json" in n and "'AMD EPYC x2'" in n and "not 'NVIDIA H200'" in n for n in notes), notes
+    assert any("nvidia-h200.json" in n and "'AMD EPYC AVX-512 x2'" in n and "not 'NVIDIA H200'" in n for n in notes), notes
 
 
 # ---- the main job after a failed chain ------------------------------------------------------------------
