@@ -126,7 +126,7 @@ def _similarity(pool: SearchPool, anchor: int, cache: dict[int, np.ndarray]) -> 
     return cache[anchor]
 
 
-def _percentile(scores: np.ndarray) -> np.ndarray:
+def percentile_ranks(scores: np.ndarray) -> np.ndarray:
     """Scores as their rank in the pool, 0 (worst) to 1 (best); ties share the lower rank."""
     if len(scores) < 2:
         return np.ones(len(scores))
@@ -150,7 +150,7 @@ class PriorStrategy:
         if self._pool is not pool:
             self._pool, self._sims = pool, {}
             if pool.scores is not None:
-                base = _percentile(np.asarray(pool.scores, dtype=np.float64))
+                base = percentile_ranks(np.asarray(pool.scores, dtype=np.float64))
             else:  # no prior: the rule's order
                 base = np.zeros(len(pool))
                 base[list(pool.order)] = np.linspace(1.0, 0.0, len(pool.order)) if len(pool.order) > 1 else 1.0
@@ -193,7 +193,7 @@ class ExploreStrategy(PriorStrategy):
         super().__init__(neighbour_weight)
         self.every = every
 
-    def _uncertain(self, pool: SearchPool, trials: Sequence[Trial], value: np.ndarray) -> int | None:
+    def uncertain(self, pool: SearchPool, trials: Sequence[Trial], value: np.ndarray) -> int | None:
         open_ = np.isfinite(value)
         if not open_.any():
             return None
@@ -201,7 +201,7 @@ class ExploreStrategy(PriorStrategy):
         if pool.transfer is not None and np.isfinite(pool.transfer).any():
             t = np.asarray(pool.transfer, dtype=np.float64)
             seen = np.isfinite(t)
-            gap = np.where(seen & open_, _percentile(np.where(seen, t, -np.inf)) - base, -np.inf)
+            gap = np.where(seen & open_, percentile_ranks(np.where(seen, t, -np.inf)) - base, -np.inf)
             if np.isfinite(gap).any() and gap.max() > 0:
                 return int(np.argmax(gap))
         tried: dict[str, set[object]] = {}
@@ -221,7 +221,7 @@ class ExploreStrategy(PriorStrategy):
             value = self.ranking(pool, seen)
             pick: int | None = None
             if step >= 2 and (step - 2) % self.every == self.every - 1:
-                pick = self._uncertain(pool, seen, value)
+                pick = self.uncertain(pool, seen, value)
             if pick is None:
                 more = PriorStrategy.propose(self, pool, seen, 1, budget)
                 if not more:
