@@ -13,8 +13,12 @@ Beside it, the score of the autotuning methodology of Kernel Tuner's authors (Wi
 the `autotuning-methodology` package): per pool, the curve of best found over function
 evaluations 1..max budget, standardised against the calculated random-search baseline without
 replacement, `(curve - random) / (optimum - random)` (0: random search, 1: the optimum at
-once), averaged over the evaluations and then over pools. The package's own classes compute
-the baseline (`RandomSearchCalculatedBaseline`); it is a bench-only extra (`pip install .[bench]`).
+once), averaged over the evaluations and then over pools. The package's own class computes
+the baseline (`RandomSearchCalculatedBaseline`, its expected best after M draws, smoothed);
+evaluations where that baseline already is the optimum are left out (the package refuses to
+divide by zero there; its own experiments cut the range before), and a pool small enough for
+random search to reach its optimum at once has no score. It is a bench-only extra
+(`pip install .[bench]`).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from emmy_core.search.replay import FrozenPool, replay
-from emmy_core.search.strategy import SearchPool, SearchStrategy, make_strategy
+from emmy_core.search.strategy import STRATEGIES, SearchPool, SearchStrategy, make_strategy
 
 DEFAULT_BUDGETS = (1, 2, 4, 8, 16, 32)
 STOCHASTIC = frozenset({"random"})
@@ -146,7 +150,11 @@ def methodology_score(runs: Runs, truths: Mapping[str, PoolTruth], max_budget: i
         stats.objective_performances_total_sorted_nan = truth.working
         baseline = RandomSearchCalculatedBaseline(stats, include_nan=False)
         curve = np.array([np.mean([_best_at(r, int(k), truth) for r in rs]) for k in fevals])
-        standard = baseline.get_standardised_curve(fevals, curve, "fevals")
+        random_curve = baseline.get_curve(fevals, "fevals")
+        keep = random_curve != truth.best  # where random search has reached the optimum the score is undefined
+        if not keep.any():  # (the package refuses to divide by zero there): those evaluations are left out
+            continue
+        standard = (curve[keep] - random_curve[keep]) / (truth.best - random_curve[keep])  # the package's formula
         scores.append(float(np.mean(standard)))
     return float(np.mean(scores)) if scores else None
 
@@ -159,6 +167,7 @@ class SearchCurves:
     curves: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     per_card: dict[str, dict[str, dict[str, dict[str, Any]]]] = field(default_factory=dict)
     methodology: dict[str, float | None] = field(default_factory=dict)
+    methodology_missing: str | None = None  # why no methodology score was computed (the package is a bench extra)
 
     def add(self, strategy: str, runs_per_budget: Mapping[int, Runs], truths: Mapping[str, PoolTruth],
             with_methodology: bool = True) -> None:
@@ -175,11 +184,16 @@ class SearchCurves:
                     "slowdown": geomean(vals), "pools": len(vals)}
         if with_methodology:
             top = max(self.budgets)
-            self.methodology[strategy] = methodology_score(runs_per_budget[top], truths, top)
+            try:
+                self.methodology[strategy] = methodology_score(runs_per_budget[top], truths, top)
+            except ImportError as exc:
+                self.methodology[strategy] = None
+                self.methodology_missing = f"{exc}; install the bench extra (pip install .[bench])"
 
     def to_json(self) -> dict[str, Any]:
         return {"format": "emmy-search-curves", "version": 1, "budgets": list(self.budgets), "curves": self.curves,
-                "per_card": self.per_card, "methodology_score": self.methodology}
+                "per_card": self.per_card, "methodology_score": self.methodology,
+                "methodology_missing": self.methodology_missing}
 
     def markdown(self) -> str:
         head = "| strategy | " + " | ".join(f"b={b}" for b in self.budgets) + " | methodology score |\n"
@@ -191,6 +205,8 @@ class SearchCurves:
             return f"| {name} | " + " | ".join(cells) + f" | {'-' if score is None else f'{score:.3f}'} |\n"
 
         text = "All pools: geomean of best found / pool best (pools)\n\n" + head
+        if self.methodology_missing:
+            text = f"methodology score not computed: {self.methodology_missing}\n\n" + text
         text += "".join(row(s, c, self.methodology.get(s)) for s, c in self.curves.items())
         for card, by in sorted(self.per_card.items()):
             text += f"\n{card}\n\n" + head + "".join(row(s, c, None) for s, c in by.items())
@@ -250,3 +266,48 @@ def plot_curves(curves: SearchCurves, out_dir: Any) -> list[Any]:
         plt.close(fig)
         written.append(path)
     return written
+
+
+CURVES_FORMAT = "emmy-search-curves"
+
+
+def write_curves(curves: SearchCurves, out: Any) -> Any:
+    """Writes the curves' JSON atomically; refuses to replace a file that is not search curves (or not JSON)."""
+    import json
+    from pathlib import Path
+
+    from emmy_core.store.safefile import atomic_write_text
+
+    path = Path(out)
+    if path.exists():
+        try:
+            old = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{path}: exists and is not search curves ({exc.__class__.__name__}); not replaced") from None
+        if not isinstance(old, dict) or old.get("format") != CURVES_FORMAT:
+            kind = old.get("format") if isinstance(old, dict) else type(old).__name__
+            raise ValueError(f"{path}: exists and is not search curves (format {str(kind)[:40]!r}); not replaced")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(curves.to_json(), indent=1, sort_keys=True, allow_nan=False) + "\n")
+    return path
+
+
+def evaluate_search(dataset_dir: Any, prior_path: Any | None, strategies: Sequence[str], budgets: Sequence[int],
+                    seeds: Sequence[int] = (0, 1, 2, 3, 4), extern_order: Any = None, cards_file: Any = None,
+                    with_methodology: bool = True) -> SearchCurves:
+    """`emmy eval search`: every strategy replayed on every measured pool of an export (module docstring).
+    `prior_path` None: the installed prior; a strategy that needs a prior without one is refused."""
+    from emmy_core.prior import load_installed_prior, load_prior
+    from emmy_core.prior.dataset import read_dataset
+
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if unknown:
+        raise ValueError(f"unknown strategies {', '.join(unknown)}; known: {', '.join(STRATEGIES)}")
+    bad = [b for b in budgets if isinstance(b, bool) or not isinstance(b, int) or b < 1]
+    if bad or not budgets:
+        raise ValueError(f"budgets must be positive whole numbers of measurements, not {bad or 'none'}")
+    prior = load_prior(prior_path) if prior_path is not None else load_installed_prior()
+    dataset = read_dataset(dataset_dir, cards_file)
+    pools = frozen_pools(dataset, prior, extern_order)
+    curves, _ = emmy_search_curves(pools, strategies, budgets, seeds, with_methodology)
+    return curves
