@@ -10,10 +10,14 @@ the geomean over pools of best found / pool best, per card and overall, and the 
 methodology's score (`emmy_core.search.curves`). Baselines in the same run: `first`, `random`
 (today's seeded sample) and Kernel Tuner's own strategies (random sampling, genetic algorithm,
 simulated annealing, Bayesian optimisation) in its simulation mode on the same cache files, at
-the same budgets (each run per budget: its schedules depend on max_fevals).
+the same budgets: each run once per seed with max_fevals 32, its curve read at every budget along
+that run, as the autotuning methodology reads a tuner's curve over function evaluations (a
+schedule scaled to max_fevals, simulated annealing's, is then the one of budget 32; each Kernel
+Tuner call builds its search space anew, seconds per call on this machine).
 
 Affordable on 2 shared cores: priors of `--iterations` trees (default 100, the fit's default is
-300), 3 seeds for the stochastic strategies (Kernel Tuner's Bayesian optimisation: `--bo-seeds`, 1).
+300), 3 seeds for Emmy's random strategy, 2 for Kernel Tuner's (`--kt-seeds`; its Bayesian
+optimisation: `--bo-seeds`, 1).
 Targets: prior <= 1.02 at budget 8 (first step 1.05); at or below random at every budget and
 every Kernel Tuner strategy up to 32.
 
@@ -87,6 +91,16 @@ def loco_pools(dataset: Dataset, order: Any, iterations: int, seed: int) -> list
     return out
 
 
+def in_cache(keys: Sequence[str], valid: set[str]) -> Any:
+    """Kernel Tuner's restriction (a function of the one configuration dict): the configuration is in the cache,
+    so the search space is exactly the measured pool."""
+
+    def restrict(p: dict[str, Any]) -> bool:
+        return ",".join(str(p[k]) for k in keys) in valid
+
+    return restrict
+
+
 def kt_runs(files: Sequence[Path], pools: Sequence[tuple[str, FrozenPool]], strategy: str, budget: int,
             seeds: Sequence[int]) -> Runs:
     """Kernel Tuner's `strategy` in simulation mode on each cache file, `max_fevals=budget`: per pool label, each
@@ -118,7 +132,7 @@ def kt_runs(files: Sequence[Path], pools: Sequence[tuple[str, FrozenPool]], stra
                         doc["kernel_name"], "__global__ void k() {}", doc["problem_size"], [], doc["tune_params"],
                         cache=str(cache), simulation_mode=True, strategy=strategy,
                         strategy_options={"max_fevals": budget},
-                        restrictions=lambda p, keys=keys, valid=valid: ",".join(str(p[k]) for k in keys) in valid,
+                        restrictions=in_cache(keys, valid),
                         quiet=True)
                 times = [float(r["time"]) * 1000.0 if isinstance(r.get("time"), int | float) else None
                          for r in results][:budget]
@@ -143,6 +157,7 @@ def main() -> int:
     ap.add_argument("--peer", type=Path, default=ROOT.parent / "shared" / "peer")
     ap.add_argument("--iterations", type=int, default=100)
     ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--kt-seeds", default="0,1")
     ap.add_argument("--bo-seeds", default="0")
     ap.add_argument("--kt", default=",".join(KT), help="Kernel Tuner strategies to run (empty: none)")
     ap.add_argument("--out", type=Path, default=ROOT / "_bench" / "search")
@@ -174,8 +189,9 @@ def main() -> int:
     say(f"emmy strategies replayed in {time.monotonic() - t:.0f} s")
     for name in [k for k in args.kt.split(",") if k]:
         t = time.monotonic()
-        kseeds = [int(s) for s in args.bo_seeds.split(",")] if name == "kt_bayes" else seeds
-        per_budget = {b: kt_runs(files, pools, KT[name], b, kseeds) for b in BUDGETS}
+        kseeds = [int(s) for s in (args.bo_seeds if name == "kt_bayes" else args.kt_seeds).split(",")]
+        runs = kt_runs(files, pools, KT[name], max(BUDGETS), kseeds)
+        per_budget = dict.fromkeys(BUDGETS, runs)  # read at each budget along one run (module docstring)
         curves.add(name, per_budget, truths)
         say(f"kernel tuner {KT[name]} ({len(kseeds)} seeds per budget) in {time.monotonic() - t:.0f} s ({load()})")
     say(curves.markdown())
