@@ -3,9 +3,11 @@
 Curves on the peer data (Kernel Tuner caches of real GPUs), leaving one card out: for each
 card, a prior is fitted (`fit_dataset`, the fit API) on the export without that card, and
 every strategy is replayed on that card's pools (`emmy_core.search.replay`: it sees only the
-times of what it chose; a failure costs its budget; the first option, the cache file's first
-entry, is always measured first). The transfer evidence the `explore` strategy reads comes from
-the other cards' measurements of the same kernel, which a new card's tune would have. Per budget:
+times of what it chose; a failure costs its budget). The transfer evidence the `explore` strategy reads comes from
+the other cards' measurements of the same kernel, which a new card's tune would have. Each Emmy
+strategy twice: from its own first pick, as Kernel Tuner's strategies (which know no first option)
+start; and as `emmy tune` runs it, the first option (the cache file's first entry, often a poor one
+on these caches) measured first (`+first`). Per budget:
 the geomean over pools of best found / pool best, per card and overall, and the autotuning
 methodology's score (`emmy_core.search.curves`). Baselines in the same run: `first`, `random`
 (today's seeded sample) and Kernel Tuner's own strategies (random sampling, genetic algorithm,
@@ -185,7 +187,12 @@ def main() -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         cached.write_bytes(pickle.dumps(pools))
     t = time.monotonic()
-    curves, truths = emmy_search_curves(pools, EMMY, BUDGETS, seeds)
+    curves, truths = emmy_search_curves(pools, EMMY, BUDGETS, seeds, first_always=False)
+    tuned, _ = emmy_search_curves(pools, EMMY[1:], BUDGETS, seeds, suffix=" +first")  # as emmy tune: first option first
+    curves.curves.update(tuned.curves)
+    curves.methodology.update(tuned.methodology)
+    for card, by in tuned.per_card.items():
+        curves.per_card[card].update(by)
     say(f"emmy strategies replayed in {time.monotonic() - t:.0f} s")
     for name in [k for k in args.kt.split(",") if k]:
         t = time.monotonic()

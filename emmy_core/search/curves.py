@@ -98,14 +98,14 @@ def frozen_pools(dataset: Any, prior: Any | None, extern_order: Mapping[tuple[st
 
 
 def replay_runs(pools: Sequence[tuple[str, FrozenPool]], strategy: str, budget: int, seeds: Sequence[int],
-                make: Callable[[str, int], SearchStrategy] = make_strategy) -> Runs:
+                make: Callable[[str, int], SearchStrategy] = make_strategy, first_always: bool = True) -> Runs:
     """Per pool label, the trials' times of `strategy` replayed within `budget` (once per seed if stochastic).
     Random's sample depends on its budget: its runs are replayed per budget by `emmy_search_curves`."""
     out: Runs = {}
     for _, frozen in pools:
         runs = []
         for seed in (seeds if strategy in STOCHASTIC else seeds[:1]):
-            trials = replay(make(strategy, seed), frozen, budget)
+            trials = replay(make(strategy, seed), frozen, budget, first_always=first_always)
             runs.append([t.time_us for t in trials])
         out[frozen.pool.label] = runs
     return out
@@ -215,8 +215,11 @@ class SearchCurves:
 
 def emmy_search_curves(pools: Sequence[tuple[str, FrozenPool]], strategies: Sequence[str], budgets: Sequence[int],
                        seeds: Sequence[int] = (0, 1, 2, 3, 4), with_methodology: bool = True,
-                       make: Callable[[str, int], SearchStrategy] = make_strategy) -> tuple[SearchCurves, dict[str, PoolTruth]]:
-    """Every strategy replayed on every pool at every budget, scored (module docstring)."""
+                       make: Callable[[str, int], SearchStrategy] = make_strategy, first_always: bool = True,
+                       suffix: str = "") -> tuple[SearchCurves, dict[str, PoolTruth]]:
+    """Every strategy replayed on every pool at every budget, scored (module docstring). `first_always`: the
+    rule's first option is measured first, as a tune does (False: the strategy's own order from the start,
+    as an outside tuner has no first option); `suffix` is added to each strategy's name in the curves."""
     budgets = tuple(sorted(set(budgets)))
     truths = {}
     for card, frozen in pools:
@@ -226,11 +229,11 @@ def emmy_search_curves(pools: Sequence[tuple[str, FrozenPool]], strategies: Sequ
     result = SearchCurves(budgets)
     for name in strategies:
         if name in STOCHASTIC:
-            per_budget = {b: replay_runs(pools, name, b, seeds, make) for b in budgets}
+            per_budget = {b: replay_runs(pools, name, b, seeds, make, first_always) for b in budgets}
         else:
-            runs = replay_runs(pools, name, max(budgets), seeds, make)
+            runs = replay_runs(pools, name, max(budgets), seeds, make, first_always)
             per_budget = dict.fromkeys(budgets, runs)
-        result.add(name, per_budget, truths, with_methodology)
+        result.add(name + suffix, per_budget, truths, with_methodology)
     return result, truths
 
 
