@@ -253,10 +253,12 @@ def plot_curves(curves: SearchCurves, out_dir: Any) -> list[Any]:
     panels += [(card, by) for card, by in sorted(curves.per_card.items())]
     for title, by in panels:
         fig, ax = plt.subplots(figsize=(6, 4))
-        for name, c in by.items():
+        for i, (name, c) in enumerate(by.items()):
             xs = [b for b in curves.budgets if c[str(b)]["slowdown"] is not None]
-            ax.plot(xs, [c[str(b)]["slowdown"] for b in xs], marker="o", label=name)
+            ax.plot(xs, [c[str(b)]["slowdown"] for b in xs], marker="o", label=name, color=plt.cm.tab20(i % 20),
+                    linestyle="--" if name.startswith("kt_") else "-")
         ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
         ax.set_xlabel("budget (measurements, failures included)")
         ax.set_ylabel("geomean best found / pool best")
         ax.set_title(f"search curves: {title}")
