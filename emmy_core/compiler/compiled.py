@@ -28,6 +28,7 @@ from emmy_core.compiler.build import Builder, runnable_here
 from emmy_core.compiler.launch import Launcher
 from emmy_core.compiler.memory import check_fits
 from emmy_core.compiler.runner import Layout, Runner, plan_layout
+from emmy_core.compiler.weights import WeightWatch, check_same_kind
 from emmy_core.evidence.context import PriorArg, PriorUnavailableWarning, open_sources
 from emmy_core.evidence.freeze import FreezesArg
 from emmy_core.evidence.model import KernelPlan, ModelResolver, resolutions_of, stale_recordings
@@ -52,7 +53,7 @@ class Compiled:
     """A compiled model: call it like the module; forks are settled and buffers allocated once per size."""
 
     def __init__(self, lowered: Lowered, card: Card, setting: str, sources: Sources, *, strict_evidence: bool,
-                 device: torch.device, builder: Builder | None = None) -> None:
+                 device: torch.device, builder: Builder | None = None, module: nn.Module | None = None) -> None:
         self.lowered = lowered
         self.card = card
         self.setting = setting
@@ -69,6 +70,7 @@ class Compiled:
         self._plans: dict[str, list[KernelPlan]] = {}
         self._runners: dict[str, Runner] = {}
         self._weights: dict[str, torch.Tensor] | None = None
+        self._watch = WeightWatch(module, lowered.weights) if module is not None else None
 
     # ---- settling forks -------------------------------------------------------------------------
 
@@ -136,8 +138,44 @@ class Compiled:
             self._weights = {p: w.detach().to(self.device).contiguous() for p, w in self.lowered.weights.items()}
         return self._weights
 
+    def follow_weights(self) -> list[str]:
+        """Takes in the module's weights changed since they were last read (every call does this first).
+
+        A weight edited in place is copied again to the device where it has its own copy, and every
+        launch that reads it is bound again (a CPU matmul packs it again); a replaced one of the same
+        shape and data type is read anew by every runner; one of another shape or type is refused.
+        Returns the paths taken in.
+        """
+        if self._watch is None:
+            return []
+        changes = self._watch.changes()
+        if not changes:
+            return []
+        edited: set[str] = set()
+        replaced = False
+        for change in changes:
+            check_same_kind(change.path, self.lowered.weights[change.path], change.tensor)
+            if change.replaced:
+                self.lowered.weights[change.path] = change.tensor
+                replaced = True
+            else:
+                edited.add(change.path)
+        if replaced:  # the device copies and the buffers bound to them are made again when next run
+            self._weights = None
+            self._runners.clear()
+        elif self._weights is not None:
+            with torch.no_grad():
+                for path in edited:
+                    own, there = self.lowered.weights[path], self._weights[path]
+                    if there.data_ptr() != own.data_ptr():
+                        there.copy_(own)
+            for runner in self._runners.values():
+                runner.rebind(edited)
+        return [c.path for c in changes]
+
     def runner(self, sizes: Mapping[str, int] | str) -> Runner:
         """The runner at `sizes`: forks settled with builds, buffers checked against free memory, allocated."""
+        self.follow_weights()
         s = self._sizes(sizes)
         text = format_sizes(s)
         if text in self._runners:
@@ -199,7 +237,7 @@ def _prepare(module: nn.Module, example_inputs: Sequence[torch.Tensor], card: st
             raise GraphError(f"{the_card.name} is a GPU; the example inputs are on the CPU")
         builder = Builder(the_card, setting)
     compiled = Compiled(lowered, the_card, setting, sources, strict_evidence=strict_evidence, device=device,
-                        builder=builder)
+                        builder=builder, module=module)
     return compiled, dict(lowered.graph.sizes)
 
 
@@ -213,8 +251,9 @@ def compile(module: nn.Module, example_inputs: Sequence[torch.Tensor], *, card: 
     `$EMMY_TUNING_DB` or `~/.cache/emmy/autotune.db`), the prior (`prior=`: None the installed one,
     a path, a loaded prior, or False for none), the rule's first option. The example's sizes are
     settled and their kernels built now; other sizes when first called. The module's weights are
-    read when a size first runs (a CPU build packs a matmul's weight then): change the module's
-    weights afterwards and compile again.
+    read when a size first runs (a CPU build packs a matmul's weight then) and followed afterwards:
+    every call takes in a weight edited in place (torch's version counter) or replaced by one of the
+    same shape and type (`Compiled.follow_weights`), and refuses one of another shape or type.
     """
     compiled, sizes = _prepare(module, example_inputs, card, setting, strict_evidence=strict_evidence,
                                tuning_db=tuning_db, freezes=freezes, prior=prior, build=True)
