@@ -37,8 +37,13 @@ from emmy_core.evidence.sources import Sources
 from emmy_core.graph.errors import GraphError
 from emmy_core.graph.execute import graph_sizes
 from emmy_core.graph.lower import Lowered
+from emmy_core.ir.check import MAX_EXTENT
 from emmy_core.ir.sizes import format_sizes, parse_sizes
 from emmy_core.targets.card import Card
+
+
+class NoGradientsWarning(UserWarning):
+    """A compiled model was called where torch would track gradients: its outputs carry none."""
 
 
 def _card(card: str | Card) -> Card:
@@ -71,11 +76,22 @@ class Compiled:
         self._runners: dict[str, Runner] = {}
         self._weights: dict[str, torch.Tensor] | None = None
         self._watch = WeightWatch(module, lowered.weights) if module is not None else None
+        self._warned_no_grad = False
 
     # ---- settling forks -------------------------------------------------------------------------
 
     def _sizes(self, sizes: Mapping[str, int] | str) -> dict[str, int]:
-        out = parse_sizes(sizes) if isinstance(sizes, str) else {k: int(v) for k, v in sizes.items()}
+        if isinstance(sizes, str):
+            out = parse_sizes(sizes)
+        elif isinstance(sizes, Mapping):
+            out = {}
+            for k, v in sizes.items():
+                if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_EXTENT:
+                    raise GraphError(f"size of {str(k)[:40]} must be a whole number in 1..{MAX_EXTENT}, got "
+                                     f"{str(v)[:40]}")
+                out[str(k)] = int(v)
+        else:
+            raise GraphError(f"sizes must be a mapping like {{'B': 8}} or text like 'B=8', got {type(sizes).__name__}")
         axes = sorted(k for k, _ in self.lowered.graph.sizes)
         if sorted(out) != axes:
             raise GraphError(f"{self.lowered.graph.name} has dynamic axes {', '.join(axes) or 'none'}; got "
@@ -138,6 +154,10 @@ class Compiled:
             self._weights = {p: w.detach().to(self.device).contiguous() for p, w in self.lowered.weights.items()}
         return self._weights
 
+    def _module_weights(self) -> list[torch.Tensor]:
+        """The module's own weight tensors (whether they require grad), when the module is known."""
+        return self._watch.tensors() if self._watch is not None else []
+
     def follow_weights(self) -> list[str]:
         """Takes in the module's weights changed since they were last read (every call does this first).
 
@@ -191,6 +211,13 @@ class Compiled:
         for i, t in enumerate(inputs):
             if t.device != self.device:
                 raise GraphError(f"input {i} is on {t.device}; this model was compiled for {self.device}")
+        if not self._warned_no_grad and torch.is_grad_enabled() and (
+                any(t.requires_grad for t in inputs) or any(w.requires_grad for w in self._module_weights())):
+            self._warned_no_grad = True
+            warnings.warn(NoGradientsWarning(
+                f"{self.lowered.graph.name}: Emmy computes no gradients; its outputs do not require grad and "
+                "backward() through them is not possible (call it under torch.no_grad() or torch.inference_mode() "
+                "to say so)"), stacklevel=2)
         with torch.no_grad():
             out = self.runner(sizes).run(inputs)
         return out[0] if len(out) == 1 else out
@@ -219,6 +246,15 @@ def _prepare(module: nn.Module, example_inputs: Sequence[torch.Tensor], card: st
     from emmy_core.codegen.backend import get_setting
     from emmy_core.graph.pipeline import compile_module
 
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"compile takes a torch.nn.Module, got {type(module).__name__} (wrap a function in a "
+                        "Module's forward)")
+    if not (prior is None or prior is False or isinstance(prior, str | Path) or hasattr(prior, "score_rows")):
+        raise TypeError(f"prior= must be None (the installed prior), False (none), a path to a prior artifact or a "
+                        f"loaded prior; got {type(prior).__name__}")
+    if not isinstance(strict_evidence, bool):
+        raise TypeError(f"strict_evidence= must be True or False, got {type(strict_evidence).__name__} "
+                        f"{str(strict_evidence)[:20]!r}")
     get_setting(setting)
     the_card = _card(card)
     device = _example_device(example_inputs)

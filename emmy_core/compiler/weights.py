@@ -59,6 +59,10 @@ class WeightWatch:
                 return _resolve(self._root, w.path)
         return w
 
+    def tensors(self) -> list[torch.Tensor]:
+        """The module's weight tensors as last seen."""
+        return [w.tensor for w in self._items]
+
     def changes(self) -> list[WeightChange]:
         """The weights edited or replaced since the last call (or since compile); each noted as seen."""
         out: list[WeightChange] = []
