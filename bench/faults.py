@@ -12,7 +12,9 @@ number of examples). It prints, per section, the inputs tried, the faults inject
    database and into a tune file), killed at random moments over its run (tests/faults/kill.py);
 3. disk full: freeze, export, refresh-freeze and import under a file-size limit (`ulimit -f`);
 4. with --atheris RUNS (when atheris is installed): coverage-guided fuzzing of the importers, started
-   from the same valid sources, RUNS inputs per kind.
+   from the same valid sources, RUNS inputs per kind;
+5. the prior bomb: a 4 MB artifact of one depth-16 tree beside 99,999 constant trees, loaded and a
+   pool scored in a child process under an address-space limit (it asked numpy for 48.8 GiB).
 
 Run: .venv/bin/python bench/faults.py [--seeds 500] [--kills 10] [--rows 8000] [--no-tune] [--atheris 20000]
 """
@@ -181,6 +183,43 @@ def coverage_guided(corpus: dict[str, Path], work: Path, runs: int) -> int:
     return findings
 
 
+BOMB_LIMIT_BYTES = 8 * 2**30  # the child's address space (imports included)
+BOMB_CHILD = """
+import json, resource, sys, time
+import numpy as np
+from emmy_core.prior.artifact import installed_prior_path, load_prior
+doc = json.loads(installed_prior_path().read_text())
+deep = {"leaf_values": [0.5] * 2**16, "splits": [{"border": 0.5 + i, "float_feature_index": 0, "split_index": i,
+                                                  "split_type": "FloatFeature"} for i in range(16)]}
+doc["model"]["oblivious_trees"] = [deep] + [{"leaf_values": [0.25], "splits": None}] * 99_999
+with open(sys.argv[1], "w") as f:
+    json.dump(doc, f)
+t0 = time.monotonic()
+prior = load_prior(sys.argv[1])
+scores = prior.trees.predict(np.zeros((32, prior.trees.n_features)))
+print(f"{time.monotonic() - t0:.1f} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}")
+"""
+
+
+def prior_bomb(work: Path) -> int:
+    """Section 5: the bomb loaded and a pool scored in a child under BOMB_LIMIT_BYTES; returns failures."""
+    print(f"\n== 5. prior bomb ({load()})")
+    path = work / "bomb.json"
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (BOMB_LIMIT_BYTES, BOMB_LIMIT_BYTES))
+
+    done = subprocess.run([sys.executable, "-c", BOMB_CHILD, str(path)], cwd=ROOT, capture_output=True, text=True,
+                          check=False, preexec_fn=limit, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if done.returncode != 0:
+        print(f"FAILED under a {BOMB_LIMIT_BYTES // 2**30} GiB address space: {done.stderr.strip()[-300:]}")
+        return 1
+    seconds, peak = done.stdout.split()
+    print(f"{path.stat().st_size / 1e6:.1f} MB artifact (one depth-16 tree, 99,999 constant trees): loaded and a pool "
+          f"of 32 scored in {seconds} s, peak {peak} MiB, under a {BOMB_LIMIT_BYTES // 2**30} GiB address space")
+    return 0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=500, help="hostile inputs per source kind")
@@ -198,11 +237,12 @@ def main() -> None:
         lost = kills(work, args.kills, args.rows, not args.no_tune)
         full = disk_full()
         findings = coverage_guided(corpus, work, args.atheris) if args.atheris else 0
+        bombs = prior_bomb(work)
     peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
     print(f"\nviolations of the import rules {violations}; rows lost to kills {lost}; disk-full failures {full}; "
-          f"atheris findings {findings}; {time.monotonic() - started:.0f} s; peak memory {peak:.0f} MiB ({load()})")
-    sys.exit(1 if violations or lost or full or findings else 0)
+          f"atheris findings {findings}; prior-bomb failures {bombs}; {time.monotonic() - started:.0f} s; peak memory {peak:.0f} MiB ({load()})")
+    sys.exit(1 if violations or lost or full or findings or bombs else 0)
 
 
 if __name__ == "__main__":
