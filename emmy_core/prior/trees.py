@@ -11,7 +11,8 @@ default `nan_mode` Min), `AsTrue` (Max) or `AsIs` (a NaN compares false).
 features, no CTRs, no multi-dimensional leaves), every index in range, `2**depth` finite
 leaf values per tree, and bounded: at most MAX_TREES trees, MAX_DEPTH levels and MAX_LEAVES
 leaf values in all. Leaves are kept tree after tree (a shallow tree holds only its own), and
-`predict` works through its rows in blocks whose tables stay under BLOCK_ROW_BYTES, so
+`predict` works through a pool's rows, or a dataset's trees, in blocks whose tables stay under
+BLOCK_ROW_BYTES, so
 neither loading nor scoring asks for memory a file did not bring (a 4 MB "bomb" of one
 depth-16 tree beside 99,999 constant ones asked for 48.8 GiB of padded leaves). A test holds
 `Trees.predict` equal to CatBoost's `predict` within 1e-9.
@@ -70,43 +71,47 @@ class Trees:
         if trees == 0:
             return np.full(n, self.bias)
         columns = np.ascontiguousarray(x.T, dtype=np.float32)  # CatBoost compares features as float32
-        flat = n <= FLAT_ROWS  # a fork's pool: gathers over all trees at once; a dataset: a loop over trees
-        per_row = 5 * trees + 4 * (len(self.used) + 1)  # leaf index, its bit, an answer; the bins
-        step = max(1, BLOCK_ROW_BYTES // per_row)
+        if n > FLAT_ROWS:  # a dataset: tree after tree (a small leaf table stays in cache), in blocks of trees
+            bins = self._bins(columns)
+            step = max(1, BLOCK_ROW_BYTES // (5 * n))  # a block's leaf index, its bit, an answer
+            total = np.zeros(n)
+            for first in range(0, trees, step):  # the sum runs in tree order whatever the blocks
+                index = self._leaf_index(bins, first, min(trees, first + step))
+                for t in range(index.shape[0]):
+                    total += self.leaves.take(index[t].astype(np.intp) + self.offsets[first + t])
+            return self.scale * total + self.bias
+        # a fork's pool: gathers over all trees at once, in blocks of rows (each row's sum is its own)
+        step = max(1, BLOCK_ROW_BYTES // (5 * trees + len(self.used) + 1))
         total = np.empty(n)
-        for start in range(0, n, step):  # each row's sum is its own: blocks change no value
+        for start in range(0, n, step):
             stop = min(n, start + step)
-            index = self._leaf_index(columns[:, start:stop])
-            total[start:stop] = self._gather_sum(index) if flat else self._loop_sum(index)
+            total[start:stop] = self._gather_sum(self._leaf_index(self._bins(columns[:, start:stop]), 0, trees))
         return self.scale * total + self.bias
 
-    def _leaf_index(self, columns: np.ndarray) -> np.ndarray:
-        """(trees, rows): the leaf each tree gives each row of `columns` (features x rows, float32)."""
-        n = columns.shape[1]
-        trees, depth = self.level_feature.shape
+    def _bins(self, columns: np.ndarray) -> np.ndarray:
+        """(used features + 1, rows): each used feature's bin per row of `columns` (features x rows, float32);
+        the last row is the padding levels' all-false row."""
         most = max((len(b) for b in self.borders), default=0)
-        bins = np.zeros((len(self.used) + 1, n), dtype=np.uint8 if most < 255 else np.int32)  # last row: padding
+        bins = np.zeros((len(self.used) + 1, columns.shape[1]), dtype=np.uint8 if most < 255 else np.int32)
         for j, f in enumerate(self.used):
             col = columns[f]
             bins[j] = np.searchsorted(self.borders[j], col, side="left")  # NaN sorts last: above every border
             if self.nan_false[j]:
                 bins[j][np.isnan(col)] = 0
-        ranks = self.level_rank.astype(bins.dtype)
-        index = np.zeros((trees, n), dtype=np.uint8 if depth <= 8 else np.uint16)
+        return bins
+
+    def _leaf_index(self, bins: np.ndarray, first: int, stop: int) -> np.ndarray:
+        """(stop - first, rows): the leaf each of trees first..stop-1 gives each row of `bins`."""
+        features, ranks = self.level_feature[first:stop], self.level_rank[first:stop].astype(bins.dtype)
+        depth = features.shape[1]
+        index = np.zeros((stop - first, bins.shape[1]), dtype=np.uint8 if depth <= 8 else np.uint16)
         bit = np.empty_like(index)
         for level in range(depth):
-            answer = np.greater(bins[self.level_feature[:, level]], ranks[:, level, None])
+            answer = np.greater(bins[features[:, level]], ranks[:, level, None])
             np.left_shift(answer.view(np.uint8) if index.dtype == np.uint8 else answer.astype(index.dtype), level,
                           out=bit)
             index |= bit
         return index
-
-    def _loop_sum(self, index: np.ndarray) -> np.ndarray:
-        """Each row's leaf values summed tree after tree: a small leaf table per tree stays in cache."""
-        total = np.zeros(index.shape[1])
-        for t in range(index.shape[0]):
-            total += self.leaves.take(index[t].astype(np.intp) + self.offsets[t])
-        return total
 
     def _gather_sum(self, index: np.ndarray) -> np.ndarray:
         """Each row's leaf values summed in tree order, one gather per block of rows.

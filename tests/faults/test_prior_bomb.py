@@ -1,6 +1,7 @@
 """A prior artifact cannot make Emmy ask for memory it did not bring: trees, depth and leaf values are
 bounded at load (refused naming the file and the field), leaves are kept per tree (no padding to the
-deepest), and scoring works through rows in blocks, with the same scores to the bit."""
+deepest), and scoring works through rows (a pool) or trees (a dataset) in blocks, with the same scores
+to the bit."""
 
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def test_more_trees_than_the_bound_are_refused_naming_the_file_and_the_field(
 
 
 def test_scoring_in_blocks_gives_the_installed_priors_scores_bit_for_bit(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Blocks of one or a few rows give the scores one block gives, for a pool and for a dataset alike."""
+    """Blocks of one or a few rows (a pool) or trees (a dataset) give the scores one block gives, to the bit."""
     trees = load_installed_prior().trees
     rng = np.random.default_rng(0)
     rows = rng.normal(size=(700, trees.n_features)) * 100
