@@ -4,6 +4,8 @@ again); a replacement of another shape or type is refused naming the parameter. 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 from torch import nn
@@ -15,8 +17,11 @@ X = torch.randn(16, 64, generator=torch.Generator().manual_seed(0))
 
 
 @pytest.fixture(autouse=True)
-def _own_build_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def _own_build_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """One build cache for these tests, and no gradients asked for (Emmy computes none)."""
     monkeypatch.setenv("EMMY_BUILD_CACHE", str(tmp_path_factory.getbasetemp() / "weights_build_cache"))
+    with torch.no_grad():
+        yield
 
 
 def _model() -> nn.Sequential:
@@ -32,21 +37,18 @@ def _compiled(model: nn.Module) -> emmy_core.Compiled:
 
 
 def _error(compiled: emmy_core.Compiled, model: nn.Module) -> float:
-    with torch.no_grad():
-        return float((compiled(X) - model(X)).abs().max())
+    return float((compiled(X) - model(X)).abs().max())
 
 
 def test_an_in_place_edit_of_a_packed_matmul_weight_is_followed() -> None:
     model = _model()
     compiled = _compiled(model)
     before = compiled(X).clone()
-    with torch.no_grad():
-        model[0].weight.add_(1.0)
+    model[0].weight.add_(1.0)
     assert not torch.allclose(compiled(X), before), "the compiled output did not move with the weight"
     assert _error(compiled, model) < 1e-3
-    with torch.no_grad():
-        model[1].weight.mul_(2.0)  # a norm's weight (read in place, not packed)
-        model[2].bias.sub_(0.5)
+    model[1].weight.mul_(2.0)  # a norm's weight (read in place, not packed)
+    model[2].bias.sub_(0.5)
     assert _error(compiled, model) < 1e-3
     assert compiled.follow_weights() == []  # each change taken in once
 
