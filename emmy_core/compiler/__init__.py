@@ -6,9 +6,9 @@ resolves without building. `runner.py` lays out and runs one size, `build.py` bu
 `launch.py` is the one place a kernel is launched, `memory.py` refuses what does not fit.
 """
 
-from emmy_core.compiler.compiled import Compiled, compile, explain
+from emmy_core.compiler.compiled import Compiled, NoGradientsWarning, compile, explain
 from emmy_core.compiler.memory import TooLarge
 from emmy_core.evidence.context import PriorUnavailableWarning
 from emmy_core.evidence.resolution import StrictEvidenceError
 
-__all__ = ["Compiled", "PriorUnavailableWarning", "StrictEvidenceError", "TooLarge", "compile", "explain"]
+__all__ = ["Compiled", "NoGradientsWarning", "PriorUnavailableWarning", "StrictEvidenceError", "TooLarge", "compile", "explain"]
