@@ -222,6 +222,9 @@ def refusal(node: fx.Node, device: str = "cpu") -> str | None:
             return "normalises a dynamic axis"
         if w is None or bias is None:
             return "a norm without an elementwise weight (and bias)"
+        eps = _arg(node, 4 if k is F.layer_norm else 3, "eps")
+        if eps is not None and not _is_number(eps):
+            return "eps is not a constant (Dynamo made it symbolic)"
         return None
     return "Emmy has no kernel for it"
 
