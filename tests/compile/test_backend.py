@@ -50,6 +50,17 @@ class WithCumsum(nn.Module):
         return self.b(torch.cumsum(F.relu(self.a(x)), dim=1))
 
 
+class Doubled(nn.Module):
+    """A reference that is not what Emmy computes: twice the real one."""
+
+    def __init__(self, real: nn.Module) -> None:
+        super().__init__()
+        self.real = real
+
+    def forward(self, *args: object) -> tuple[torch.Tensor, ...]:
+        return tuple(2 * t for t in self.real(*args))
+
+
 def _since(before: int) -> list[GraphReport]:
     return compile_reports()[before:]
 
@@ -113,17 +124,15 @@ def test_the_direct_api_and_the_backend_agree_bit_for_bit() -> None:
 def test_a_group_that_differs_from_torch_runs_as_torch_with_a_note() -> None:
     torch.manual_seed(0)
     m = Block().eval()
-    c = torch.compile(m, backend=emmy_backend(prior=False))
+    c = torch.compile(m, backend=emmy_backend(prior=False), dynamic=True)
     x = torch.randn(2, 5, H)
     with torch.no_grad():
         c(x)
-    groups = [g for g in compile_reports()[-1:]]
-    assert groups and groups[0].ops_on_emmy > 0
+    assert compile_reports()[-1].ops_on_emmy > 0
     # give the group a reference that computes something else: its next size must fail the check and go back
     state = emmy_core.compiler.backend._GRAPHS[-1]
     group: EmmyGroup = state.groups[0]
-    real = group.torch_sub
-    group.torch_sub = lambda *args: tuple(t * 2 for t in real(*args))  # type: ignore[assignment,method-assign]
+    group.torch_sub = Doubled(group.torch_sub)
     y = torch.randn(2, 7, H)
     with torch.no_grad():
         out = c(y)
