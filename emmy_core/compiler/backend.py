@@ -74,6 +74,7 @@ class GraphReport:
     fell_back: tuple[FellBack, ...]
     notes: tuple[str, ...]
     groups: int  # groups compiled to Emmy graphs (live or handed back)
+    built: bool = True  # False: resolved only (explain); the ops "on Emmy" are the ones planned for it
 
     @property
     def flops_share(self) -> float | None:
@@ -82,7 +83,7 @@ class GraphReport:
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "ops": self.ops, "ops_on_emmy": self.ops_on_emmy,
                 "matmul_flops": self.matmul_flops, "matmul_flops_on_emmy": self.matmul_flops_on_emmy,
-                "sizes": dict(self.sizes), "groups": self.groups, "notes": list(self.notes),
+                "sizes": dict(self.sizes), "groups": self.groups, "notes": list(self.notes), "built": self.built,
                 "fell_back": [{"node": f.node, "op": f.op, "reason": f.reason} for f in self.fell_back]}
 
 
@@ -112,15 +113,17 @@ def check_outputs(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor], dty
 class EmmyGroup(nn.Module):
     """One partition: Emmy's compiled graph, with the torch submodule it replaces as the reference and fallback."""
 
-    def __init__(self, torch_sub: fx.GraphModule, translated: Translated, compiled: Compiled | None,
-                 nodes: tuple[str, ...], note: Callable[[str], None], check: bool = True) -> None:
+    def __init__(self, torch_sub: fx.GraphModule, translated: Translated, compiled: Compiled,
+                 nodes: tuple[str, ...], note: Callable[[str], None], check: bool = True,
+                 resolve_only: bool = False) -> None:
         super().__init__()
         self.torch_sub = torch_sub
         self.translated = translated
         self.compiled = compiled
         self.nodes = nodes
-        self.off: str | None = None if compiled is not None and compiled.builder is not None else \
-            (compiled.cannot_run if compiled is not None else "no compile") or "nothing builds here"
+        self.resolve_only = resolve_only
+        self.off: str | None = None if compiled.builder is not None or resolve_only else \
+            (compiled.cannot_run or "nothing builds here")
         self.check = check
         self._note = note
         self._sizes: dict[tuple, dict[str, int] | None] = {}
@@ -142,7 +145,7 @@ class EmmyGroup(nn.Module):
         return out
 
     def _launcher(self, plan: KernelPlan) -> Launcher:
-        assert self.compiled is not None and self.compiled.builder is not None and plan.schedule is not None
+        assert self.compiled.builder is not None and plan.schedule is not None
         return Launcher(self.compiled.builder.build(plan.program, plan.schedule), plan.sizes, plan.program.name,
                         self.compiled.card.target)
 
@@ -151,7 +154,6 @@ class EmmyGroup(nn.Module):
 
     def _build(self, sizes: dict[str, int], args: Sequence[Any]) -> Runner | None:
         compiled = self.compiled
-        assert compiled is not None
         text = format_sizes(sizes) or "its static sizes"
         try:
             compiled.prepare(sizes)
@@ -183,7 +185,7 @@ class EmmyGroup(nn.Module):
     def _hand_back(self, why: str) -> None:
         self.off = why
         self._runners.clear()
-        self._note(f"{self.compiled.lowered.graph.name if self.compiled else 'a group'} runs as torch: {why}")
+        self._note(f"{self.compiled.lowered.graph.name} runs as torch: {why}")
 
     def forward(self, *args: Any) -> Any:
         if self.off is not None:
@@ -194,6 +196,9 @@ class EmmyGroup(nn.Module):
         sizes = self._sizes_of(args)
         if sizes is None:
             self.torch_calls += 1
+            return self.torch_sub(*args)
+        if self.resolve_only:  # explain: the forks settled at this size, the values computed by torch
+            self.compiled.resolve(sizes)
             return self.torch_sub(*args)
         params = [args[pos] for _, pos in self.translated.params]
         wkey = tuple((p._version, p.data_ptr()) for p in params)
@@ -214,8 +219,9 @@ class EmmyGroup(nn.Module):
 class GraphState:
     """What the backend knows of one graph it compiled: for its report, updated on every call."""
 
-    def __init__(self, name: str, gm: fx.GraphModule, torch_ops: dict[str, str]) -> None:
+    def __init__(self, name: str, gm: fx.GraphModule, torch_ops: dict[str, str], built: bool = True) -> None:
         self.name = name
+        self.built = built
         self.ops = [(n.name, describe(n)) for n in gm.graph.nodes if is_compute(n)]
         self.flops = {n.name: f for n in gm.graph.nodes if (f := matmul_flops(n)) is not None}
         self.torch_ops = dict(torch_ops)
@@ -258,7 +264,7 @@ class GraphState:
         flops = {n: at_last(f) for n, f in self.flops.items()}
         return GraphReport(self.name, len(self.ops), sum(1 for n, _ in self.ops if n in live), sum(flops.values()),
                            sum(v for n, v in flops.items() if n in live), {str(s): v for s, v in self.last.items()},
-                           tuple(fell), tuple(self.notes), len(self.groups))
+                           tuple(fell), tuple(self.notes), len(self.groups), self.built)
 
 
 _GRAPHS: list[GraphState] = []  # every graph the backend compiled in this process, for compile_reports()
@@ -275,8 +281,9 @@ def render_reports(reports: Sequence[GraphReport]) -> str:
     for r in reports:
         share = f"{100 * r.flops_share:.1f}%" if r.flops_share is not None else "no matmul"
         sizes = ",".join(f"{k}={v}" for k, v in sorted(r.sizes.items())) or "static"
-        lines.append(f"{r.name} ({sizes}): {r.ops_on_emmy}/{r.ops} ops on Emmy kernels; matmul FLOPs on Emmy "
-                     f"{r.matmul_flops_on_emmy}/{r.matmul_flops} ({share})")
+        planned = "" if r.built else " (planned: resolved, not built)"
+        lines.append(f"{r.name} ({sizes}): {r.ops_on_emmy}/{r.ops} ops on Emmy kernels{planned}; "
+                     f"matmul FLOPs on Emmy {r.matmul_flops_on_emmy}/{r.matmul_flops} ({share})")
         lines += [f"  torch {f.op} ({f.node}): {f.reason}" for f in r.fell_back]
         lines += [f"  note: {n}" for n in r.notes]
     total = sum(r.matmul_flops for r in reports)
@@ -295,9 +302,13 @@ def _card(card: str | Card) -> Card:
 
 
 def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_db: Path | str | None = None,
-                 freezes: FreezesArg = None, prior: PriorArg = None, check: bool = True) -> Callable[..., Any]:
-    """A Dynamo backend for `card` and `setting` with the given evidence sources (as `emmy_core.compile` takes them);
-    `check=False` skips the check against torch at each new size (for timing the check's cost only)."""
+                 freezes: FreezesArg = None, prior: PriorArg = None, check: bool = True,
+                 build: bool = True) -> Callable[..., Any]:
+    """A Dynamo backend for `card` and `setting` with the given evidence sources (as `emmy_core.compile` takes them).
+
+    `check=False` skips the check against torch at each new size (for timing the check's cost only);
+    `build=False` only partitions and settles forks at each size run, while torch computes (what `emmy explain`
+    uses: the coverage and the record of a card this machine cannot run)."""
     from emmy_core.codegen.backend import get_setting
 
     get_setting(setting)
@@ -306,7 +317,10 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
     def compile_fx(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         the_card = _card(card)
         name = f"graph{len(_GRAPHS)}"
-        device = the_card.target if the_card.target == "cpu" else "cuda"
+        if build:
+            device = the_card.target if the_card.target == "cpu" else "cuda"
+        else:  # resolving only: the partition is the one the inputs' device would get
+            device = next((t.device.type for t in example_inputs if isinstance(t, torch.Tensor)), "cpu")
         params = {ph.name for ph, ex in zip((n for n in gm.graph.nodes if n.op == "placeholder"), example_inputs,
                                             strict=False) if isinstance(ex, nn.Parameter)}
         sources = open_sources(the_card, setting, freezes=freezes, tuning_db=tuning_db, prior=prior)
@@ -315,7 +329,7 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
             warned.append(True)
             warnings.warn(PriorUnavailableWarning(f"the emmy backend for {the_card.name}: {why}; forks no measurement "
                                                   "settles fall to the rule's first option"), stacklevel=2)
-        builder = Builder(the_card, setting) if runnable_here(the_card) is None else None
+        builder = Builder(the_card, setting) if build and runnable_here(the_card) is None else None
         lowered: dict[str, Lowered] = {}
 
         def trial(sub: fx.GraphModule) -> None:
@@ -323,7 +337,7 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
             compile_graph(tr.graph)
 
         plan = plan_partitions(gm, trial, device)
-        state = GraphState(name, gm, plan.torch_ops)
+        state = GraphState(name, gm, plan.torch_ops, built=build)
         groups = [tuple(n.name for n in g if is_compute(n)) for g in plan.groups]
         for sub_name, nodes in zip(fuse(gm, plan), groups, strict=True):
             sub = getattr(gm, sub_name)
@@ -331,7 +345,7 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
             lowered[sub_name] = compile_graph(tr.graph)
             compiled = Compiled(lowered[sub_name], the_card, setting, sources, strict_evidence=False,
                                 device=torch.device(device), builder=builder)
-            group = EmmyGroup(sub, tr, compiled, nodes, state.notes.append, check)
+            group = EmmyGroup(sub, tr, compiled, nodes, state.notes.append, check, resolve_only=not build)
             setattr(gm, sub_name, group)
             state.groups.append(group)
         gm.recompile()
@@ -346,6 +360,16 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
         return run
 
     return compile_fx
+
+
+def run_backend(module: nn.Module, inputs: Sequence[Any], **options: Any) -> tuple[Any, list[GraphReport]]:
+    """`module(*inputs)` through `torch.compile` with the emmy backend (`options` as `emmy_backend` takes them) from
+    fresh Dynamo caches, without gradients, and the reports of the graphs it compiled."""
+    torch._dynamo.reset()
+    before = len(_GRAPHS)
+    with torch.no_grad():
+        out = torch.compile(module, backend=emmy_backend(**options))(*inputs)
+    return out, [g.report() for g in _GRAPHS[before:]]
 
 
 def backend(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:

@@ -45,6 +45,8 @@ MATMUL: dict[object, str] = {torch.matmul: "matmul", operator.matmul: "matmul", 
                              "matmul": "matmul", "bmm": "matmul"}
 REDUCE: dict[object, str] = {torch.mean: "mean", "mean": "mean", torch.sum: "sum", "sum": "sum"}
 SOFTMAX = frozenset({F.softmax, torch.softmax, "softmax"})
+NORMS: dict[object, str] = {F.layer_norm: "layernorm", torch.layer_norm: "layernorm", F.rms_norm: "rmsnorm",
+                            torch.rms_norm: "rmsnorm"}
 RESHAPE = frozenset({"view", "reshape", torch.reshape, "unsqueeze", torch.unsqueeze, "squeeze", torch.squeeze,
                      "flatten", torch.flatten})
 PERMUTE = frozenset({"transpose", torch.transpose, "permute", torch.permute})
@@ -211,18 +213,19 @@ def refusal(node: fx.Node, device: str = "cpu") -> str | None:
         if dt is not None and dt != x.dtype:
             return "softmax with a data type change"
         return None
-    if k in (F.layer_norm, F.rms_norm):
+    if k in NORMS:
+        layer = NORMS[k] == "layernorm"
         x = value(node.args[0])
         shape_arg = _arg(node, 1, "normalized_shape")
         w = _arg(node, 2, "weight")
-        bias = _arg(node, 3, "bias") if k is F.layer_norm else 0
+        bias = _arg(node, 3, "bias") if layer else 0
         if not isinstance(shape_arg, list | tuple) or len(shape_arg) != 1 or shape_arg[0] != x.shape[-1]:
             return "normalises over other than the last axis"
         if not isinstance(sym_key(x.shape[-1]), int):
             return "normalises a dynamic axis"
         if w is None or bias is None:
             return "a norm without an elementwise weight (and bias)"
-        eps = _arg(node, 4 if k is F.layer_norm else 3, "eps")
+        eps = _arg(node, 4 if layer else 3, "eps")
         if eps is not None and not _is_number(eps):
             return "eps is not a constant (Dynamo made it symbolic)"
         return None
@@ -424,13 +427,14 @@ def _one(n: fx.Node, env: dict[fx.Node, str], names: SizeNames) -> Node | list[N
         return make(REDUCE[k], (t(n.args[0]),), keepdim=keepdim)
     if k in SOFTMAX:
         return make("softmax", (t(n.args[0]),))
-    if k in (F.layer_norm, F.rms_norm):
+    if k in NORMS:
+        layer = NORMS[k] == "layernorm"
         ins = [t(n.args[0]), t(_arg(n, 2, "weight"))]
-        eps = _arg(n, 4 if k is F.layer_norm else 3, "eps")
-        if k is F.layer_norm:
+        eps = _arg(n, 4 if layer else 3, "eps")
+        if layer:
             ins.append(t(_arg(n, 3, "bias")))
             eps = 1e-5 if eps is None else eps
         elif eps is None:
             eps = float(torch.finfo(out.dtype).eps)
-        return make("layernorm" if k is F.layer_norm else "rmsnorm", ins, eps=float(eps))  # type: ignore[arg-type]
+        return make(NORMS[k], ins, eps=float(eps))  # type: ignore[arg-type]
     raise Refused(n.name, "Emmy has no kernel for it")
