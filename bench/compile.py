@@ -311,18 +311,18 @@ def backend_vs_torch(args: argparse.Namespace) -> None:
         print(f"  {name:<22} {100 * on / max(total, 1):5.1f}% of {total / 1e6:.1f} MFLOP; matrix products left to "
               f"torch: {', '.join(torch_ops) or 'none'}")
     print(f"\n== 3. torch.compile(backend='emmy') against eager and Inductor, interleaved, medians of {args.repeats}")
-    cases: list[tuple[str, torch.nn.Module, tuple]] = []
-    for dt in args.dtypes.split(","):
-        for b in (int(x) for x in args.batches.split(",")):
-            torch.manual_seed(0)
-            layer = LlamaLayer(_llama_cfg(2048, 32, 4, 5632)).to(DTYPES[dt]).eval()
-            cases.append((f"llama layer 2048 {dt} B={b},S={args.seq}", layer,
-                          (torch.randn(b, args.seq, 2048, dtype=DTYPES[dt]),)))
     from transformers import LlamaModel
 
     torch.manual_seed(0)
     tiny = LlamaModel(_llama_cfg(256, 8, 4, 688, layers=2)).eval()
-    cases.append((f"tiny LlamaModel f32 B=1,S={args.seq}", tiny, (torch.randint(0, 1000, (1, args.seq)),)))
+    cases: list[tuple[str, torch.nn.Module, tuple]] = [
+        (f"tiny LlamaModel f32 B=1,S={args.seq}", tiny, (torch.randint(0, 1000, (1, args.seq)),))]
+    for b in (int(x) for x in args.batches.split(",")):  # the small batch of each type first: the cheap figures
+        for dt in args.dtypes.split(","):
+            torch.manual_seed(0)
+            layer = LlamaLayer(_llama_cfg(2048, 32, 4, 5632)).to(DTYPES[dt]).eval()
+            cases.append((f"llama layer 2048 {dt} B={b},S={args.seq}", layer,
+                          (torch.randn(b, args.seq, 2048, dtype=DTYPES[dt]),)))
     losers: list[str] = []
     for what, module, x in cases:
         torch._dynamo.reset()
