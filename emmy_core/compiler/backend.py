@@ -258,8 +258,11 @@ class GraphState:
                            "not in a group Emmy runs")
             fell.append(FellBack(node, op, why))
 
-        def at_last(f: object) -> int:
-            return int(f.xreplace(self.last)) if isinstance(f, sympy.Expr) else int(f)  # type: ignore[call-overload]
+        def at_last(f: object) -> int:  # 0 for a size the graph has not run at yet
+            if not isinstance(f, sympy.Expr):
+                return int(f)  # type: ignore[call-overload]
+            v = f.xreplace(self.last)
+            return int(v) if v.is_number else 0
 
         flops = {n: at_last(f) for n, f in self.flops.items()}
         return GraphReport(self.name, len(self.ops), sum(1 for n, _ in self.ops if n in live), sum(flops.values()),
