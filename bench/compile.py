@@ -346,7 +346,7 @@ def backend_vs_torch(args: argparse.Namespace) -> None:
                             want if isinstance(want, torch.Tensor) else want[0])
             last: dict[int, tuple] = {}
             for st in _GRAPHS[before:]:
-                for g in st.groups:
+                for g in st.live_groups():
                     g.register_forward_pre_hook(lambda mod, a, last=last: last.__setitem__(id(mod), a))
             med, failed = interleaved_medians(fns, x, args.repeats, warmup=1)
         reports = [g.report() for g in _GRAPHS[before:]]
@@ -369,7 +369,7 @@ def backend_vs_torch(args: argparse.Namespace) -> None:
                 print(f"    note: {n}")
         with torch.no_grad():
             for st in _GRAPHS[before:]:
-                for g in st.groups:
+                for g in st.live_groups():
                     a = last.get(id(g))
                     if a is None or g.off is not None or not g.compiled.lowered.kernels:
                         continue

@@ -24,6 +24,7 @@ op that fell back with the reason.
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,6 +111,15 @@ def check_outputs(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor], dty
     return None
 
 
+@dataclass
+class GroupStatus:
+    """What a graph's report keeps of one group: its ops and, once handed back to torch, why (the group itself,
+    with its buffers and packed weights, lives only as long as the compiled model)."""
+
+    nodes: tuple[str, ...]
+    off: str | None = None
+
+
 class EmmyGroup(nn.Module):
     """One partition: Emmy's compiled graph, with the torch submodule it replaces as the reference and fallback."""
 
@@ -122,8 +132,8 @@ class EmmyGroup(nn.Module):
         self.compiled = compiled
         self.nodes = nodes
         self.resolve_only = resolve_only
-        self.off: str | None = None if compiled.builder is not None or resolve_only else \
-            (compiled.cannot_run or "nothing builds here")
+        self.status = GroupStatus(nodes, None if compiled.builder is not None or resolve_only else
+                                  (compiled.cannot_run or "nothing builds here"))
         self.check = check
         self._note = note
         self._sizes: dict[tuple, dict[str, int] | None] = {}
@@ -182,8 +192,13 @@ class EmmyGroup(nn.Module):
         dtypes = {n.type.dtype for n in self.translated.graph.nodes if n.name in self.translated.graph.outputs}
         return check_outputs(got, want, "f16" if "f16" in dtypes else "bf16" if "bf16" in dtypes else "f32")
 
+    @property
+    def off(self) -> str | None:
+        """Why this group runs as torch (None: it runs on Emmy)."""
+        return self.status.off
+
     def _hand_back(self, why: str) -> None:
-        self.off = why
+        self.status.off = why
         self._runners.clear()
         self._note(f"{self.compiled.lowered.graph.name} runs as torch: {why}")
 
@@ -225,7 +240,8 @@ class GraphState:
         self.ops = [(n.name, describe(n)) for n in gm.graph.nodes if is_compute(n)]
         self.flops = {n.name: f for n in gm.graph.nodes if (f := matmul_flops(n)) is not None}
         self.torch_ops = dict(torch_ops)
-        self.groups: list[EmmyGroup] = []
+        self.groups: list[GroupStatus] = []
+        self._live: list[weakref.ref[EmmyGroup]] = []
         self.notes: list[str] = []
         self.binders: list[tuple[sympy.Symbol, int, int]] = []
         seen: set[sympy.Symbol] = set()
@@ -240,6 +256,14 @@ class GraphState:
                     self.binders.append((size.node.expr, pos, d))
         self.last: dict[sympy.Symbol, int] = {}
         self.calls = 0
+
+    def add(self, group: EmmyGroup) -> None:
+        self.groups.append(group.status)
+        self._live.append(weakref.ref(group))
+
+    def live_groups(self) -> list[EmmyGroup]:
+        """The groups of this graph still alive (their compiled model not yet freed)."""
+        return [g for r in self._live if (g := r()) is not None]
 
     def saw(self, args: Sequence[Any]) -> None:
         self.calls += 1
@@ -350,7 +374,7 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
                                 device=torch.device(device), builder=builder)
             group = EmmyGroup(sub, tr, compiled, nodes, state.notes.append, check, resolve_only=not build)
             setattr(gm, sub_name, group)
-            state.groups.append(group)
+            state.add(group)
         gm.recompile()
         _GRAPHS.append(state)
         forward = gm.forward

@@ -131,7 +131,7 @@ def test_a_group_that_differs_from_torch_runs_as_torch_with_a_note() -> None:
     assert compile_reports()[-1].ops_on_emmy > 0
     # give the group a reference that computes something else: its next size must fail the check and go back
     state = emmy_core.compiler.backend._GRAPHS[-1]
-    group: EmmyGroup = state.groups[0]
+    group: EmmyGroup = state.live_groups()[0]
     group.torch_sub = Doubled(group.torch_sub)
     y = torch.randn(2, 7, H)
     with torch.no_grad():
