@@ -13,6 +13,15 @@
    tune` with a budget of N candidates per kernel into `--db`) so the measured tier answers;
    without rows every fork takes the rule's first option, and the table says which tier answered.
 
+3. `torch.compile(model, backend="emmy")` (the Dynamo backend): coverage (the share of matrix-product
+   FLOPs on Emmy kernels) on tiny transformer layers of `transformers` and torch (random weights, no
+   downloads) and on a Llama decoder layer at a real size; then speed against eager and Inductor,
+   interleaved in one run: the Llama decoder layer (hidden 2048, 32 heads, 4 key-value heads,
+   intermediate 5632: TinyLlama's) f32 and f16 at B=1 and B=8, S=128, and a whole tiny LlamaModel from
+   token ids; the compile time (Dynamo + partition + builds + the check against torch, first call)
+   against Inductor's; and each Emmy group against the torch ops it replaced, at the same inputs
+   (the groups that lose are named). `--backend-only` runs just this part.
+
 Run: .venv/bin/python bench/compile.py [--db _data/bench.db] [--tune 16] [--repeats 30] [--no-inductor]
 Prints the load average beside the figures: timings on a shared machine are noisy.
 """
@@ -232,6 +241,151 @@ def models_vs_torch(args: argparse.Namespace) -> None:
         print("  none")
 
 
+# ---- 3. the emmy Dynamo backend --------------------------------------------------------------
+
+
+def _llama_cfg(hidden: int, heads: int, kv: int, ff: int, layers: int = 1):  # type: ignore[no-untyped-def]
+    from transformers import LlamaConfig
+
+    cfg = LlamaConfig(hidden_size=hidden, intermediate_size=ff, num_attention_heads=heads, num_key_value_heads=kv,
+                      num_hidden_layers=layers, vocab_size=1000, max_position_embeddings=512)
+    cfg._attn_implementation = "sdpa"
+    return cfg
+
+
+class LlamaLayer(torch.nn.Module):
+    """A Llama decoder layer fed its rotary embeddings, as LlamaModel feeds it."""
+
+    def __init__(self, cfg) -> None:  # type: ignore[no-untyped-def]
+        super().__init__()
+        from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+        self.layer = LlamaDecoderLayer(cfg, 0)
+        self.rope = LlamaRotaryEmbedding(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
+        out = self.layer(x, position_embeddings=self.rope(x, pos), attention_mask=None)
+        return out if isinstance(out, torch.Tensor) else out[0]
+
+
+def _tiny_layers() -> dict[str, tuple[torch.nn.Module, int]]:
+    """name -> (module, hidden) of the tiny layers the tests compile (random weights, eval mode)."""
+    import transformers
+    from transformers.models.bert.modeling_bert import BertLayer
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+
+    gpt = transformers.GPT2Config(n_embd=64, n_head=4, n_inner=256, n_layer=1, resid_pdrop=0.0, attn_pdrop=0.0,
+                                  embd_pdrop=0.0)
+    gpt._attn_implementation = "eager"
+    bert = transformers.BertConfig(hidden_size=64, num_attention_heads=4, intermediate_size=256,
+                                   hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    bert._attn_implementation = "eager"
+    return {"llama layer (sdpa)": (LlamaLayer(_llama_cfg(64, 4, 2, 176)), 64),
+            "gpt2 block": (GPT2Block(gpt, layer_idx=0), 64),
+            "bert layer": (BertLayer(bert), 64),
+            "torch encoder layer": (torch.nn.TransformerEncoderLayer(64, 4, 256, dropout=0.0), 64)}
+
+
+def _share(reports) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    return sum(r.matmul_flops_on_emmy for r in reports), sum(r.matmul_flops for r in reports)
+
+
+def backend_vs_torch(args: argparse.Namespace) -> None:
+    from emmy_core.compiler.backend import _GRAPHS, emmy_backend, render_reports, run_backend
+    from emmy_core.compiler.compare import interleaved_medians, max_error
+
+    db = args.db or Path(tempfile.mkdtemp()) / "none.db"
+    opts = {"tuning_db": db}
+    print(f"\n== 3. torch.compile(backend='emmy') coverage (matmul FLOPs on Emmy kernels), S={args.seq}")
+    torch.manual_seed(0)
+    for name, (module, hidden) in _tiny_layers().items():
+        module.eval()
+        x = torch.randn(args.seq, 1, hidden) if "encoder" in name else torch.randn(1, args.seq, hidden)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _, reports = run_backend(module, (x,), build=False, **opts)
+        on, total = _share(reports)
+        torch_ops = sorted({f.op for r in reports for f in r.fell_back if f.node in
+                            {n for g in _GRAPHS[-len(reports):] for n in g.flops}})
+        print(f"  {name:<22} {100 * on / max(total, 1):5.1f}% of {total / 1e6:.1f} MFLOP; matrix products left to "
+              f"torch: {', '.join(torch_ops) or 'none'}")
+    print(f"\n== 3. torch.compile(backend='emmy') against eager and Inductor, interleaved, medians of {args.repeats}")
+    from transformers import LlamaModel
+
+    torch.manual_seed(0)
+    tiny = LlamaModel(_llama_cfg(256, 8, 4, 688, layers=2)).eval()
+    cases: list[tuple[str, torch.nn.Module, tuple]] = [
+        (f"tiny LlamaModel f32 B=1,S={args.seq}", tiny, (torch.randint(0, 1000, (1, args.seq)),))]
+    for b in (int(x) for x in args.batches.split(",")):  # the small batch of each type first: the cheap figures
+        for dt in args.dtypes.split(","):
+            torch.manual_seed(0)
+            layer = LlamaLayer(_llama_cfg(2048, 32, 4, 5632)).to(DTYPES[dt]).eval()
+            cases.append((f"llama layer 2048 {dt} B={b},S={args.seq}", layer,
+                          (torch.randn(b, args.seq, 2048, dtype=DTYPES[dt]),)))
+    losers: list[str] = []
+    for what, module, x in cases:
+        torch._dynamo.reset()
+        before = len(_GRAPHS)
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            emmy = torch.compile(module, backend=emmy_backend(**opts))
+            t0 = time.perf_counter()
+            got = emmy(*x)
+            emmy_s = time.perf_counter() - t0
+            fns = {"emmy": emmy, "eager": module}
+            inductor_s = None
+            if not args.no_inductor:
+                inductor = torch.compile(module)
+                t0 = time.perf_counter()
+                inductor(*x)
+                inductor_s = time.perf_counter() - t0
+                fns["inductor"] = inductor
+            want = module(*x)
+            err = max_error(got if isinstance(got, torch.Tensor) else got[0],
+                            want if isinstance(want, torch.Tensor) else want[0])
+            last: dict[int, tuple] = {}
+            for st in _GRAPHS[before:]:
+                for g in st.live_groups():
+                    g.register_forward_pre_hook(lambda mod, a, last=last: last.__setitem__(id(mod), a))
+            med, failed = interleaved_medians(fns, x, args.repeats, warmup=1)
+        reports = [g.report() for g in _GRAPHS[before:]]
+        on, total = _share(reports)
+        line = f"  {what:<30} emmy {med.get('emmy', 0) / 1e3:9.1f} ms, eager {med.get('eager', 0) / 1e3:9.1f} ms"
+        if "inductor" in med:
+            line += f", inductor {med['inductor'] / 1e3:9.1f} ms"
+        line += f"; emmy {med['eager'] / med['emmy']:.2f}x eager"
+        if "inductor" in med:
+            line += f", {med['inductor'] / med['emmy']:.2f}x inductor"
+        line += f"; max error {err:.2g}; matmul FLOPs on Emmy {100 * on / max(total, 1):.1f}%; first call (compile) " \
+                f"emmy {emmy_s:.1f} s"
+        if inductor_s is not None:
+            line += f", inductor {inductor_s:.1f} s"
+        print(line + f"; load {os.getloadavg()[0]:.2f}", flush=True)
+        for name, why in failed.items():
+            print(f"    {name} failed: {why}")
+        for r in reports:
+            for n in r.notes:
+                print(f"    note: {n}")
+        with torch.no_grad():
+            for st in _GRAPHS[before:]:
+                for g in st.live_groups():
+                    a = last.get(id(g))
+                    if a is None or g.off is not None or not g.compiled.lowered.kernels:
+                        continue
+                    mine = _median_us(lambda g=g, a=a: g(*a), max(3, args.repeats // 2))
+                    theirs = _median_us(lambda g=g, a=a: g.torch_sub(*a), max(3, args.repeats // 2))
+                    kernels = ", ".join(dict.fromkeys(k.program.name for k in g.compiled.lowered.kernels))
+                    if mine > 1.05 * theirs and theirs > 50:
+                        losers.append(f"{what}: {g.compiled.lowered.graph.name} {mine / 1e3:.2f} ms vs torch "
+                                      f"{theirs / 1e3:.2f} ms ({kernels})")
+        if args.verbose:
+            print(render_reports(reports))
+    print("\nEmmy groups slower than the torch ops they replace (> 5%, over 50 us):")
+    for line in losers or ["  none"]:
+        print(f"  {line}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", type=Path, default=None, help="tuning database the compile reads (and --tune writes)")
@@ -243,6 +397,8 @@ def main() -> int:
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--no-inductor", action="store_true")
     ap.add_argument("--skip-resolution", action="store_true")
+    ap.add_argument("--backend-only", action="store_true", help="only part 3, the emmy Dynamo backend")
+    ap.add_argument("--verbose", action="store_true", help="print the backend's coverage report of every case")
     args = ap.parse_args()
     load_before = os.getloadavg()
     card = local_card()
@@ -250,6 +406,11 @@ def main() -> int:
           f"load average {load_before[0]:.2f} on {os.cpu_count()} CPUs")
     if card_files(card.name)[0]:
         print(f"(the shipped freeze has a file for {card.name}: its goldens answer where they match)")
+    if args.backend_only:
+        backend_vs_torch(args)
+        print(f"\nload average (1 min) before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}; peak memory "
+              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+        return 0
     if not args.skip_resolution:
         resolution_cost(args.repeats)
     if args.tune:
@@ -259,6 +420,7 @@ def main() -> int:
         tune(args.db, args.tune, args.models.split(","), args.dtypes.split(","),
              [int(x) for x in args.batches.split(",")], args.seq)
     models_vs_torch(args)
+    backend_vs_torch(args)
     load_after = os.getloadavg()
     print(f"\nload average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f} on {os.cpu_count()} CPUs; "
           f"peak memory {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")

@@ -22,7 +22,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from emmy_core.bench.integrity import DEFAULT_SPREAD_LIMIT, Stats, summarize, timing_flags
 from emmy_core.bench.load import (
@@ -164,6 +164,30 @@ class BenchConfig:
     max_busy: float = DEFAULT_MAX_BUSY  # others' share of the CPUs above which a timing is not trusted (>= 1: off)
     busy_retries: int = DEFAULT_RETRIES  # measurements again of a variant timed on a busy machine
     busy_pause_s: float = DEFAULT_PAUSE_S  # pause before measuring again
+
+
+class Chooser(Protocol):
+    """Chooses a unit's variants as the bench goes (a search strategy, `emmy_core.search.tune`), instead of
+    the plan's fixed list: `start` says how many variants the unit gets at most (for progress) given the
+    schedules the recorder already holds ok; `next` gives the next ones after the unit's outcomes so far
+    ([] ends the unit)."""
+
+    def start(self, planned: Planned, known: set[str]) -> int: ...
+
+    def next(self, planned: Planned, outcomes: Sequence[Outcome]) -> list[dict[str, object]]: ...
+
+
+def _variants(p: Planned, todo: Sequence[dict[str, object]], chooser: Chooser | None,
+              outcomes: Sequence[Outcome]) -> Iterable[dict[str, object]]:
+    """A unit's variants in order: the fixed list, or the chooser's answers (asked again when one runs out)."""
+    if chooser is None:
+        yield from todo
+        return
+    while True:
+        batch = chooser.next(p, outcomes)
+        if not batch:
+            return
+        yield from batch
 
 
 def dedupe(plan: Iterable[tuple[Unit, Sequence[Mapping[str, object]]]]) -> list[Planned]:
@@ -322,12 +346,13 @@ def _measure(session: _Session, unit: Unit, knobs: dict[str, object], card: Card
 def bench(plan: Iterable[tuple[Unit, Sequence[Mapping[str, object]]]], card: Card, backend: str | None = None,
           recorder: Recorder | None = None, config: BenchConfig | None = None,
           on_outcome: Callable[[Outcome], None] | None = None, worker_env: dict[str, str] | None = None,
-          probe: LoadProbe | None = None) -> BenchReport:
+          probe: LoadProbe | None = None, chooser: Chooser | None = None) -> BenchReport:
     """Benches every variant of every unit of `plan` on `card`; returns what became of each.
 
     `backend` is `module:attr` of a code generator (default: the card's target's).
     Rows (ok and failed) go to `recorder` one kernel at a time; without a recorder nothing is written.
     `probe` reads the machine's load around each timed variant (default: this machine's /proc).
+    `chooser` picks each unit's variants as the bench goes (the plan's variants are then only its pool).
     """
     config = config or BenchConfig()
     get_setting(config.setting)
@@ -336,36 +361,39 @@ def bench(plan: Iterable[tuple[Unit, Sequence[Mapping[str, object]]]], card: Car
     backend = backend or BACKENDS[card.target]
     t0 = time.monotonic()
     report = BenchReport(dedupe(plan))
-    work: list[tuple[Planned, list[dict[str, object]]]] = []
+    work: list[tuple[Planned, list[dict[str, object]], int]] = []
     for p in report.planned:
         known = recorder.measured_ok(ForkKey(p.unit.kernel_id, p.unit.sizes_text, card.name, config.setting)) \
             if recorder is not None and config.time and config.skip_measured else set()
         todo = [k for k in p.variants if schedule_id(k) not in known]
         report.skipped_known += len(p.variants) - len(todo)
-        if todo:
-            work.append((p, todo))
+        planned = len(todo) if chooser is None else chooser.start(p, known)
+        if planned:
+            work.append((p, todo, planned))
     session = _Session(backend, card, config, worker_env)
-    total = sum(len(todo) for _, todo in work)
+    total = sum(n for _, _, n in work)
     guard = LoadGuard(probe or MachineProbe(), config.max_busy, config.busy_retries, config.busy_pause_s) \
         if config.time else None
     try:
         with BenchProgress(total, enabled=config.progress, every_s=config.progress_every_s) as progress:
-            for p, todo in work:
+            for p, todo, planned in work:
                 unit = p.unit
                 f = facts(unit.program, dict(unit.sizes))
                 floor_us = min_time_us(card, f.bytes_moved, f.flops)
                 rows: list[Outcome] = []
-                for i, knobs in enumerate(todo):
+                seen: list[Outcome] = []
+                for i, knobs in enumerate(_variants(p, todo, chooser, seen)):
                     try:
                         session.ensure(unit)
                     except BenchError:
                         raise
                     except RuntimeError as exc:  # the reference could not be prepared: no variant runs
                         report.unit_errors.append((unit, str(exc)))
-                        progress.skip(len(todo) - i)
+                        progress.skip(max(0, planned - i))
                         break
                     out = _measure(session, unit, knobs, card, config, floor_us, guard, report)
                     report.outcomes.append(out)
+                    seen.append(out)
                     if out.recordable:
                         rows.append(out)
                     progress.advance(out, unit.program.name)

@@ -3,7 +3,8 @@
 Thin: load the model (a reference model or `package.module:Class` with `--input` specs), call
 `emmy_core.compile`, print the resolution summary; with `--run`, check the buffers and inputs fit
 before creating anything, run, and print the largest error against torch and the interleaved
-median times against eager and Inductor (`emmy_core.compiler.compare`).
+median times against eager and Inductor (`emmy_core.compiler.compare`), then run the model once
+through `torch.compile(backend="emmy")` and print its coverage (`emmy_core.compile_reports`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,16 @@ def model_and_inputs(model: str, dtype: str, inputs: list[str] | None) -> tuple[
         fail(str(exc))
 
 
+def backend_coverage(module: Any, inputs: Any, *, build: bool = True, **options: Any) -> Any:
+    """The emmy backend's reports for `module` on `inputs` (built and checked, or resolved only); CLI errors."""
+    from emmy_core.compiler.backend import run_backend
+
+    try:
+        return run_backend(module, inputs, build=build, **options)[1]
+    except (ValueError, RuntimeError) as exc:
+        fail(f"the emmy backend: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}")
+
+
 def prior_arg(prior: Path | None, no_prior: bool) -> Any:
     if prior is not None and no_prior:
         fail("give --prior or --no-prior, not both")
@@ -87,6 +98,7 @@ def compile_command(
     """Compile a model on generated kernels; with --run, compare it with torch (error and time)."""
     from emmy_core.compiler import StrictEvidenceError, TooLarge
     from emmy_core.compiler import compile as emmy_compile
+    from emmy_core.compiler.backend import render_reports
     from emmy_core.compiler.compare import compare
     from emmy_core.compiler.memory import check_fits
     from emmy_core.graph.errors import GraphError
@@ -119,6 +131,9 @@ def compile_command(
         out.update({"max_error": result.max_error, "median_us": result.medians_us, "failed": result.failed,
                     "vs_eager": result.ratio("eager"), "vs_inductor": result.ratio("inductor"),
                     "load": list(result.load)})
+        reports = backend_coverage(module, x, card=card, setting=setting, tuning_db=db, freezes=freezes,
+                                   prior=prior_arg(prior, no_prior))
+        out["coverage"] = [r.to_json() for r in reports]
     if as_json:
         out["record"] = compiled.record.to_json()
         typer.echo(json.dumps(out, indent=2, sort_keys=True))
@@ -134,4 +149,6 @@ def compile_command(
             r = out[f"vs_{base}"]
             if r is not None:
                 typer.echo(f"  emmy is {r:.2f}x {base}")
+        typer.echo(f"torch.compile(backend='emmy') at {shape}:")
+        typer.echo(render_reports(reports))
     sys.stdout.flush()

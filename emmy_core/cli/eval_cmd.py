@@ -72,3 +72,49 @@ def compare(a: Annotated[Path, typer.Argument(help="report A (emmy eval prior --
     except SourceError as exc:
         fail(str(exc))
     typer.echo(text, nl=False)
+
+
+@app.command("search")
+def search(dataset: Annotated[Path, typer.Argument(help="dataset export folder (emmy db export)", show_default=False)],
+           strategies: Annotated[str, typer.Option("--strategies", help="comma-separated: first, random, prior, "
+                                                   "explore")] = "first,random,prior,explore",
+           budgets: Annotated[str, typer.Option("--budgets", help="comma-separated measurement budgets")] =
+           "1,2,4,8,16,32",
+           offline_file: Annotated[Path | None, typer.Option(
+               "--offline-file", help="a candidate prior artifact to search with instead of the installed one")] = None,
+           seeds: Annotated[str, typer.Option("--seeds", help="seeds of the stochastic strategies (random)")] =
+           "0,1,2,3,4",
+           cards: Annotated[Path | None, typer.Option("--cards", help="a card file of the table's format, merged "
+                                                      "over the packaged table (as $EMMY_CARDS)")] = None,
+           json_out: Annotated[Path | None, typer.Option("--json", help="write the curves as JSON")] = None,
+           plots: Annotated[Path | None, typer.Option("--plots", help="write PNG curves into this folder")] = None,
+           extern_order: Annotated[list[Path] | None, typer.Option(
+               "--extern-order", help="Kernel Tuner caches (files or folders; repeatable): each file's first "
+                                      "configuration is its extern kernel's first option")] = None,
+           ) -> None:
+    """Replay search strategies on every measured pool: per budget, best found / pool best (geomean), per card."""
+    from emmy_core.eval.extern_order import file_order
+    from emmy_core.prior import PriorError
+    from emmy_core.search.curves import evaluate_search, plot_curves, write_curves
+    from emmy_core.store.sourcefile import SourceError
+    from emmy_core.targets import CardTableError
+
+    def numbers(text: str, what: str) -> list[int]:
+        try:
+            return [int(x, 10) for x in text.split(",") if x.strip()]
+        except ValueError:
+            fail(f"{what} {text[:60]!r}: give comma-separated whole numbers")
+
+    progress = progress_printer()
+    try:
+        order = file_order(extern_order) if extern_order else None
+        curves = evaluate_search(dataset, offline_file, [s.strip() for s in strategies.split(",") if s.strip()],
+                                 numbers(budgets, "--budgets"), numbers(seeds, "--seeds"), order, cards)
+        if json_out is not None:
+            progress(f"wrote {write_curves(curves, json_out)}")
+        if plots is not None:
+            for path in plot_curves(curves, plots):
+                progress(f"wrote {path}")
+    except (ValueError, PriorError, SourceError, CardTableError, OSError) as exc:
+        fail(str(exc))
+    typer.echo(curves.markdown(), nl=False)

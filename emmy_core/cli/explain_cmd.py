@@ -1,4 +1,8 @@
-"""`emmy explain`: which evidence settles each fork of a model at a shape on a card (nothing built or run)."""
+"""`emmy explain`: which evidence settles each fork of a model at a shape on a card (nothing built or run).
+
+After the record, the coverage of `torch.compile(backend="emmy")`: the model traced by Dynamo on small
+inputs (`COVERAGE_SIZES`), partitioned and its forks resolved, nothing built (torch computes the values).
+"""
 
 from __future__ import annotations
 
@@ -21,9 +25,12 @@ from emmy_core.cli.compile_cmd import (
     SettingOpt,
     ShapeOpt,
     StrictOpt,
+    backend_coverage,
     model_and_inputs,
     prior_arg,
 )
+
+COVERAGE_SIZES = {"B": 2, "S": 3}  # small, not 1 (Dynamo specialises 1), so the trace is cheap at any --shape
 
 
 def explain_command(
@@ -53,9 +60,18 @@ def explain_command(
                            name=model if ":" not in model else None)
     except (UnknownCard, GraphError, ValueError, RuntimeError) as exc:
         fail(str(exc))
+    reports = backend_coverage(module, inputs_fn(COVERAGE_SIZES), build=False, card=card, setting=setting,
+                               tuning_db=db, freezes=freezes, prior=prior_arg(prior, no_prior))
     if as_json:
-        typer.echo(json.dumps(compiled.record.to_json(), indent=2, sort_keys=True))
+        out = compiled.record.to_json()
+        out["coverage"] = [r.to_json() for r in reports]
+        typer.echo(json.dumps(out, indent=2, sort_keys=True))
     else:
+        from emmy_core.compiler.backend import render_reports
+
         typer.echo(compiled.explain())
+        traced = ",".join(f"{k}={v}" for k, v in COVERAGE_SIZES.items())
+        typer.echo(f"torch.compile(backend='emmy') coverage, traced at {traced}:")
+        typer.echo(render_reports(reports))
     if strict_evidence and compiled.record.fell_through():
         raise typer.Exit(1)

@@ -19,6 +19,7 @@ from emmy_core.cli import (
     main_job,
     prior_cmd,
     run_cmd,
+    suggest_cmd,
     tune_cmd,
 )
 
@@ -35,6 +36,7 @@ db_files_cmd.register(db_cmd.app)
 app.add_typer(graph_cmd.app, name="graph")
 app.command("main")(main_job.main_job)
 app.command("tune")(tune_cmd.tune)
+app.command("suggest")(suggest_cmd.suggest_command)
 app.command("run")(run_cmd.run)
 app.command("fit")(fit_cmd.fit)
 app.add_typer(prior_cmd.app, name="prior")

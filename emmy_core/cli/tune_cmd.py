@@ -58,13 +58,39 @@ def local_card_named(name: str) -> Card:
     return card
 
 
-def run_bench(plan: Any, card: Card, backend: str | None, recorder: Any, config: BenchConfig) -> BenchReport:
+def search_chooser(strategy: str | None, card: Card, setting: str, budget: int, seed: int) -> tuple[Any, str]:
+    """The chooser of `--strategy` (default: prior when the installed prior loads, else random) and its name;
+    each kernel's best so far against its first option is shown on stderr as it finishes."""
+    from emmy_core.prior import PriorError, load_installed_prior
+    from emmy_core.search.tune import PRIOR_STRATEGIES, StrategyChooser, default_strategy
+
+    prior, why = None, ""
+    if strategy is None or strategy in PRIOR_STRATEGIES:
+        try:
+            prior = load_installed_prior()
+        except PriorError as exc:
+            why = str(exc)
+    if strategy is None:
+        strategy = default_strategy(prior)
+        if prior is None:
+            typer.echo(f"emmy: no prior loads ({why}); strategy random", err=True)
+    elif strategy in PRIOR_STRATEGIES and prior is None:
+        fail(f"--strategy {strategy} needs a prior: {why}")
+
+    def shown(k: Any) -> None:
+        typer.echo(f"  search {strategy}: {k.best_line()}", err=True)
+
+    return StrategyChooser(strategy, card, setting, budget, seed, prior, on_kernel=shown), strategy
+
+
+def run_bench(plan: Any, card: Card, backend: str | None, recorder: Any, config: BenchConfig,
+              chooser: Any = None) -> BenchReport:
     """The harness, with its refusals and the store's (a locked or refused write) as CLI errors."""
     from emmy_core.bench.harness import bench
     from emmy_core.store import StoreError
 
     try:
-        return bench(plan, card, backend, recorder, config)
+        return bench(plan, card, backend, recorder, config, chooser=chooser)
     except BenchError as exc:
         fail(str(exc))
     except StoreError as exc:
@@ -173,8 +199,12 @@ def tune(
     dtype: DtypeOpt = "f16",
     card: CardOpt = "local",
     setting: SettingOpt = "deploy",
-    budget: Annotated[str, Opt("--budget", help="candidates per kernel: a seeded sample that keeps the first "
-                               "option, or 'all' (hours for a large model)")] = str(DEFAULT_BUDGET),
+    budget: Annotated[str, Opt("--budget", help="candidates measured per kernel (failures count), the first "
+                               "option always among them; or 'all' (hours for a large model)")] = str(DEFAULT_BUDGET),
+    strategy: Annotated[str | None, Opt("--strategy", help="which candidates to measure: first (the rule's order), "
+                                        "random (a seeded sample), prior (the prior's order, re-ranked as rows "
+                                        "come in), explore (prior, part of the budget where it is unsure); "
+                                        "default prior when a prior loads, else random")] = None,
     seed: Annotated[int, Opt("--seed", help="seed of the candidate sample and of the inputs")] = 0,
     db: DbOpt = None,
     tune_file: Annotated[str | None, Opt("--tune-file", help="write a tune file instead: a file (only a tune "
@@ -189,11 +219,12 @@ def tune(
 ) -> None:
     """Tune every kernel of a model at a shape over its candidates; record ok and failed rows.
 
-    By default a sample of 16 candidates per kernel (the first option always among them), which
-    finishes in minutes; `--budget all` benches every candidate."""
+    By default 16 candidates per kernel (the first option always among them), chosen by the prior
+    (`--strategy`), which finishes in minutes; `--budget all` benches every candidate."""
     from emmy_core.bench.plan import model_units, tune_plan
     from emmy_core.codegen.backend import SETTINGS
     from emmy_core.graph.errors import GraphError
+    from emmy_core.search import STRATEGIES
 
     if db is not None and tune_file is not None:
         fail("give --db or --tune-file, not both")
@@ -205,8 +236,13 @@ def tune(
         units = model_units(model, sizes, dtype)
     except (GraphError, ValueError) as exc:
         fail(str(exc))
+    if strategy is not None and strategy not in STRATEGIES:
+        fail(f"--strategy {strategy[:40]!r}: known strategies: {', '.join(STRATEGIES)}")
     per_kernel = parse_budget(budget)
-    plan = tune_plan(units, the_card, per_kernel, seed)
+    chooser, plan = None, tune_plan(units, the_card, None, seed)
+    if per_kernel is not None:
+        chooser, strategy = search_chooser(strategy, the_card, setting, per_kernel, seed)
+        plan = [(u, []) for u in units]
     from emmy_core.store import StoreError
 
     recorder: Any
@@ -220,12 +256,16 @@ def tune(
     config = BenchConfig(setting=setting, source="tune", timeout_s=timeout, spread_limit=spread_limit, seed=seed,
                          progress=progress, max_busy=max_busy)
     variants = sum(len(p.variants) for p in dedupe(plan))
-    sample = f"at most {per_kernel} candidates per kernel (--budget all: every one)" if per_kernel else \
-        "every candidate (--budget all)"
+    if chooser is not None:
+        variants = sum(len(p.variants) for p in dedupe(tune_plan(units, the_card, None, seed)))
+    sample = f"at most {per_kernel} candidates per kernel chosen by strategy {strategy} (--budget all: every " \
+             f"one)" if per_kernel else "every candidate (--budget all)"
     typer.echo(f"tuning {model} at {shape} on {the_card.name}, setting {setting}: {variants} variants, "
                f"{sample}; recording into {recorder.label}")
     warn_if_busy(max_busy)
-    report = run_bench(plan, the_card, backend, recorder, config)
+    report = run_bench(plan, the_card, backend, recorder, config, chooser)
+    if chooser is not None:
+        report.skipped_known += chooser.skipped_known
     print_report(report, into=recorder.label)
     if tune_file is not None and report.rows_recorded:
         typer.echo(f"tune file: {recorder.path}")

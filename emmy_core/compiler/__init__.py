@@ -3,12 +3,15 @@
 `compile(module, example_inputs, *, card="local", setting="deploy", strict_evidence=False,
 tuning_db=None, freezes=None, prior=None) -> Compiled` (see `compiled.py`); `explain(...)`
 resolves without building. `runner.py` lays out and runs one size, `build.py` builds kernels,
-`launch.py` is the one place a kernel is launched, `memory.py` refuses what does not fit.
+`launch.py` is the one place a kernel is launched, `memory.py` refuses what does not fit; `backend.py` is the
+`emmy` Dynamo backend (`torch.compile(model, backend="emmy")`) and `compile_reports()` its coverage.
 """
 
-from emmy_core.compiler.compiled import Compiled, compile, explain
+from emmy_core.compiler.backend import compile_reports
+from emmy_core.compiler.compiled import Compiled, NoGradientsWarning, compile, explain
 from emmy_core.compiler.memory import TooLarge
 from emmy_core.evidence.context import PriorUnavailableWarning
 from emmy_core.evidence.resolution import StrictEvidenceError
 
-__all__ = ["Compiled", "PriorUnavailableWarning", "StrictEvidenceError", "TooLarge", "compile", "explain"]
+__all__ = ["Compiled", "NoGradientsWarning", "PriorUnavailableWarning", "StrictEvidenceError", "TooLarge", "compile",
+           "compile_reports", "explain"]

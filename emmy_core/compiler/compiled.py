@@ -28,6 +28,7 @@ from emmy_core.compiler.build import Builder, runnable_here
 from emmy_core.compiler.launch import Launcher
 from emmy_core.compiler.memory import check_fits
 from emmy_core.compiler.runner import Layout, Runner, plan_layout
+from emmy_core.compiler.weights import WeightWatch, check_same_kind
 from emmy_core.evidence.context import PriorArg, PriorUnavailableWarning, open_sources
 from emmy_core.evidence.freeze import FreezesArg
 from emmy_core.evidence.model import KernelPlan, ModelResolver, resolutions_of, stale_recordings
@@ -36,8 +37,13 @@ from emmy_core.evidence.sources import Sources
 from emmy_core.graph.errors import GraphError
 from emmy_core.graph.execute import graph_sizes
 from emmy_core.graph.lower import Lowered
+from emmy_core.ir.check import MAX_EXTENT
 from emmy_core.ir.sizes import format_sizes, parse_sizes
 from emmy_core.targets.card import Card
+
+
+class NoGradientsWarning(UserWarning):
+    """A compiled model was called where torch would track gradients: its outputs carry none."""
 
 
 def _card(card: str | Card) -> Card:
@@ -52,7 +58,7 @@ class Compiled:
     """A compiled model: call it like the module; forks are settled and buffers allocated once per size."""
 
     def __init__(self, lowered: Lowered, card: Card, setting: str, sources: Sources, *, strict_evidence: bool,
-                 device: torch.device, builder: Builder | None = None) -> None:
+                 device: torch.device, builder: Builder | None = None, module: nn.Module | None = None) -> None:
         self.lowered = lowered
         self.card = card
         self.setting = setting
@@ -69,11 +75,23 @@ class Compiled:
         self._plans: dict[str, list[KernelPlan]] = {}
         self._runners: dict[str, Runner] = {}
         self._weights: dict[str, torch.Tensor] | None = None
+        self._watch = WeightWatch(module, lowered.weights) if module is not None else None
+        self._warned_no_grad = False
 
     # ---- settling forks -------------------------------------------------------------------------
 
     def _sizes(self, sizes: Mapping[str, int] | str) -> dict[str, int]:
-        out = parse_sizes(sizes) if isinstance(sizes, str) else {k: int(v) for k, v in sizes.items()}
+        if isinstance(sizes, str):
+            out = parse_sizes(sizes)
+        elif isinstance(sizes, Mapping):
+            out = {}
+            for k, v in sizes.items():
+                if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_EXTENT:
+                    raise GraphError(f"size of {str(k)[:40]} must be a whole number in 1..{MAX_EXTENT}, got "
+                                     f"{str(v)[:40]}")
+                out[str(k)] = int(v)
+        else:
+            raise GraphError(f"sizes must be a mapping like {{'B': 8}} or text like 'B=8', got {type(sizes).__name__}")
         axes = sorted(k for k, _ in self.lowered.graph.sizes)
         if sorted(out) != axes:
             raise GraphError(f"{self.lowered.graph.name} has dynamic axes {', '.join(axes) or 'none'}; got "
@@ -136,8 +154,48 @@ class Compiled:
             self._weights = {p: w.detach().to(self.device).contiguous() for p, w in self.lowered.weights.items()}
         return self._weights
 
+    def _module_weights(self) -> list[torch.Tensor]:
+        """The module's own weight tensors (whether they require grad), when the module is known."""
+        return self._watch.tensors() if self._watch is not None else []
+
+    def follow_weights(self) -> list[str]:
+        """Takes in the module's weights changed since they were last read (every call does this first).
+
+        A weight edited in place is copied again to the device where it has its own copy, and every
+        launch that reads it is bound again (a CPU matmul packs it again); a replaced one of the same
+        shape and data type is read anew by every runner; one of another shape or type is refused.
+        Returns the paths taken in.
+        """
+        if self._watch is None:
+            return []
+        changes = self._watch.changes()
+        if not changes:
+            return []
+        edited: set[str] = set()
+        replaced = False
+        for change in changes:
+            check_same_kind(change.path, self.lowered.weights[change.path], change.tensor)
+            if change.replaced:
+                self.lowered.weights[change.path] = change.tensor
+                replaced = True
+            else:
+                edited.add(change.path)
+        if replaced:  # the device copies and the buffers bound to them are made again when next run
+            self._weights = None
+            self._runners.clear()
+        elif self._weights is not None:
+            with torch.no_grad():
+                for path in edited:
+                    own, there = self.lowered.weights[path], self._weights[path]
+                    if there.data_ptr() != own.data_ptr():
+                        there.copy_(own)
+            for runner in self._runners.values():
+                runner.rebind(edited)
+        return [c.path for c in changes]
+
     def runner(self, sizes: Mapping[str, int] | str) -> Runner:
         """The runner at `sizes`: forks settled with builds, buffers checked against free memory, allocated."""
+        self.follow_weights()
         s = self._sizes(sizes)
         text = format_sizes(s)
         if text in self._runners:
@@ -153,6 +211,13 @@ class Compiled:
         for i, t in enumerate(inputs):
             if t.device != self.device:
                 raise GraphError(f"input {i} is on {t.device}; this model was compiled for {self.device}")
+        if not self._warned_no_grad and torch.is_grad_enabled() and (
+                any(t.requires_grad for t in inputs) or any(w.requires_grad for w in self._module_weights())):
+            self._warned_no_grad = True
+            warnings.warn(NoGradientsWarning(
+                f"{self.lowered.graph.name}: Emmy computes no gradients; its outputs do not require grad and "
+                "backward() through them is not possible (call it under torch.no_grad() or torch.inference_mode() "
+                "to say so)"), stacklevel=2)
         with torch.no_grad():
             out = self.runner(sizes).run(inputs)
         return out[0] if len(out) == 1 else out
@@ -181,6 +246,15 @@ def _prepare(module: nn.Module, example_inputs: Sequence[torch.Tensor], card: st
     from emmy_core.codegen.backend import get_setting
     from emmy_core.graph.pipeline import compile_module
 
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"compile takes a torch.nn.Module, got {type(module).__name__} (wrap a function in a "
+                        "Module's forward)")
+    if not (prior is None or prior is False or isinstance(prior, str | Path) or hasattr(prior, "score_rows")):
+        raise TypeError(f"prior= must be None (the installed prior), False (none), a path to a prior artifact or a "
+                        f"loaded prior; got {type(prior).__name__}")
+    if not isinstance(strict_evidence, bool):
+        raise TypeError(f"strict_evidence= must be True or False, got {type(strict_evidence).__name__} "
+                        f"{str(strict_evidence)[:20]!r}")
     get_setting(setting)
     the_card = _card(card)
     device = _example_device(example_inputs)
@@ -199,7 +273,7 @@ def _prepare(module: nn.Module, example_inputs: Sequence[torch.Tensor], card: st
             raise GraphError(f"{the_card.name} is a GPU; the example inputs are on the CPU")
         builder = Builder(the_card, setting)
     compiled = Compiled(lowered, the_card, setting, sources, strict_evidence=strict_evidence, device=device,
-                        builder=builder)
+                        builder=builder, module=module)
     return compiled, dict(lowered.graph.sizes)
 
 
@@ -213,8 +287,9 @@ def compile(module: nn.Module, example_inputs: Sequence[torch.Tensor], *, card: 
     `$EMMY_TUNING_DB` or `~/.cache/emmy/autotune.db`), the prior (`prior=`: None the installed one,
     a path, a loaded prior, or False for none), the rule's first option. The example's sizes are
     settled and their kernels built now; other sizes when first called. The module's weights are
-    read when a size first runs (a CPU build packs a matmul's weight then): change the module's
-    weights afterwards and compile again.
+    read when a size first runs (a CPU build packs a matmul's weight then) and followed afterwards:
+    every call takes in a weight edited in place (torch's version counter) or replaced by one of the
+    same shape and type (`Compiled.follow_weights`), and refuses one of another shape or type.
     """
     compiled, sizes = _prepare(module, example_inputs, card, setting, strict_evidence=strict_evidence,
                                tuning_db=tuning_db, freezes=freezes, prior=prior, build=True)

@@ -4,7 +4,8 @@
 model call, with `constants` (the weights this launch reads) bound once. On a CPU whose builds
 offer prepared launches (`CBuilt.prepare(sizes, constants) -> Launch`), the sizes and every
 buffer are checked once, a matmul's weight is packed into its panels once, and each call only
-writes the other buffers' pointers; a later change to a weight tensor is not seen by that launch.
+writes the other buffers' pointers; a later change to a weight tensor is not seen by that launch
+(`Compiled.follow_weights` notices it and binds the launch again).
 Otherwise (a Triton build, which keeps its own checked launch per argument set) the call is the
 backend's checked `built(buffers, sizes)` with the constants merged in.
 """

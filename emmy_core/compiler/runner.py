@@ -201,11 +201,15 @@ class Runner:
         self.labels: list[tuple[str, str]] = []  # (kernel | copy | view, what) of each op, for profiles
         launchers: dict[int, Launcher] = {}
         self._launchers = launchers.values()
+        self._bound: list[tuple[int, LaunchSpec, Launcher, frozenset[str]]] = []  # ops that read weights
         for op in layout.ops:
             if isinstance(op, LaunchSpec):
                 key = id(op.plan)
                 if key not in launchers:
                     launchers[key] = launcher_for(op.plan)
+                reads = frozenset(ref[1] for _, ref, _ in op.buffers if ref[0] == "weight")
+                if reads:
+                    self._bound.append((len(self._ops), op, launchers[key], reads))
                 self._ops.append(self._launch(op, launchers[key], pool, weights))
                 self.labels.append(("kernel", op.plan.program.name))
             elif isinstance(op, CopySpec):
@@ -216,6 +220,16 @@ class Runner:
                 self.labels.append(("view", op.out))
         self._pool = pool
         self._weights = weights
+
+    def rebind(self, paths: set[str] | frozenset[str]) -> int:
+        """Binds again every launch that reads one of the weight `paths` (edited in place since it was bound:
+        a CPU matmul packs its weight again); the number of launches bound again."""
+        n = 0
+        for i, op, launcher, reads in self._bound:
+            if reads & paths:
+                self._ops[i] = self._launch(op, launcher, self._pool, self._weights)
+                n += 1
+        return n
 
     @staticmethod
     def _fixed(ref: Ref, pool: Mapping[str, torch.Tensor], weights: Mapping[str, torch.Tensor]) -> torch.Tensor:

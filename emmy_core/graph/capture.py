@@ -13,9 +13,12 @@ so the dynamic axes `B` and `S` are propagated symbolically by the rules in
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import io
 import os
 import re
+import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -102,6 +105,8 @@ def capture(
             if hints.setdefault(axis, size) != size:
                 raise GraphError(f"input {i}: axis {axis} is {size} here but {hints[axis]} in another input")
 
+    if not isinstance(module, nn.Module):
+        raise GraphError(f"the model must be a torch.nn.Module, got {type(module).__name__}")
     tracer = fx.Tracer()
     tracer.record_stack_traces = True
     try:
@@ -112,15 +117,10 @@ def capture(
     was_training = module.training
     module.eval()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):  # ShapeProp prints a traceback first
             ShapeProp(gm).propagate(*example_inputs)
-    except RuntimeError as exc:
-        text = str(exc)
-        frames = [m for m in _FRAME.finditer(text) if not _in_torch(m.group(1))]
-        where = f" at {frames[-1].group(1)}:{frames[-1].group(2)}: {frames[-1].group(4).strip()}" if frames else ""
-        first = text.strip().splitlines()[0][:200] if text.strip() else type(exc).__name__
-        raise GraphError(f"{type(module).__name__} does not run with its dynamic axes at {hints}{where}: {first} "
-                         "(a dynamic axis used as a constant?)") from None
+    except Exception as exc:  # ShapeProp wraps the model's own error (any type) in a RuntimeError
+        raise GraphError(_does_not_run(module, hints, exc)) from None
     finally:
         module.train(was_training)
 
@@ -150,6 +150,21 @@ def capture(
         sizes=tuple(sorted(hints.items())),
     )
     return Captured(graph=graph, weights=tr.weights)
+
+
+def _does_not_run(module: nn.Module, hints: Mapping[str, int], exc: Exception) -> str:
+    """The model's own error (not ShapeProp's wrapper), at the model line that raised it."""
+    real = exc.__cause__ if isinstance(exc.__cause__, Exception) else exc
+    made = [m for m in _FRAME.finditer(str(exc)) if not _in_torch(m.group(1))]  # the node's model line
+    ran = [f for f in traceback.extract_tb(real.__traceback__) if not _in_torch(f.filename)]
+    if made:
+        where = f" at {made[-1].group(1)}:{made[-1].group(2)}: {made[-1].group(4).strip()}"
+    else:
+        where = f" at {ran[-1].filename}:{ran[-1].lineno}: {(ran[-1].line or '').strip()}" if ran else ""
+    text = str(real).strip()
+    first = f"{type(real).__name__}: {text.splitlines()[0][:300]}" if text else type(real).__name__
+    return (f"{type(module).__name__} does not run on stand-ins of its example inputs with dynamic axes at "
+            f"{dict(hints)}{where}: {first} (a dynamic axis used as a constant?)")
 
 
 def _check_shape(tr: Translator, n: fx.Node, src: str) -> None:

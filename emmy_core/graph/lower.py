@@ -213,21 +213,56 @@ def _lower_elementwise(n: Node, index: dict[str, Node], hints: dict[str, int]) -
 
 
 def lower(graph: Graph, stages: tuple[tuple[str, Graph], ...] = (), weights: dict | None = None) -> Lowered:
-    """Kernels and layout steps for a graph that went through the pipeline's passes."""
+    """Kernels and layout steps for a graph that went through the pipeline's passes.
+
+    A node like one lowered before (same operator, attributes and types: a model's repeated layers)
+    reuses that kernel, its axes and its cuts, with its own values bound: building and checking a
+    loop program costs milliseconds, and a deep model repeats a handful of them.
+    """
     index, hints = graph.index(), graph.hints()
     taps = {n.inputs[0]: n.name for n in graph.nodes if n.op == "tap"}
     steps: list[Step] = []
+    seen: dict[tuple, KernelStep] = {}
     for n in graph.compute():
         if n.op == "tap":
             continue
         if n.op in LAYOUT_OPS:
             steps.append(LayoutStep(n.name, n.op, n.inputs[0], n.attrs))
-        elif n.op == "matmul":
-            steps.append(_lower_matmul(n, index, hints))
+            continue
+        key = (n.op, n.attrs, n.type, tuple(index[i].type for i in n.inputs))
+        like = seen.get(key)
+        if like is not None:
+            steps.append(_bound_to(like, n, taps))
+            continue
+        if n.op == "matmul":
+            step = _lower_matmul(n, index, hints)
         elif n.op in ("rmsnorm", "layernorm", "softmax", "mean", "sum"):
-            steps.append(_lower_row(n, index, hints, taps))
+            step = _lower_row(n, index, hints, taps)
         elif n.op == "elementwise":
-            steps.append(_lower_elementwise(n, index, hints))
+            step = _lower_elementwise(n, index, hints)
         else:
             raise UnsupportedOp(n.op, n.source, "no kernel lowers it (run the pipeline's passes first)")
+        if _positional(step, n, taps):
+            seen[key] = step
+        steps.append(step)
     return Lowered(graph, stages or (("capture", graph),), tuple(steps), dict(weights or {}))
+
+
+def _outputs(n: Node, taps: dict[str, str], buffers: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """The values a kernel of node `n` writes: its result, and the residual sum of a prologue ("h")."""
+    values = {"y": n.name, "h": taps.get(n.name, f"{n.name}__h")}
+    return tuple((b, values[b]) for b in buffers)
+
+
+def _positional(step: KernelStep, n: Node, taps: dict[str, str]) -> bool:
+    """Whether `step` binds the i-th input buffer to `n`'s i-th input and writes y (and h) of `n` (then a
+    node like `n` may reuse it with its own values)."""
+    outs = tuple(b for b, _ in step.outputs)
+    return (all(v == n.inputs[i] for i, (_, v) in enumerate(step.inputs)) and set(outs) <= {"y", "h"} and
+            step.outputs == _outputs(n, taps, outs))
+
+
+def _bound_to(like: KernelStep, n: Node, taps: dict[str, str]) -> KernelStep:
+    """`like`'s kernel, axes and cuts, bound to node `n`'s values."""
+    return KernelStep(n.name, like.family, like.program, tuple((b, n.inputs[i]) for i, (b, _) in enumerate(like.inputs)),
+                      _outputs(n, taps, tuple(b for b, _ in like.outputs)), like.axes, like.cuts, n.source)

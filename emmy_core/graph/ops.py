@@ -168,24 +168,40 @@ def prune(graph: Graph) -> Graph:
 
 
 def toposort(nodes: list[Node] | tuple[Node, ...]) -> tuple[Node, ...]:
-    """Orders nodes so every input is defined first, keeping the given order wherever it is already legal."""
+    """Orders nodes so every input is defined first, keeping the given order wherever it is already legal.
+
+    A depth-first walk from each node in the given order, visiting a node's inputs in the order they
+    are given: linear in nodes and edges, and iterative, so a chain thousands of nodes deep neither
+    recurses nor re-copies its trail (an already ordered list comes back unchanged).
+    """
     by_name = {n.name: n for n in nodes}
     position = {n.name: i for i, n in enumerate(nodes)}
     done: set[str] = set()
+    on_path: set[str] = set()
     out: list[Node] = []
-
-    def visit(name: str, trail: frozenset[str]) -> None:
-        if name in done:
-            return
-        if name in trail:
-            raise ValueError(f"cycle through {name!r}")
-        node = by_name[name]
-        for i in sorted(node.inputs, key=lambda v: position.get(v, -1)):
-            if i in by_name:
-                visit(i, trail | {name})
-        done.add(name)
-        out.append(node)
-
-    for n in nodes:
-        visit(n.name, frozenset())
+    for root in nodes:
+        if root.name in done:
+            continue
+        on_path.add(root.name)
+        stack: list[tuple[Node, Iterator[str]]] = [(root, _inputs_in_order(root, by_name, position))]
+        while stack:
+            node, pending = stack[-1]
+            for i in pending:
+                if i in done:
+                    continue
+                if i in on_path:
+                    raise ValueError(f"cycle through {i!r}")
+                on_path.add(i)
+                stack.append((by_name[i], _inputs_in_order(by_name[i], by_name, position)))
+                break
+            else:
+                stack.pop()
+                on_path.discard(node.name)
+                done.add(node.name)
+                out.append(node)
     return tuple(out)
+
+
+def _inputs_in_order(node: Node, by_name: dict[str, Node], position: dict[str, int]) -> Iterator[str]:
+    """The inputs of `node` among `by_name`, earliest given first (the order the walk visits them in)."""
+    return iter(sorted((i for i in node.inputs if i in by_name), key=position.__getitem__))

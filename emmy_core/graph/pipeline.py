@@ -71,6 +71,9 @@ def stand_ins(example_inputs: Sequence[torch.Tensor]) -> tuple[tuple[torch.Tenso
     for i, (t, dims) in enumerate(zip(example_inputs, default_dynamic(example_inputs), strict=True)):
         if not isinstance(t, torch.Tensor):
             raise GraphError(f"example input {i} is a {type(t).__name__}, not a tensor")
+        if t.device.type == "meta":
+            raise GraphError(f"example input {i} is a meta tensor: meta tensors are not supported (a compile runs "
+                             "the model on real stand-ins and computes on real memory); give a real tensor")
         shape = list(t.shape)
         for d, axis in dims.items():
             if sizes.setdefault(axis, int(t.shape[d])) != int(t.shape[d]):

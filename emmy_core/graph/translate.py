@@ -123,6 +123,9 @@ class Translator:
 
     def tensor(self, arg: object, op: str, src: str) -> str:
         v = self.env.get(arg) if isinstance(arg, fx.Node) else None
+        if isinstance(v, str) and v not in self._by_name:  # a dynamic axis read from a shape (`x.shape[0]`)
+            raise UnsupportedOp(op, src, f"computes with the dynamic axis {v} read from a shape; a shape read "
+                                "may only be passed whole to view or reshape (or write -1)")
         if not isinstance(v, str):
             raise UnsupportedOp(op, src, f"expects a tensor, got {type(arg).__name__} {str(arg)[:40]}")
         return v

@@ -59,7 +59,14 @@ def load_model(spec: str, dtype: torch.dtype = torch.float16, inputs: Sequence[s
         raise GraphError(f"cannot load {spec}: {exc}") from None
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise GraphError(f"{spec} is not an nn.Module class")
-    module = cls().to(dtype).eval()
+    try:
+        module = cls()
+    except TypeError as exc:
+        raise GraphError(f"{spec}: cannot be built with no arguments ({exc}); give it defaults for every "
+                         "argument, or a subclass that has them") from None
+    except Exception as exc:  # the user's own __init__: whatever it raised is named, not traced back
+        raise GraphError(f"{spec}: its __init__ raised {type(exc).__name__}: {str(exc)[:300]}") from None
+    module = module.to(dtype).eval()
     shapes = [parse_input_spec(s) for s in inputs]
 
     def example_inputs(shape: Mapping[str, int]) -> tuple[torch.Tensor, ...]:

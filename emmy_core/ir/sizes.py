@@ -9,6 +9,7 @@ from emmy_core.ir.names import name_problem
 from emmy_core.ir.nodes import Program
 
 _ITEM = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,63})=([0-9]{1,10})\Z")
+_NEGATIVE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}=-[0-9]{1,10}\Z")
 MAX_SIZE = 2**31 - 1
 
 
@@ -22,6 +23,8 @@ def parse_sizes(text: str) -> dict[str, int]:
     for item in text.split(","):
         m = _ITEM.match(item.strip())
         if m is None:
+            if _NEGATIVE.match(item.strip()):
+                raise IRError(f"size {item.strip()[:40]!r}: sizes must be positive whole numbers (1..{MAX_SIZE})")
             raise IRError(f"size {item[:40]!r} is not NAME=INT")
         name, value = m.group(1), int(m.group(2))
         if name_problem(name) is not None:

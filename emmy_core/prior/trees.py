@@ -9,7 +9,13 @@ default `nan_mode` Min), `AsTrue` (Max) or `AsIs` (a NaN compares false).
 
 `parse_model` is strict: only float features and `FloatFeature` splits (no categorical
 features, no CTRs, no multi-dimensional leaves), every index in range, `2**depth` finite
-leaf values per tree. A test holds `Trees.predict` equal to CatBoost's `predict` within 1e-9.
+leaf values per tree, and bounded: at most MAX_TREES trees, MAX_DEPTH levels and MAX_LEAVES
+leaf values in all. Leaves are kept tree after tree (a shallow tree holds only its own), and
+`predict` works through a pool's rows, or a dataset's trees, in blocks whose tables stay under
+BLOCK_ROW_BYTES, so
+neither loading nor scoring asks for memory a file did not bring (a 4 MB "bomb" of one
+depth-16 tree beside 99,999 constant ones asked for 48.8 GiB of padded leaves). A test holds
+`Trees.predict` equal to CatBoost's `predict` within 1e-9.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import numpy as np
 NAN_TREATMENTS = ("AsFalse", "AsTrue", "AsIs")
 MAX_TREES = 100_000
 MAX_DEPTH = 16
+MAX_LEAVES = 1 << 22  # leaf values in all the trees (32 MiB of float64)
+BLOCK_ROW_BYTES = 16 * 1024 * 1024  # a block of rows' bins and leaf indices
 FLAT_ROWS = 512  # rows at most scored by block gathers (a fork's pool); more take the per-tree loop
 BLOCK_BYTES = 64 * 1024  # a gather block's temporaries, well under malloc's 128 KiB mmap threshold
 
@@ -38,8 +46,9 @@ class Trees:
     count of borders below it, so `value > border` is `bin > rank of the border`. A missing
     value's bin answers false to every question (AsFalse, AsIs) or true (AsTrue). `level_feature`
     and `level_rank` are (trees, depth): the used feature and the border rank each level asks
-    (feature -1: a padded level of a shallower tree, which always answers false). `leaves` is
-    (trees, 2**depth)."""
+    (a padded level of a shallower tree reads the all-false row `len(used)`). `leaves` holds each
+    tree's `2**its depth` values after the previous tree's, from `offsets[tree]` (a leaf index
+    never passes its own tree's count: the padded levels answer false)."""
 
     n_features: int
     used: np.ndarray
@@ -48,6 +57,7 @@ class Trees:
     level_feature: np.ndarray
     level_rank: np.ndarray
     leaves: np.ndarray
+    offsets: np.ndarray
     scale: float
     bias: float
 
@@ -57,33 +67,51 @@ class Trees:
         if x.ndim != 2 or x.shape[1] != self.n_features:
             raise ValueError(f"expected rows of {self.n_features} features, got shape {x.shape}")
         n = x.shape[0]
-        trees, depth = self.level_feature.shape
+        trees = self.level_feature.shape[0]
         if trees == 0:
             return np.full(n, self.bias)
         columns = np.ascontiguousarray(x.T, dtype=np.float32)  # CatBoost compares features as float32
+        if n > FLAT_ROWS:  # a dataset: tree after tree (a small leaf table stays in cache), in blocks of trees
+            bins = self._bins(columns)
+            step = max(1, BLOCK_ROW_BYTES // (5 * n))  # a block's leaf index, its bit, an answer
+            total = np.zeros(n)
+            for first in range(0, trees, step):  # the sum runs in tree order whatever the blocks
+                index = self._leaf_index(bins, first, min(trees, first + step))
+                for t in range(index.shape[0]):
+                    total += self.leaves.take(index[t].astype(np.intp) + self.offsets[first + t])
+            return self.scale * total + self.bias
+        # a fork's pool: gathers over all trees at once, in blocks of rows (each row's sum is its own)
+        step = max(1, BLOCK_ROW_BYTES // (5 * trees + len(self.used) + 1))
+        total = np.empty(n)
+        for start in range(0, n, step):
+            stop = min(n, start + step)
+            total[start:stop] = self._gather_sum(self._leaf_index(self._bins(columns[:, start:stop]), 0, trees))
+        return self.scale * total + self.bias
+
+    def _bins(self, columns: np.ndarray) -> np.ndarray:
+        """(used features + 1, rows): each used feature's bin per row of `columns` (features x rows, float32);
+        the last row is the padding levels' all-false row."""
         most = max((len(b) for b in self.borders), default=0)
-        bins = np.zeros((len(self.used) + 1, n), dtype=np.uint8 if most < 255 else np.int32)  # last row: padding
+        bins = np.zeros((len(self.used) + 1, columns.shape[1]), dtype=np.uint8 if most < 255 else np.int32)
         for j, f in enumerate(self.used):
             col = columns[f]
             bins[j] = np.searchsorted(self.borders[j], col, side="left")  # NaN sorts last: above every border
             if self.nan_false[j]:
                 bins[j][np.isnan(col)] = 0
-        ranks = self.level_rank.astype(bins.dtype)
-        index = np.zeros((trees, n), dtype=np.uint8 if depth <= 8 else np.uint16)
+        return bins
+
+    def _leaf_index(self, bins: np.ndarray, first: int, stop: int) -> np.ndarray:
+        """(stop - first, rows): the leaf each of trees first..stop-1 gives each row of `bins`."""
+        features, ranks = self.level_feature[first:stop], self.level_rank[first:stop].astype(bins.dtype)
+        depth = features.shape[1]
+        index = np.zeros((stop - first, bins.shape[1]), dtype=np.uint8 if depth <= 8 else np.uint16)
         bit = np.empty_like(index)
         for level in range(depth):
-            answer = np.greater(bins[self.level_feature[:, level]], ranks[:, level, None])
+            answer = np.greater(bins[features[:, level]], ranks[:, level, None])
             np.left_shift(answer.view(np.uint8) if index.dtype == np.uint8 else answer.astype(index.dtype), level,
                           out=bit)
             index |= bit
-        if n <= FLAT_ROWS:  # a fork's pool: gathers over all trees at once, in column blocks
-            total = self._gather_sum(index)
-        else:  # a dataset: a small leaf table per tree stays in cache, and no trees x rows table is made
-            total = np.zeros(n)
-            for t in range(trees):
-                total += self.leaves[t].take(index[t])
-        return self.scale * total + self.bias
-
+        return index
 
     def _gather_sum(self, index: np.ndarray) -> np.ndarray:
         """Each row's leaf values summed in tree order, one gather per block of rows.
@@ -92,9 +120,8 @@ class Trees:
         w >= 2; one column alone it would sum pairwise, so a lone row takes `cumsum`. Blocks stay
         under BLOCK_BYTES: temporaries past malloc's mmap threshold cost a page fault per page."""
         trees, n = index.shape
-        width = self.leaves.shape[1]
-        flat = self.leaves.ravel()
-        offsets = np.arange(0, trees * width, width)[:, None]
+        flat = self.leaves
+        offsets = self.offsets[:, None]
         if n == 1:
             return np.cumsum(flat.take(index + offsets), axis=0)[-1]
         step = max(2, BLOCK_BYTES // (8 * trees))
@@ -144,6 +171,7 @@ def parse_model(model: object, n_features: int) -> Trees:
         nan_true.append(treatment == "AsTrue")
     nan_true += [False] * (n_features - len(floats))
     trees = _list(model.get("oblivious_trees"), "$.model.oblivious_trees", MAX_TREES)
+    n_leaves = 0
     questions: dict[tuple[int, float], int] = {}
     levels: list[list[int]] = []
     leaves: list[list[float]] = []
@@ -167,6 +195,9 @@ def parse_model(model: object, n_features: int) -> Trees:
         values = _list(tree.get("leaf_values"), path + ".leaf_values", 2**MAX_DEPTH)
         if len(values) != 2 ** len(splits):
             raise _fail(path + ".leaf_values", f"must hold 2**{len(splits)} values (one output dimension)")
+        n_leaves += len(values)
+        if n_leaves > MAX_LEAVES:
+            raise _fail(path + ".leaf_values", f"brings the trees' leaf values past {MAX_LEAVES} in all")
         leaves.append([_number(v, f"{path}.leaf_values[{i}]") for i, v in enumerate(values)])
         levels.append(row)
         depth = max(depth, len(splits))
@@ -184,12 +215,13 @@ def parse_model(model: object, n_features: int) -> Trees:
     keys = list(questions)
     level_feature = np.full((len(trees), depth), len(used), dtype=np.intp)  # len(used): the all-false row
     level_rank = np.zeros((len(trees), depth), dtype=np.int32)
-    leaf_arr = np.zeros((len(trees), 2**depth))
-    for t, (row, vals) in enumerate(zip(levels, leaves, strict=True)):
+    leaf_arr = np.array([v for vals in leaves for v in vals], dtype=np.float64)
+    offsets = np.zeros(len(trees), dtype=np.intp)
+    np.cumsum([len(vals) for vals in leaves[:-1]], out=offsets[1:])
+    for t, row in enumerate(levels):
         for d, q in enumerate(row):
             f, b = keys[q]
             level_feature[t, d], level_rank[t, d] = slot[f], rank[(f, b)]
-        leaf_arr[t, : len(vals)] = vals
     nan_false = np.array([not nan_true[f] for f in used], dtype=bool)
     return Trees(n_features, np.array(used, dtype=np.intp), borders, nan_false, level_feature, level_rank, leaf_arr,
-                 scale, bias)
+                 offsets, scale, bias)

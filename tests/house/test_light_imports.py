@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("duckdb", "polars", "catboost", "mlflow", "dagster", "pyarrow", "sklearn", "scipy")
 LIGHT_PACKAGES = ("emmy_core.ir", "emmy_core.graph", "emmy_core.knobs", "emmy_core.targets",
                   "emmy_core.codegen", "emmy_core.bench", "emmy_core.prior", "emmy_core.evidence",
-                  "emmy_core.compiler", "emmy_core.eval")
+                  "emmy_core.compiler", "emmy_core.eval", "emmy_core.search")
 
 SCRIPT = textwrap.dedent(
     """

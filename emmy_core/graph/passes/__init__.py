@@ -1,7 +1,8 @@
 """Graph passes: each module rewrites a graph into a graph and declares the forks it offers.
 
 A pass is a `Pass(name, run, forks)`: `run(graph) -> graph` is pure, and `forks` lists
-the structural decisions (`cut:<seam>`) its fused nodes offer to the compile.
+the structural decisions (`cut:<seam>`) its fused nodes offer to the compile. A pass runs in
+time linear in the graph (one sweep, the graph sorted once; `tests/faults/test_compile_scaling.py`).
 The order they run in is the one list in `emmy_core.graph.pipeline`.
 """
 
@@ -19,14 +20,3 @@ class Pass:
     run: Callable[[Graph], Graph]
     forks: tuple[str, ...] = ()
     doc: str = ""
-
-
-def to_fixpoint(fold_once: Callable[[Graph], Graph | None]) -> Callable[[Graph], Graph]:
-    """A pass that applies `fold_once` until it finds nothing more to fold (it returns None)."""
-
-    def run(graph: Graph) -> Graph:
-        while (folded := fold_once(graph)) is not None:
-            graph = folded
-        return graph
-
-    return run

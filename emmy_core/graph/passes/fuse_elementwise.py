@@ -41,13 +41,11 @@ def bcast_kind(shape: tuple[Dim, ...], out: tuple[Dim, ...]) -> str | None:
 class _Chain:
     def __init__(self, out: Node, index: dict[str, Node], users: dict[str, list[str]]) -> None:
         self.out, self.index, self.users = out, index, users
-        self.leaves: list[str] = []
+        self.leaves: dict[str, int] = {}  # leaf value -> its number, in order of first use
         self.inlined: list[str] = []
 
     def leaf(self, name: str) -> str:
-        if name not in self.leaves:
-            self.leaves.append(name)
-        return f"x{self.leaves.index(name)}"
+        return f"x{self.leaves.setdefault(name, len(self.leaves))}"
 
     def text(self, node: Node, root: bool = False) -> str:
         if not root:

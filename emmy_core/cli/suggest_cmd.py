@@ -1,0 +1,64 @@
+"""`emmy suggest`: per fork of a model at a shape, the candidates most worth measuring next and why; the uncovered forks.
+
+Thin: lower the model, read the tuning database's rows and the installed prior, print
+`emmy_core.search.suggest`'s answer (or its JSON).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from emmy_core.cli.common import fail
+
+Opt = typer.Option
+
+
+def suggest_command(
+    model: Annotated[str, Opt("--model", help="reference model (llama_block, llama_stack, mlp)")],
+    shape: Annotated[str, Opt("--shape", help="sizes of the dynamic axes, e.g. B=8,S=128")],
+    card: Annotated[str, Opt("--card", help="'local' or a card Emmy knows (the GPU table, a card file)")] = "local",
+    setting: Annotated[str, Opt("--setting", help="compile setting: deploy or rank")] = "deploy",
+    dtype: Annotated[str, Opt("--dtype", help="data type the model is compiled in: f16, bf16 or f32")] = "f16",
+    top: Annotated[int, Opt("--top", min=1, max=1000, help="suggestions per fork")] = 5,
+    db: Annotated[Path | None, Opt("--db", help="tuning database whose rows count (default: the local one)")] = None,
+    json_out: Annotated[bool, Opt("--json", help="print JSON instead of text")] = False,
+) -> None:
+    """Per fork, the candidates most worth measuring next (prior score, uncertainty, no row yet); uncovered forks."""
+    from emmy_core.bench.plan import model_units
+    from emmy_core.cli.tune_cmd import any_card_named, parse_shape
+    from emmy_core.codegen.backend import SETTINGS
+    from emmy_core.graph.errors import GraphError
+    from emmy_core.prior import PriorError, load_installed_prior
+    from emmy_core.search.suggest import read_rows, render, suggest
+    from emmy_core.store import StoreError, default_db_path
+
+    if setting not in SETTINGS:
+        fail(f"--setting {setting!r}: known settings: {', '.join(SETTINGS)}")
+    sizes = parse_shape(shape)
+    the_card = any_card_named(card)
+    try:
+        units = model_units(model, sizes, dtype)
+    except (GraphError, ValueError) as exc:
+        fail(str(exc))
+    try:
+        prior = load_installed_prior()
+    except PriorError as exc:
+        typer.echo(f"emmy: no prior loads ({exc}); suggestions follow the rule's order", err=True)
+        prior = None
+    path = default_db_path() if db is None else db
+    try:
+        rows = read_rows(path, the_card.name, setting)
+    except (StoreError, OSError) as exc:
+        fail(f"{path}: {exc}")
+    forks = suggest(units, the_card, setting, prior, rows, top)
+    if json_out:
+        doc = {"model": model, "shape": shape, "card": the_card.name, "setting": setting, "db": str(path),
+               "uncovered": [f"{f.kernel} {f.sizes}" for f in forks if f.uncovered],
+               "forks": [f.to_json() for f in forks]}
+        typer.echo(json.dumps(doc, indent=1, sort_keys=True))
+    else:
+        typer.echo(render(forks, the_card.name, setting, f"database {path}"), nl=False)

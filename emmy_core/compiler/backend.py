@@ -1,0 +1,404 @@
+"""The `emmy` Dynamo backend: `torch.compile(model, backend="emmy")` runs Emmy kernels where Emmy lowers the
+ops and torch everywhere else.
+
+Dynamo captures the model (graph breaks, guards, symbolic sizes) and hands each FX graph to
+`backend(gm, example_inputs)`. The graph is partitioned (`emmy_core.graph.partition`): each group of
+ops Emmy lowers becomes an Emmy graph, run through the same passes and lowering as
+`emmy_core.compile`, and a `Compiled` whose forks are settled by the same resolver into the same
+resolution record; every other op stays as torch runs it. Nothing is refused for an op Emmy does not
+lower: the op runs as torch, and the report names it with the reason.
+
+At each new size a group is built (forks settled, kernels built, buffers allocated) and checked
+against the torch ops it replaces on fresh random inputs, with the harness's tolerance for its data
+type; a mismatch (or a build that fails) hands the group back to torch for good, with a note, so it
+never gives a wrong answer. Parameters arrive as graph inputs, so the weights a launch reads are the
+module's own tensors: a launch packs a matmul's weight once, and is rebuilt when the weight tensor's
+version (`t._version`, bumped by every in-place edit) or storage changes. A group whose inputs need
+gradients runs as torch (Emmy's kernels have no backward).
+
+`compile_reports()` gives, for every graph this process compiled, the op count, the ops on Emmy
+kernels, the matrix-product FLOPs at the sizes it last ran and how many of them ran on Emmy, and every
+op that fell back with the reason.
+"""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sympy
+import torch
+import torch.fx as fx
+from torch import nn
+
+from emmy_core.compiler.build import Builder, runnable_here
+from emmy_core.compiler.compiled import Compiled
+from emmy_core.compiler.launch import Launcher
+from emmy_core.compiler.memory import check_fits
+from emmy_core.compiler.runner import Runner
+from emmy_core.evidence.context import PriorArg, PriorUnavailableWarning, open_sources
+from emmy_core.evidence.freeze import FreezesArg
+from emmy_core.evidence.model import KernelPlan
+from emmy_core.graph.dynamo import Translated, describe, is_compute, matmul_flops, to_graph, value
+from emmy_core.graph.lower import Lowered
+from emmy_core.graph.partition import fuse, plan_partitions
+from emmy_core.graph.pipeline import compile_graph
+from emmy_core.ir.sizes import format_sizes
+from emmy_core.targets.card import Card
+
+RTOL = {"f32": 1e-4, "bf16": 3e-2, "f16": 1e-2}  # the harness's tolerances (emmy_core.bench.reference)
+
+
+@dataclass(frozen=True)
+class FellBack:
+    """An op torch ran instead of Emmy: its FX node, what it is, and why."""
+
+    node: str
+    op: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class GraphReport:
+    """The coverage of one compiled graph at the sizes it last ran."""
+
+    name: str
+    ops: int
+    ops_on_emmy: int
+    matmul_flops: int
+    matmul_flops_on_emmy: int
+    sizes: dict[str, int]  # Dynamo's symbols at the last run
+    fell_back: tuple[FellBack, ...]
+    notes: tuple[str, ...]
+    groups: int  # groups compiled to Emmy graphs (live or handed back)
+    built: bool = True  # False: resolved only (explain); the ops "on Emmy" are the ones planned for it
+
+    @property
+    def flops_share(self) -> float | None:
+        return self.matmul_flops_on_emmy / self.matmul_flops if self.matmul_flops else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "ops": self.ops, "ops_on_emmy": self.ops_on_emmy,
+                "matmul_flops": self.matmul_flops, "matmul_flops_on_emmy": self.matmul_flops_on_emmy,
+                "sizes": dict(self.sizes), "groups": self.groups, "notes": list(self.notes), "built": self.built,
+                "fell_back": [{"node": f.node, "op": f.op, "reason": f.reason} for f in self.fell_back]}
+
+
+def check_outputs(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor], dtype: str) -> str | None:
+    """Why `got` is not `want` within the harness's tolerance |got - want| <= rtol (|want| + rms(want)), or None."""
+    rtol = RTOL[dtype]
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        if g.shape != w.shape:
+            return f"output {i} has shape {tuple(g.shape)}, torch's {tuple(w.shape)}"
+        g64, w64 = g.detach().double(), w.detach().double()
+        finite = torch.isfinite(w64)
+        if not torch.equal(finite, torch.isfinite(g64)) or not torch.equal(g64[~finite].nan_to_num(),
+                                                                          w64[~finite].nan_to_num()):
+            return f"output {i} is not finite where torch's is (or the reverse)"
+        if not bool(finite.any()):
+            continue
+        gf, wf = g64[finite], w64[finite]
+        scale = float(wf.pow(2).mean().sqrt())
+        err = (gf - wf).abs()
+        bad = err > rtol * (wf.abs() + scale)
+        if bool(bad.any()):
+            return (f"output {i}: {int(bad.sum())} of {bad.numel()} values off, worst abs error {float(err.max()):.3g} "
+                    f"(scale {scale:.3g}, rtol {rtol:g})")
+    return None
+
+
+@dataclass
+class GroupStatus:
+    """What a graph's report keeps of one group: its ops and, once handed back to torch, why (the group itself,
+    with its buffers and packed weights, lives only as long as the compiled model)."""
+
+    nodes: tuple[str, ...]
+    off: str | None = None
+
+
+class EmmyGroup(nn.Module):
+    """One partition: Emmy's compiled graph, with the torch submodule it replaces as the reference and fallback."""
+
+    def __init__(self, torch_sub: fx.GraphModule, translated: Translated, compiled: Compiled,
+                 nodes: tuple[str, ...], note: Callable[[str], None], check: bool = True,
+                 resolve_only: bool = False) -> None:
+        super().__init__()
+        self.torch_sub = torch_sub
+        self.translated = translated
+        self.compiled = compiled
+        self.nodes = nodes
+        self.resolve_only = resolve_only
+        self.status = GroupStatus(nodes, None if compiled.builder is not None or resolve_only else
+                                  (compiled.cannot_run or "nothing builds here"))
+        self.check = check
+        self._note = note
+        self._sizes: dict[tuple, dict[str, int] | None] = {}
+        self._runners: dict[str, Runner] = {}
+        self._weights_key: tuple = ()
+        self.torch_calls = 0  # calls torch ran (autograd on, a size of 0)
+
+    def _sizes_of(self, args: Sequence[Any]) -> dict[str, int] | None:
+        key = tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args)
+        if key in self._sizes:
+            return self._sizes[key]
+        bound: dict[sympy.Symbol, int] = {}
+        for sym, pos, d in self.translated.binders:
+            a = args[pos]
+            bound[sym] = int(a) if d < 0 else int(a.shape[d])
+        sizes = {name: int(expr.xreplace(bound)) for name, expr in self.translated.names.exprs.items()}
+        out = sizes if all(v >= 1 for v in sizes.values()) else None
+        self._sizes[key] = out
+        return out
+
+    def _launcher(self, plan: KernelPlan) -> Launcher:
+        assert self.compiled.builder is not None and plan.schedule is not None
+        return Launcher(self.compiled.builder.build(plan.program, plan.schedule), plan.sizes, plan.program.name,
+                        self.compiled.card.target)
+
+    def _weights(self, args: Sequence[Any]) -> dict[str, torch.Tensor]:
+        return {path: args[pos].detach().contiguous() for path, pos in self.translated.params}
+
+    def _build(self, sizes: dict[str, int], args: Sequence[Any]) -> Runner | None:
+        compiled = self.compiled
+        text = format_sizes(sizes) or "its static sizes"
+        try:
+            compiled.prepare(sizes)
+            layout = compiled.layout(sizes)
+            check_fits(layout.nbytes, compiled.device, f"{compiled.lowered.graph.name} at {text}")
+            runner = Runner(layout, self._weights(args), compiled.device, self._launcher)
+        except Exception as exc:  # a group that does not build here runs as torch; the note says why
+            self._hand_back(f"does not build at {text}: {str(exc).strip().splitlines()[0][:200]}")
+            return None
+        if self.check:
+            why = self._differs(runner, args)
+            if why is not None:
+                self._hand_back(f"differs from torch at {text} on fresh inputs: {why}")
+                return None
+        return runner
+
+    def _differs(self, runner: Runner, args: Sequence[Any]) -> str | None:
+        gen = torch.Generator(device="cpu").manual_seed(len(self._runners))
+        params = {pos for _, pos in self.translated.params}
+        fresh = [a if not isinstance(a, torch.Tensor) or i in params else
+                 torch.randn(a.shape, generator=gen).to(dtype=a.dtype, device=a.device)
+                 for i, a in enumerate(args)]
+        with torch.no_grad():
+            want = self.torch_sub(*fresh)
+            got = runner.run([fresh[i] for i in self.translated.inputs])
+        dtypes = {n.type.dtype for n in self.translated.graph.nodes if n.name in self.translated.graph.outputs}
+        return check_outputs(got, want, "f16" if "f16" in dtypes else "bf16" if "bf16" in dtypes else "f32")
+
+    @property
+    def off(self) -> str | None:
+        """Why this group runs as torch (None: it runs on Emmy)."""
+        return self.status.off
+
+    def _hand_back(self, why: str) -> None:
+        self.status.off = why
+        self._runners.clear()
+        self._note(f"{self.compiled.lowered.graph.name} runs as torch: {why}")
+
+    def forward(self, *args: Any) -> Any:
+        if self.off is not None:
+            return self.torch_sub(*args)
+        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            self.torch_calls += 1
+            return self.torch_sub(*args)
+        sizes = self._sizes_of(args)
+        if sizes is None:
+            self.torch_calls += 1
+            return self.torch_sub(*args)
+        if self.resolve_only:  # explain: the forks settled at this size, the values computed by torch
+            self.compiled.resolve(sizes)
+            return self.torch_sub(*args)
+        params = [args[pos] for _, pos in self.translated.params]
+        wkey = tuple((p._version, p.data_ptr()) for p in params)
+        if wkey != self._weights_key:  # a weight was edited or replaced: launches bound to the old one go
+            self._runners.clear()
+            self._weights_key = wkey
+        text = format_sizes(sizes)
+        runner = self._runners.get(text)
+        if runner is None:
+            runner = self._build(sizes, args)
+            if runner is None:
+                return self.torch_sub(*args)
+            self._runners[text] = runner
+        with torch.no_grad():
+            return runner.run([args[i] for i in self.translated.inputs])
+
+
+class GraphState:
+    """What the backend knows of one graph it compiled: for its report, updated on every call."""
+
+    def __init__(self, name: str, gm: fx.GraphModule, torch_ops: dict[str, str], built: bool = True) -> None:
+        self.name = name
+        self.built = built
+        self.ops = [(n.name, describe(n)) for n in gm.graph.nodes if is_compute(n)]
+        self.flops = {n.name: f for n in gm.graph.nodes if (f := matmul_flops(n)) is not None}
+        self.torch_ops = dict(torch_ops)
+        self.groups: list[GroupStatus] = []
+        self._live: list[weakref.ref[EmmyGroup]] = []
+        self.notes: list[str] = []
+        self.binders: list[tuple[sympy.Symbol, int, int]] = []
+        seen: set[sympy.Symbol] = set()
+        for pos, ph in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
+            v = value(ph)
+            dims = [(-1, v)] if isinstance(v, torch.SymInt) else \
+                list(enumerate(v.shape)) if isinstance(v, torch.Tensor) else []
+            for d, size in dims:
+                if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol) \
+                        and size.node.expr not in seen:
+                    seen.add(size.node.expr)
+                    self.binders.append((size.node.expr, pos, d))
+        self.last: dict[sympy.Symbol, int] = {}
+        self.calls = 0
+
+    def add(self, group: EmmyGroup) -> None:
+        self.groups.append(group.status)
+        self._live.append(weakref.ref(group))
+
+    def live_groups(self) -> list[EmmyGroup]:
+        """The groups of this graph still alive (their compiled model not yet freed)."""
+        return [g for r in self._live if (g := r()) is not None]
+
+    def saw(self, args: Sequence[Any]) -> None:
+        self.calls += 1
+        if self.binders:
+            self.last = {s: int(args[p]) if d < 0 else int(args[p].shape[d]) for s, p, d in self.binders}
+
+    def report(self) -> GraphReport:
+        live = {n for g in self.groups if g.off is None for n in g.nodes}
+        fell = []
+        for node, op in self.ops:
+            if node in live:
+                continue
+            why = self.torch_ops.get(node)
+            if why is None:
+                why = next((f"its group runs as torch: {g.off}" for g in self.groups if node in g.nodes and g.off),
+                           "not in a group Emmy runs")
+            fell.append(FellBack(node, op, why))
+
+        def at_last(f: object) -> int:  # 0 for a size the graph has not run at yet
+            if not isinstance(f, sympy.Expr):
+                return int(f)  # type: ignore[call-overload]
+            v = f.xreplace(self.last)
+            return int(v) if v.is_number else 0
+
+        flops = {n: at_last(f) for n, f in self.flops.items()}
+        return GraphReport(self.name, len(self.ops), sum(1 for n, _ in self.ops if n in live), sum(flops.values()),
+                           sum(v for n, v in flops.items() if n in live), {str(s): v for s, v in self.last.items()},
+                           tuple(fell), tuple(self.notes), len(self.groups), self.built)
+
+
+_GRAPHS: list[GraphState] = []  # every graph the backend compiled in this process, for compile_reports()
+
+
+def compile_reports() -> list[GraphReport]:
+    """The coverage of every graph the `emmy` backend compiled in this process, in compile order."""
+    return [g.report() for g in _GRAPHS]
+
+
+def render_reports(reports: Sequence[GraphReport]) -> str:
+    """The coverage as text: one line per graph, then each op that fell back with its reason."""
+    lines = []
+    for r in reports:
+        share = f"{100 * r.flops_share:.1f}%" if r.flops_share is not None else "no matmul"
+        sizes = ",".join(f"{k}={v}" for k, v in sorted(r.sizes.items())) or "static"
+        planned = "" if r.built else " (planned: resolved, not built)"
+        lines.append(f"{r.name} ({sizes}): {r.ops_on_emmy}/{r.ops} ops on Emmy kernels{planned}; "
+                     f"matmul FLOPs on Emmy {r.matmul_flops_on_emmy}/{r.matmul_flops} ({share})")
+        lines += [f"  torch {f.op} ({f.node}): {f.reason}" for f in r.fell_back]
+        lines += [f"  note: {n}" for n in r.notes]
+    total = sum(r.matmul_flops for r in reports)
+    if len(reports) > 1 and total:
+        on = sum(r.matmul_flops_on_emmy for r in reports)
+        lines.append(f"all graphs: matmul FLOPs on Emmy {on}/{total} ({100 * on / total:.1f}%)")
+    return "\n".join(lines)
+
+
+def _card(card: str | Card) -> Card:
+    if isinstance(card, Card):
+        return card
+    from emmy_core.targets import resolve_card
+
+    return resolve_card(card)
+
+
+def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_db: Path | str | None = None,
+                 freezes: FreezesArg = None, prior: PriorArg = None, check: bool = True,
+                 build: bool = True) -> Callable[..., Any]:
+    """A Dynamo backend for `card` and `setting` with the given evidence sources (as `emmy_core.compile` takes them).
+
+    `check=False` skips the check against torch at each new size (for timing the check's cost only);
+    `build=False` only partitions and settles forks at each size run, while torch computes (what `emmy explain`
+    uses: the coverage and the record of a card this machine cannot run)."""
+    from emmy_core.codegen.backend import get_setting
+
+    get_setting(setting)
+    warned: list[bool] = []
+
+    def compile_fx(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        the_card = _card(card)
+        name = f"graph{len(_GRAPHS)}"
+        if build:
+            device = the_card.target if the_card.target == "cpu" else "cuda"
+        else:  # resolving only: the partition is the one the inputs' device would get
+            device = next((t.device.type for t in example_inputs if isinstance(t, torch.Tensor)), "cpu")
+        params = {ph.name for ph, ex in zip((n for n in gm.graph.nodes if n.op == "placeholder"), example_inputs,
+                                            strict=False) if isinstance(ex, nn.Parameter)}
+        sources = open_sources(the_card, setting, freezes=freezes, tuning_db=tuning_db, prior=prior)
+        why = next(s for s in sources.items if s.tier == "prior").unavailable()
+        if why is not None and prior is not False and not warned:
+            warned.append(True)
+            warnings.warn(PriorUnavailableWarning(f"the emmy backend for {the_card.name}: {why}; forks no measurement "
+                                                  "settles fall to the rule's first option"), stacklevel=2)
+        builder = Builder(the_card, setting) if build and runnable_here(the_card) is None else None
+        lowered: dict[str, Lowered] = {}
+
+        def trial(sub: fx.GraphModule) -> None:
+            tr = to_graph(sub, params, f"{name}.trial")
+            compile_graph(tr.graph)
+
+        plan = plan_partitions(gm, trial, device)
+        state = GraphState(name, gm, plan.torch_ops, built=build)
+        groups = [tuple(n.name for n in g if is_compute(n)) for g in plan.groups]
+        for sub_name, nodes in zip(fuse(gm, plan), groups, strict=True):
+            sub = getattr(gm, sub_name)
+            tr = to_graph(sub, params, f"{name}.{sub_name}")
+            lowered[sub_name] = compile_graph(tr.graph)
+            compiled = Compiled(lowered[sub_name], the_card, setting, sources, strict_evidence=False,
+                                device=torch.device(device), builder=builder)
+            group = EmmyGroup(sub, tr, compiled, nodes, state.notes.append, check, resolve_only=not build)
+            setattr(gm, sub_name, group)
+            state.add(group)
+        gm.recompile()
+        _GRAPHS.append(state)
+        forward = gm.forward
+
+        def run(*args: Any) -> Any:
+            state.saw(args)
+            return forward(*args)
+
+        run.emmy_graph = state  # type: ignore[attr-defined]
+        return run
+
+    return compile_fx
+
+
+def run_backend(module: nn.Module, inputs: Sequence[Any], **options: Any) -> tuple[Any, list[GraphReport]]:
+    """`module(*inputs)` through `torch.compile` with the emmy backend (`options` as `emmy_backend` takes them) from
+    fresh Dynamo caches, without gradients, and the reports of the graphs it compiled."""
+    torch._dynamo.reset()
+    before = len(_GRAPHS)
+    with torch.no_grad():
+        out = torch.compile(module, backend=emmy_backend(**options))(*inputs)
+    return out, [g.report() for g in _GRAPHS[before:]]
+
+
+def backend(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+    """The `emmy` backend as `torch.compile(model, backend="emmy")` finds it: this machine's card, deploy setting."""
+    return emmy_backend()(gm, example_inputs)

@@ -1,0 +1,440 @@
+"""Dynamo's FX graphs read as Emmy graphs: which node Emmy lowers (or why not), sizes, FLOPs.
+
+A graph handed to a Dynamo backend is torch-level FX whose every node carries its fake value
+(`meta["example_value"]`) with Dynamo's symbolic sizes. Shapes are read from there, so no shape
+arithmetic is interpreted and no axis is recognised by its name or position: each distinct
+symbolic size (a symbol `s27`, or an expression such as `2*s27` after a flatten) becomes one
+dynamic axis of the Emmy graph, named `d0, d1, ...` in order of appearance, and its value at run
+time is the expression evaluated on the symbols bound by the inputs' own dimensions.
+
+`refusal(node)` says why Emmy does not lower a node (None: it does); `to_graph(sub, params)`
+translates a partition (a fused FX submodule of supported nodes) into an `ops.Graph` whose inputs
+are the submodule's tensor placeholders and whose `param` nodes are the ones named in `params`
+(Dynamo passes a module's parameters as graph inputs). Each Emmy node's `source` is the FX node's
+name, so a refusal from the passes or lowering names the node to hand back to torch.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from math import prod
+from typing import Any
+
+import sympy
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+
+from emmy_core.graph.ops import Dim, Graph, Node, TensorType
+from emmy_core.graph.passes.fuse_elementwise import bcast_kind
+
+DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+
+BINARY: dict[object, str] = {
+    operator.add: "add", torch.add: "add", "add": "add", operator.sub: "sub", torch.sub: "sub", "sub": "sub",
+    operator.mul: "mul", torch.mul: "mul", "mul": "mul", operator.truediv: "div", torch.div: "div", "div": "div",
+    operator.pow: "pow", torch.pow: "pow", "pow": "pow",
+}
+UNARY: dict[object, str] = {
+    operator.neg: "neg", torch.neg: "neg", "neg": "neg", torch.exp: "exp", "exp": "exp", torch.rsqrt: "rsqrt",
+    "rsqrt": "rsqrt", torch.relu: "relu", F.relu: "relu", "relu": "relu", F.silu: "silu", F.gelu: "gelu",
+}
+MATMUL: dict[object, str] = {torch.matmul: "matmul", operator.matmul: "matmul", torch.bmm: "matmul",
+                             "matmul": "matmul", "bmm": "matmul"}
+REDUCE: dict[object, str] = {torch.mean: "mean", "mean": "mean", torch.sum: "sum", "sum": "sum"}
+SOFTMAX = frozenset({F.softmax, torch.softmax, "softmax"})
+NORMS: dict[object, str] = {F.layer_norm: "layernorm", torch.layer_norm: "layernorm", F.rms_norm: "rmsnorm",
+                            torch.rms_norm: "rmsnorm"}
+RESHAPE = frozenset({"view", "reshape", torch.reshape, "unsqueeze", torch.unsqueeze, "squeeze", torch.squeeze,
+                     "flatten", torch.flatten})
+PERMUTE = frozenset({"transpose", torch.transpose, "permute", torch.permute})
+ALIAS = frozenset({"contiguous", "to", "float", "half", "type_as", F.dropout, "clone", torch.clone})
+# what counts toward `matmul_flops`: every matrix product, whoever runs it
+FLOP_OPS = frozenset({F.linear, torch.addmm, torch.baddbmm, F.scaled_dot_product_attention, torch.conv1d,
+                      torch.conv2d, F.conv1d, F.conv2d, *MATMUL})
+
+
+def value(node: object) -> Any:
+    """The fake value Dynamo recorded for a node (a FakeTensor, a SymInt, ...), or the constant itself."""
+    if isinstance(node, fx.Node):
+        return node.meta.get("example_value", node.meta.get("val"))
+    return node
+
+
+def sym_key(d: object) -> int | sympy.Expr:
+    """A size as an int, or as the sympy expression of a symbolic size."""
+    if isinstance(d, torch.SymInt):
+        expr = d.node.expr
+        return int(expr) if expr.is_number else expr
+    return int(d)  # type: ignore[call-overload]
+
+
+def shape_of(v: torch.Tensor) -> tuple[int | sympy.Expr, ...]:
+    return tuple(sym_key(d) for d in v.shape)
+
+
+def describe(node: fx.Node) -> str:
+    """A node's op as a user reads it: `torch.cat`, `Tensor.to`, `operator.getitem`, ..."""
+    if node.op == "call_method":
+        return f"Tensor.{node.target}"
+    if node.op == "call_function":
+        t = node.target
+        mod = getattr(t, "__module__", None) or ""
+        name = getattr(t, "__name__", str(t))
+        if mod in ("", "builtins", "_operator"):
+            mod = "operator" if mod == "_operator" or t in (operator.getitem,) else "torch"
+        if mod.startswith("torch._C"):
+            mod = "torch"
+        return f"{mod}.{name}"
+    return f"{node.op} {node.target}"
+
+
+def _key(node: fx.Node) -> object:
+    return node.target if node.op == "call_function" else str(node.target)
+
+
+def _arg(node: fx.Node, i: int, name: str, default: object = None) -> object:
+    if len(node.args) > i:
+        return node.args[i]
+    return node.kwargs.get(name, default)
+
+
+def _is_number(x: object) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _last_dim(dim: object, rank: int) -> bool:
+    if isinstance(dim, list | tuple) and len(dim) == 1:
+        dim = dim[0]
+    return isinstance(dim, int) and not isinstance(dim, bool) and rank > 0 and dim % rank == rank - 1
+
+
+def is_compute(node: fx.Node) -> bool:
+    """A node that computes a tensor (what the coverage counts as an op)."""
+    return node.op in ("call_function", "call_method", "call_module") and isinstance(value(node), torch.Tensor)
+
+
+def refusal(node: fx.Node, device: str = "cpu") -> str | None:
+    """Why Emmy does not lower `node` (None when it does); the partitioner's test and the report's reason."""
+    out = value(node)
+    if node.op not in ("call_function", "call_method"):
+        return f"a {node.op} node"
+    if not isinstance(out, torch.Tensor):
+        return "does not compute one tensor"
+    if out.dtype not in DTYPES:
+        return f"computes {out.dtype}; Emmy's kernels take f32, f16, bf16"
+    if out.device.type != device:
+        return f"on {out.device}; this compile's card runs on {device}"
+    k = _key(node)
+    tensors = [value(a) for a in (*node.args, *node.kwargs.values()) if isinstance(value(a), torch.Tensor)]
+    for a in node.args:
+        if isinstance(a, list | tuple) and any(isinstance(value(x), torch.Tensor) for x in a):
+            return "takes a list of tensors"
+    if k in ALIAS:
+        x = tensors[0] if tensors else None
+        if x is None or x.dtype != out.dtype:
+            return "changes the data type (a cast)" if x is not None else "no tensor operand"
+        if k is F.dropout and _arg(node, 2, "training", True) and _arg(node, 1, "p", 0.5) not in (0, 0.0):
+            return "dropout while training"
+        if k == "to" and any(isinstance(a, torch.device | str) for a in node.args[1:]):
+            return "moves the tensor"
+        return None
+    if any(t.dtype != out.dtype for t in tensors):
+        return "mixes data types"
+    if k in RESHAPE or k in PERMUTE:
+        return None
+    shape = shape_of(out)
+    if k in BINARY:
+        a, b = _arg(node, 0, "input"), _arg(node, 1, "other")
+        if BINARY[k] == "pow":
+            b = _arg(node, 1, "exponent")
+            return None if _is_number(b) and isinstance(value(a), torch.Tensor) else "pow of a tensor exponent"
+        for x in (a, b):
+            v = value(x)
+            if isinstance(v, torch.Tensor):
+                if v.dim() == 0:
+                    return "a 0-d tensor operand"
+                kind = bcast_kind(shape_of(v), shape)  # type: ignore[arg-type]
+                if kind is None:
+                    return f"broadcasts {list(shape_of(v))} to {list(shape)} (Emmy broadcasts rows and columns)"
+                if kind != "full" and not isinstance(shape[-1], int):
+                    return "broadcasts over a dynamic last axis"
+            elif not _is_number(x):
+                return f"operand {type(x).__name__} is neither a tensor nor a number"
+        if len(node.kwargs) > (1 if "other" in node.kwargs or "input" in node.kwargs else 0):
+            return "unsupported keyword arguments"
+        return None
+    if k in UNARY:
+        extra = {kk for kk in node.kwargs if kk not in ("approximate", "inplace", "input")}
+        if extra or len(node.args) > 1 or node.kwargs.get("inplace"):
+            return "unsupported arguments"
+        return None
+    if k is F.linear:
+        w = value(_arg(node, 1, "weight"))
+        if not isinstance(w, torch.Tensor) or w.dim() != 2 or not all(isinstance(sym_key(d), int) for d in w.shape):
+            return "a weight that is not a static matrix"
+        return None
+    if k is torch.addmm:
+        if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
+            return "addmm with alpha or beta"
+        a, b, c = (value(x) for x in node.args[:3])
+        if not (isinstance(a, torch.Tensor) and a.dim() == 1 and isinstance(b, torch.Tensor) and b.dim() == 2
+                and isinstance(c, torch.Tensor) and c.dim() == 2):
+            return "addmm other than bias + matrix @ matrix"
+        if not all(isinstance(sym_key(d), int) for d in c.shape):
+            return "a right operand that is not static"
+        return None
+    if k in MATMUL:
+        a, b = (value(x) for x in node.args[:2])
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() >= 2 and b.dim() >= 2):
+            return "a product of vectors"
+        if b.dim() == 2:
+            if not all(isinstance(sym_key(d), int) for d in b.shape):
+                return "a matrix right operand with a dynamic size"
+        elif shape_of(a)[:-2] != shape_of(b)[:-2]:
+            return "batch axes that broadcast"
+        return None
+    if k in REDUCE:
+        x = value(node.args[0])
+        dim = _arg(node, 1, "dim")
+        if not _last_dim(dim, x.dim()) or set(node.kwargs) - {"dim", "keepdim"} or len(node.args) > 3:
+            return "a reduction over other than the last axis"
+        if not isinstance(sym_key(x.shape[-1]), int):
+            return "a reduction over a dynamic axis"
+        return None
+    if k in SOFTMAX:
+        x = value(node.args[0])
+        dim = _arg(node, 1, "dim")
+        if not _last_dim(dim, x.dim()):
+            return "softmax over other than the last axis"
+        dt = node.kwargs.get("dtype")
+        if dt is not None and dt != x.dtype:
+            return "softmax with a data type change"
+        return None
+    if k in NORMS:
+        layer = NORMS[k] == "layernorm"
+        x = value(node.args[0])
+        shape_arg = _arg(node, 1, "normalized_shape")
+        w = _arg(node, 2, "weight")
+        bias = _arg(node, 3, "bias") if layer else 0
+        if not isinstance(shape_arg, list | tuple) or len(shape_arg) != 1 or shape_arg[0] != x.shape[-1]:
+            return "normalises over other than the last axis"
+        if not isinstance(sym_key(x.shape[-1]), int):
+            return "normalises a dynamic axis"
+        if w is None or bias is None:
+            return "a norm without an elementwise weight (and bias)"
+        eps = _arg(node, 4 if layer else 3, "eps")
+        if eps is not None and not _is_number(eps):
+            return "eps is not a constant (Dynamo made it symbolic)"
+        return None
+    return "Emmy has no kernel for it"
+
+
+def alias_only(node: fx.Node) -> bool:
+    """A node that moves no data Emmy computes (a view, transpose or no-op); a partition of only these is left to torch."""
+    k = _key(node)
+    return k in ALIAS or k in RESHAPE or k in PERMUTE
+
+
+def matmul_flops(node: fx.Node) -> sympy.Expr | int | None:
+    """Multiply-add FLOPs (2 per MAC) of a matrix product node, over Dynamo's symbols; None for others."""
+    if node.op not in ("call_function", "call_method") or _key(node) not in FLOP_OPS:
+        return None
+    out = value(node)
+    if not isinstance(out, torch.Tensor):
+        return None
+    k = _key(node)
+    n_out = prod(shape_of(out)) if out.dim() else 1
+    if k is torch.addmm:
+        return 2 * n_out * sym_key(value(node.args[1]).shape[-1])
+    if k is F.scaled_dot_product_attention:
+        q, kk = value(node.args[0]), value(node.args[1])
+        return 4 * prod(shape_of(q)) * sym_key(kk.shape[-2])
+    if k in (torch.conv1d, torch.conv2d, F.conv1d, F.conv2d):
+        w = value(node.args[1])
+        return 2 * n_out * prod(shape_of(w)[1:])
+    a = value(node.args[0])
+    return 2 * n_out * sym_key(a.shape[-1])
+
+
+@dataclass
+class SizeNames:
+    """The dynamic axes of one Emmy graph: each distinct symbolic size's name, expression and example value."""
+
+    exprs: dict[str, sympy.Expr] = field(default_factory=dict)
+    hints: dict[str, int] = field(default_factory=dict)
+    _by_expr: dict[sympy.Expr, str] = field(default_factory=dict)
+
+    def dim(self, d: object) -> Dim:
+        key = sym_key(d)
+        if isinstance(key, int):
+            return key
+        name = self._by_expr.get(key)
+        if name is None:
+            name = f"d{len(self._by_expr)}"
+            self._by_expr[key] = name
+            self.exprs[name] = key
+            hint = d.node.hint if isinstance(d, torch.SymInt) else None
+            self.hints[name] = int(hint) if hint is not None else 2
+        return name
+
+    def shape(self, v: torch.Tensor) -> tuple[Dim, ...]:
+        return tuple(self.dim(d) for d in v.shape)
+
+
+class Refused(Exception):
+    """A node of a partition Emmy could not take after all: its FX name and why."""
+
+    def __init__(self, node: str, reason: str) -> None:
+        super().__init__(f"{node}: {reason}")
+        self.node = node
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Translated:
+    """A partition as an Emmy graph, with where its inputs come from among the submodule's arguments."""
+
+    graph: Graph
+    inputs: tuple[int, ...]  # argument positions of the graph's `input` nodes, in order
+    params: tuple[tuple[str, int], ...]  # (parameter path, argument position)
+    names: SizeNames
+    binders: tuple[tuple[sympy.Symbol, int, int], ...]  # (symbol, argument position, dimension; -1: a SymInt)
+
+
+def to_graph(sub: fx.GraphModule, params: Mapping[str, object], name: str) -> Translated:
+    """The Emmy graph of a fused partition; `params` names the placeholders that are module parameters."""
+    names = SizeNames()
+    nodes: list[Node] = []
+    env: dict[fx.Node, str] = {}
+    inputs: list[int] = []
+    param_pos: list[tuple[str, int]] = []
+    symbols: dict[sympy.Symbol, tuple[int, int]] = {}
+    placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+    for pos, ph in enumerate(placeholders):
+        v = value(ph)
+        if isinstance(v, torch.SymInt):
+            if isinstance(v.node.expr, sympy.Symbol):
+                symbols.setdefault(v.node.expr, (pos, -1))
+            continue
+        if not isinstance(v, torch.Tensor):
+            continue
+        if v.dtype not in DTYPES:
+            raise Refused(ph.name, f"an input of {v.dtype}")
+        for d, size in enumerate(v.shape):
+            e = sym_key(size)
+            if isinstance(e, sympy.Symbol):
+                symbols.setdefault(e, (pos, d))
+        shape = names.shape(v)
+        if ph.name in params and all(isinstance(s, int) for s in shape):
+            nodes.append(Node(ph.name, "param", (), TensorType(shape, DTYPES[v.dtype]), (("path", ph.name),)))
+            param_pos.append((ph.name, pos))
+        else:
+            nodes.append(Node(ph.name, "input", (), TensorType(shape, DTYPES[v.dtype])))
+            inputs.append(pos)
+        env[ph] = ph.name
+    outputs: tuple[str, ...] = ()
+    for n in sub.graph.nodes:
+        if n.op == "placeholder":
+            continue
+        if n.op == "output":
+            items = n.args[0] if isinstance(n.args[0], tuple | list) else (n.args[0],)
+            outputs = tuple(env[x] for x in items)
+            continue
+        made = _node(n, env, names)
+        if isinstance(made, str):
+            env[n] = made
+        else:
+            nodes.extend(made)
+            env[n] = made[-1].name
+    for nm, expr in names.exprs.items():
+        missing = [s for s in expr.free_symbols if s not in symbols]
+        if missing:
+            raise Refused(next(iter(env.values())), f"size {nm} = {expr} depends on {missing[0]}, which no input "
+                          "shows")
+    binders = tuple((s, pos, d) for s, (pos, d) in symbols.items())
+    graph = Graph(name, tuple(nodes), outputs, tuple(sorted(names.hints.items())))
+    return Translated(graph, tuple(inputs), tuple(param_pos), names, binders)
+
+
+def _node(n: fx.Node, env: dict[fx.Node, str], names: SizeNames) -> list[Node] | str:
+    """The Emmy nodes of one FX node (the last defines its value), or the name of the value it aliases."""
+    made = _one(n, env, names)
+    return made if isinstance(made, str | list) else [made]
+
+
+def _one(n: fx.Node, env: dict[fx.Node, str], names: SizeNames) -> Node | list[Node] | str:
+    why = refusal(n)
+    if why is not None:
+        raise Refused(n.name, why)
+    out = value(n)
+    k = _key(n)
+    ttype = TensorType(names.shape(out), DTYPES[out.dtype])
+
+    def t(x: object) -> str:
+        if not isinstance(x, fx.Node) or x not in env:
+            raise Refused(n.name, f"operand {str(x)[:40]} is not a tensor of the partition")
+        return env[x]
+
+    def make(op: str, ins: Sequence[str], **attrs: object) -> Node:
+        return Node(n.name, op, tuple(ins), ttype, tuple(attrs.items()), n.name)  # type: ignore[arg-type]
+
+    if k in ALIAS:
+        return t(n.args[0])
+    if k in RESHAPE:
+        return make("reshape", (t(n.args[0]),), target=ttype.shape)
+    if k in PERMUTE:
+        x = value(n.args[0])
+        rank = x.dim()
+        if k in ("transpose", torch.transpose):
+            d0, d1 = (int(d) % rank for d in n.args[1:3])
+            perm = list(range(rank))
+            perm[d0], perm[d1] = perm[d1], perm[d0]
+        else:
+            dims = n.args[1:] if not (len(n.args) == 2 and isinstance(n.args[1], list | tuple)) else n.args[1]
+            perm = [int(d) % rank for d in dims]  # type: ignore[union-attr]
+        return make("transpose" if k in ("transpose", torch.transpose) else "permute", (t(n.args[0]),),
+                    perm=tuple(perm))
+    if k in BINARY:
+        op = BINARY[k]
+        a = _arg(n, 0, "input")
+        b = _arg(n, 1, "exponent" if op == "pow" else "other")
+        if isinstance(a, fx.Node) and isinstance(b, fx.Node):
+            return make(op, (t(a), t(b)))
+        if isinstance(a, fx.Node):
+            return make(op, (t(a),), scalar=float(b), scalar_first=False)  # type: ignore[arg-type]
+        return make(op, (t(b),), scalar=float(a), scalar_first=True)  # type: ignore[arg-type]
+    if k in UNARY:
+        op = UNARY[k]
+        if op == "gelu":
+            return make(op, (t(n.args[0]),), approximate=str(n.kwargs.get("approximate", "none")))
+        return make(op, (t(n.args[0]),))
+    if k is F.linear:
+        ins = [t(n.args[0]), t(_arg(n, 1, "weight"))]
+        bias = _arg(n, 2, "bias")
+        if bias is not None:
+            ins.append(t(bias))
+        return make("linear", ins)
+    if k is torch.addmm:  # bias + x @ w: a product, then the bias add fuse_epilogue folds back
+        mm = Node(f"{n.name}__mm", "matmul", (t(n.args[1]), t(n.args[2])), ttype, (), n.name)
+        return [mm, make("add", (mm.name, t(n.args[0])))]
+    if k in MATMUL:
+        return make("matmul", (t(n.args[0]), t(n.args[1])))
+    if k in REDUCE:
+        keepdim = bool(_arg(n, 2, "keepdim", False))
+        return make(REDUCE[k], (t(n.args[0]),), keepdim=keepdim)
+    if k in SOFTMAX:
+        return make("softmax", (t(n.args[0]),))
+    if k in NORMS:
+        layer = NORMS[k] == "layernorm"
+        ins = [t(n.args[0]), t(_arg(n, 2, "weight"))]
+        eps = _arg(n, 4 if layer else 3, "eps")
+        if layer:
+            ins.append(t(_arg(n, 3, "bias")))
+            eps = 1e-5 if eps is None else eps
+        elif eps is None:
+            eps = float(torch.finfo(out.dtype).eps)
+        return make(NORMS[k], ins, eps=float(eps))  # type: ignore[arg-type]
+    raise Refused(n.name, "Emmy has no kernel for it")

@@ -1,0 +1,98 @@
+"""Splitting a Dynamo graph into subgraphs Emmy runs and ops torch runs, with torch's partitioner.
+
+`plan_partitions` asks `CapabilityBasedPartitioner` for the largest acyclic groups of nodes
+`dynamo.refusal` accepts, then tries each group the way the backend will compile it (translated to
+an Emmy graph, every pass run, lowered). A group the passes or lowering refuse names the node at
+fault (its FX name travels as the Emmy node's source); that node is handed to torch with the reason
+and the graph is partitioned again, so one op Emmy cannot take never costs its neighbours. A group
+of nothing but views and no-ops is left to torch: moving it to Emmy would only copy. `fuse` then
+replaces each accepted group with a call to a submodule `emmy_<i>`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import torch.fx as fx
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+from torch.fx.passes.utils.fuser_utils import fuse_as_graphmodule, fuse_by_partitions
+
+from emmy_core.graph.dynamo import Refused, alias_only, is_compute, refusal
+
+PREFIX = "emmy_"
+MAX_ROUNDS = 64  # partitioning again after each refusal found late; a graph needing more goes to torch whole
+
+
+class EmmySupport(OperatorSupportBase):
+    """The partitioner's question: does Emmy take this node (and has no later check handed it back)?"""
+
+    def __init__(self, refused: Mapping[str, str], device: str) -> None:
+        self.refused = refused
+        self.device = device
+
+    def is_node_supported(self, submodules: Mapping[str, object], node: fx.Node) -> bool:
+        return node.name not in self.refused and refusal(node, self.device) is None
+
+
+@dataclass
+class PartitionPlan:
+    """The groups Emmy runs (nodes in graph order) and, for every op torch runs, why."""
+
+    groups: list[list[fx.Node]] = field(default_factory=list)
+    torch_ops: dict[str, str] = field(default_factory=dict)  # FX node name -> reason
+
+
+def plan_partitions(gm: fx.GraphModule, trial: Callable[[fx.GraphModule], None], device: str = "cpu") -> PartitionPlan:
+    """The partition of `gm`; `trial(sub)` compiles a candidate group and raises `Refused` (or any error) if it cannot."""
+    refused: dict[str, str] = {}
+    for n in gm.graph.nodes:
+        if is_compute(n):
+            why = refusal(n, device)
+            if why is not None:
+                refused[n.name] = why
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    for _ in range(MAX_ROUNDS):
+        parts = CapabilityBasedPartitioner(gm, EmmySupport(refused, device),
+                                           allows_single_node_partition=True).propose_partitions()
+        plan = PartitionPlan(torch_ops=dict(refused))
+        again = False
+        for p in sorted(parts, key=lambda p: min(order[n] for n in p.nodes)):
+            nodes = sorted(p.nodes, key=order.__getitem__)
+            if all(alias_only(n) for n in nodes):
+                for n in nodes:
+                    if is_compute(n):
+                        plan.torch_ops[n.name] = "a view or no-op with no Emmy kernel in its group"
+                continue
+            sub, _, _ = fuse_as_graphmodule(gm, nodes, "trial", always_return_tuple=True)
+            try:
+                trial(sub)
+            except Refused as exc:
+                refused[exc.node if exc.node in {n.name for n in nodes} else nodes[-1].name] = exc.reason
+                again = True
+                break
+            except Exception as exc:  # any refusal of the passes or lowering: hand its node back to torch
+                names = {n.name for n in nodes}
+                culprit = getattr(exc, "source", None)
+                why = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+                if culprit in names:
+                    refused[culprit] = getattr(exc, "reason", "") or why
+                else:
+                    for n in nodes:
+                        refused[n.name] = f"its group does not lower: {why}"
+                again = True
+                break
+            plan.groups.append(nodes)
+        if not again:
+            return plan
+    plan = PartitionPlan(torch_ops={n.name: "partitioning did not settle" for n in gm.graph.nodes if is_compute(n)})
+    return plan
+
+
+def fuse(gm: fx.GraphModule, plan: PartitionPlan) -> list[str]:
+    """Replaces each group of `plan` in `gm` with a call to submodule `emmy_<i>` (returning a tuple); their names."""
+    if not plan.groups:
+        return []
+    fuse_by_partitions(gm, [dict.fromkeys(g) for g in plan.groups], prefix=PREFIX, always_return_tuple=True)
+    return [f"{PREFIX}{i}" for i in range(len(plan.groups))]

@@ -1,0 +1,106 @@
+"""A tune driven by a search strategy: the harness asks, kernel by kernel, which candidates to measure next.
+
+`StrategyChooser` is the bench harness's `Chooser` for `emmy tune --strategy S --budget N`:
+per kernel it enumerates the candidates on the card (the rule's order), leaves out those the
+recorder already holds measured ok (never measured twice), scores the rest with the prior,
+and runs a `Session` of the strategy within the budget. The rule's first option is always
+measured first; a failed or flagged variant costs its budget and tells the strategy it failed.
+As each kernel finishes, `on_kernel` is told its best so far against its first option.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from emmy_core.bench.harness import Outcome, Planned
+from emmy_core.knobs import candidates
+from emmy_core.knobs.vocab import schedule_id
+from emmy_core.search.replay import Session
+from emmy_core.search.strategy import SearchPool, SearchStrategy, make_strategy
+from emmy_core.targets import Card
+
+PRIOR_STRATEGIES = frozenset({"prior", "explore"})
+
+
+def default_strategy(prior: Any | None) -> str:
+    """`prior` when a prior loaded, else `random` (today's seeded sample)."""
+    return "prior" if prior is not None else "random"
+
+
+@dataclass
+class KernelSearch:
+    """One kernel's search: its pool, the session, and what became of its first option and its best."""
+
+    name: str
+    pool: SearchPool
+    session: Session
+    told: int = 0
+    first_us: float | None = None
+    first_measured: bool = False
+
+    def best_line(self) -> str:
+        best = self.session.best
+        n = len(self.session.trials)
+        if best is None:
+            return f"{self.name}: {n} measured, none working"
+        head = f"{self.name}: {n} measured, best {best.time_us:.2f} us"
+        if self.first_us is not None and best.time_us:
+            return f"{head}, first option {self.first_us:.2f} us ({self.first_us / best.time_us:.2f}x)"
+        return head + (", first option failed" if self.first_measured else ", first option measured before")
+
+
+class StrategyChooser:
+    """The harness's chooser for one strategy, budget and prior (module docstring)."""
+
+    def __init__(self, strategy: str, card: Card, setting: str, budget: int, seed: int = 0, prior: Any | None = None,
+                 on_kernel: Callable[[KernelSearch], None] | None = None,
+                 make: Callable[[str, int], SearchStrategy] = make_strategy) -> None:
+        if strategy in PRIOR_STRATEGIES and prior is None:
+            raise ValueError(f"strategy {strategy!r} needs a prior, and none is loaded")
+        self.strategy, self.card, self.setting, self.budget, self.seed = strategy, card, setting, budget, seed
+        self.prior = prior
+        self.on_kernel = on_kernel
+        self.make = make
+        self.kernels: dict[tuple[str, str], KernelSearch] = {}
+        self.skipped_known = 0
+
+    def start(self, planned: Planned, known: set[str]) -> int:
+        unit = planned.unit
+        every = [dict(k) for k in candidates(unit.program, self.card)]
+        keep = [k for k in every if schedule_id(k) not in known]
+        self.skipped_known += len(every) - len(keep)
+        if not keep:
+            return 0
+        first = 0 if every and schedule_id(every[0]) not in known else None
+        scores = None
+        if self.prior is not None and self.strategy in PRIOR_STRATEGIES:
+            scores = np.asarray(self.prior.score(unit.program, dict(unit.sizes), self.card, self.setting, keep))
+        pool = SearchPool(tuple(keep), tuple(range(len(keep))), first, scores, None,
+                          f"{unit.program.name} {unit.sizes_text}")
+        session = Session(self.make(self.strategy, self.seed), pool, self.budget)
+        self.kernels[unit.key] = KernelSearch(unit.program.name, pool, session)
+        return session.budget
+
+    def next(self, planned: Planned, outcomes: Sequence[Outcome]) -> list[dict[str, object]]:
+        k = self.kernels[planned.unit.key]
+        index = {schedule_id(dict(kn)): i for i, kn in enumerate(k.pool.knobs)}
+        for o in outcomes[k.told:]:
+            i = index[schedule_id(o.knobs)]
+            t = o.median_us if o.status == "ok" else None
+            if i == k.pool.first:
+                k.first_us, k.first_measured = t, True
+            k.session.tell(i, t)
+        k.told = len(outcomes)
+        picks = k.session.next(1)
+        if not picks and self.on_kernel is not None:
+            self.on_kernel(k)
+        return [dict(k.pool.knobs[i]) for i in picks]
+
+    def measured(self, key: tuple[str, str]) -> list[dict[str, object]]:
+        """The candidates measured for a kernel (unit key), in order."""
+        k = self.kernels[key]
+        return [dict(k.pool.knobs[t.index]) for t in k.session.trials]

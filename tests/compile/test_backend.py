@@ -1,0 +1,165 @@
+"""The `emmy` Dynamo backend's rules: torch runs what Emmy does not lower, weights are followed, sizes stay dynamic,
+groups are checked against torch, and the direct API agrees with it bit for bit."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import emmy_core
+from emmy_core.compiler.backend import EmmyGroup, GraphReport, check_outputs, compile_reports, emmy_backend
+
+ROOT = Path(__file__).resolve().parents[2]
+H = 32
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo() -> None:
+    torch._dynamo.reset()
+
+
+class Block(nn.Module):
+    """RMSNorm, a SiLU-gated MLP and a residual: every op Emmy lowers, no graph break."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.RMSNorm(H, eps=1e-6)
+        self.gate = nn.Linear(H, 2 * H, bias=False)
+        self.up = nn.Linear(H, 2 * H, bias=False)
+        self.down = nn.Linear(2 * H, H, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class WithCumsum(nn.Module):
+    """A linear, an op Emmy has no kernel for (cumsum), a linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(H, H)
+        self.b = nn.Linear(H, H)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.cumsum(F.relu(self.a(x)), dim=1))
+
+
+class Doubled(nn.Module):
+    """A reference that is not what Emmy computes: twice the real one."""
+
+    def __init__(self, real: nn.Module) -> None:
+        super().__init__()
+        self.real = real
+
+    def forward(self, *args: object) -> tuple[torch.Tensor, ...]:
+        return tuple(2 * t for t in self.real(*args))
+
+
+def _since(before: int) -> list[GraphReport]:
+    return compile_reports()[before:]
+
+
+def test_an_op_emmy_does_not_lower_runs_as_torch_and_the_report_names_it() -> None:
+    torch.manual_seed(0)
+    m = WithCumsum().eval()
+    before = len(compile_reports())
+    c = torch.compile(m, backend=emmy_backend(prior=False))
+    x = torch.randn(2, 5, H)
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
+    (report,) = _since(before)
+    fell = {f.op: f.reason for f in report.fell_back}
+    assert "torch.cumsum" in fell and "no kernel" in fell["torch.cumsum"]
+    assert report.ops_on_emmy >= 3 and report.matmul_flops == report.matmul_flops_on_emmy == 2 * 2 * (2 * 5 * H * H)
+    assert "torch.cumsum" in emmy_core.compiler.backend.render_reports([report])
+
+
+def test_a_weight_edited_in_place_after_compile_is_followed() -> None:
+    torch.manual_seed(0)
+    m = Block().eval()
+    c = torch.compile(m, backend=emmy_backend(prior=False))
+    x = torch.randn(2, 5, H)
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
+        m.down.weight.mul_(3.0)
+        m.norm.weight.add_(0.5)
+        torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
+    (report,) = compile_reports()[-1:]
+    assert report.matmul_flops_on_emmy == report.matmul_flops > 0
+
+
+def test_recompiles_are_bounded_ten_sequence_lengths_at_most_two_graph_compilations() -> None:
+    torch.manual_seed(0)
+    m = Block().eval()
+    before = len(compile_reports())
+    c = torch.compile(m, backend=emmy_backend(prior=False))
+    with torch.no_grad():
+        for s in range(2, 12):
+            x = torch.randn(3, s, H)
+            torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
+    reports = _since(before)
+    assert 1 <= len(reports) <= 2, [r.name for r in reports]
+    assert reports[-1].sizes and reports[-1].matmul_flops_on_emmy == reports[-1].matmul_flops
+    assert reports[-1].matmul_flops == 2 * 3 * 11 * (3 * H * 2 * H)  # at the size it last ran
+
+
+def test_the_direct_api_and_the_backend_agree_bit_for_bit() -> None:
+    torch.manual_seed(0)
+    m = Block().eval()
+    x = torch.randn(2, 5, H)
+    direct = emmy_core.compile(m, (x,), prior=False)
+    c = torch.compile(m, backend=emmy_backend(prior=False), dynamic=True)
+    with torch.no_grad():
+        for s in (5, 9):
+            y = torch.randn(2, s, H)
+            assert torch.equal(direct(y), c(y))
+
+
+def test_a_group_that_differs_from_torch_runs_as_torch_with_a_note() -> None:
+    torch.manual_seed(0)
+    m = Block().eval()
+    c = torch.compile(m, backend=emmy_backend(prior=False), dynamic=True)
+    x = torch.randn(2, 5, H)
+    with torch.no_grad():
+        c(x)
+    assert compile_reports()[-1].ops_on_emmy > 0
+    # give the group a reference that computes something else: its next size must fail the check and go back
+    state = emmy_core.compiler.backend._GRAPHS[-1]
+    group: EmmyGroup = state.live_groups()[0]
+    group.torch_sub = Doubled(group.torch_sub)
+    y = torch.randn(2, 7, H)
+    with torch.no_grad():
+        out = c(y)
+    assert group.off is not None and "differs from torch" in group.off
+    torch.testing.assert_close(out, 2 * m(y))  # the answer is the (doubled) reference's, never Emmy's unchecked one
+    report = compile_reports()[-1]
+    assert report.ops_on_emmy == 0 and any("differs from torch" in n for n in report.notes)
+
+
+def test_check_outputs_uses_the_harness_tolerance() -> None:
+    want = torch.randn(64, dtype=torch.float32)
+    assert check_outputs([want + 1e-7], [want], "f32") is None
+    assert "values off" in str(check_outputs([want + 1e-2], [want], "f32"))
+    assert check_outputs([want + 1e-3], [want], "f16") is None
+    nan = want.clone()
+    nan[3] = float("nan")
+    assert "not finite" in str(check_outputs([nan], [want], "f32"))
+
+
+def test_the_backend_is_registered_as_the_emmy_entry_point() -> None:
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    target = meta["project"]["entry-points"]["torch_dynamo_backends"]["emmy"]
+    module, _, attr = target.partition(":")
+    fn = getattr(__import__(module, fromlist=[attr]), attr)
+    if "emmy" not in torch._dynamo.list_backends(exclude_tags=()):  # an install older than the entry point
+        torch._dynamo.register_backend(fn, name="emmy")
+    m = Block().eval()
+    x = torch.randn(1, 3, H)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(m, backend="emmy")(x), m(x), rtol=1e-5, atol=1e-5)

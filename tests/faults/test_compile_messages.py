@@ -1,0 +1,145 @@
+"""The compile path refuses a careless or hostile caller with one clear message (no traceback of torch's,
+no misleading diagnosis), and says so when it drops something the caller may want (gradients)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+from typer.testing import CliRunner
+
+import emmy_core
+from emmy_core.cli.main import app
+from emmy_core.compiler import NoGradientsWarning
+from emmy_core.graph.errors import GraphError, UnsupportedOp
+from emmy_core.ir import IRError, parse_sizes
+
+runner = CliRunner()
+X = torch.randn(4, 8)
+
+
+class Lin(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x)
+
+
+class ScalesByTheBatch(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x) * x.shape[0]
+
+
+class ReshapesByArithmetic(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b = x.shape[0]
+        return self.lin(x).reshape(b * 2, 4)
+
+
+@pytest.fixture(scope="module")
+def compiled() -> emmy_core.Compiled:
+    return emmy_core.explain(Lin(), (X,), prior=False)
+
+
+def test_a_user_model_that_raises_in_init_is_named_with_its_error() -> None:
+    res = runner.invoke(app, ["explain", "--model", "tests.faults.user_models_for_faults:RaisesInInit",
+                              "--input", "B,8", "--shape", "B=2,S=1"])
+    assert isinstance(res.exception, SystemExit) and res.exit_code != 0
+    assert "RaisesInInit: its __init__ raised RuntimeError: weights file missing" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_a_user_model_that_needs_arguments_says_it_is_built_with_none() -> None:
+    res = runner.invoke(app, ["explain", "--model", "tests.faults.user_models_for_faults:NeedsArguments",
+                              "--input", "B,8", "--shape", "B=2,S=1"])
+    assert isinstance(res.exception, SystemExit) and res.exit_code != 0
+    assert "NeedsArguments: cannot be built with no arguments" in res.output and "hidden" in res.output
+
+
+@pytest.mark.parametrize("model", [ScalesByTheBatch, ReshapesByArithmetic])
+def test_arithmetic_on_a_shape_read_is_refused_naming_the_axis_and_the_line(model: type[nn.Module]) -> None:
+    with pytest.raises(UnsupportedOp, match=r"computes with the dynamic axis B read from a shape.*at .*"
+                                            r"test_compile_messages\.py:\d+"):
+        emmy_core.explain(model(), (X,), prior=False)
+
+
+def test_compile_given_a_plain_function_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match=r"compile takes a torch\.nn\.Module, got function"):
+        emmy_core.compile(lambda x: x + 1, (X,), prior=False)  # type: ignore[arg-type]
+
+
+def test_a_prior_of_the_wrong_kind_is_a_type_error_naming_what_it_takes() -> None:
+    with pytest.raises(TypeError, match=r"prior= must be None .* got dict"):
+        emmy_core.compile(Lin(), (X,), prior={"a": 1})
+
+
+def test_strict_evidence_must_be_a_bool_not_a_truthy_string() -> None:
+    with pytest.raises(TypeError, match="strict_evidence= must be True or False, got str 'no'"):
+        emmy_core.compile(Lin(), (X,), prior=False, strict_evidence="no")  # type: ignore[arg-type]
+
+
+def test_a_meta_tensor_input_is_refused_as_meta_not_blamed_on_dynamic_axes() -> None:
+    with pytest.raises(GraphError, match="meta tensors are not supported") as info:
+        emmy_core.explain(Lin(), (torch.randn(4, 8, device="meta"),), prior=False)
+    assert "dynamic ax" not in str(info.value)
+
+
+def test_a_model_that_fails_to_run_shows_only_its_own_error(capfd: pytest.CaptureFixture[str]) -> None:
+    class Mismatch(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(16, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.lin(x)
+
+    with pytest.raises(GraphError, match=r"at .*test_compile_messages\.py:\d+: return self\.lin\(x\): "
+                                         r"RuntimeError: mat1 and mat2 shapes cannot be multiplied") as info:
+        emmy_core.explain(Mismatch(), (X,), prior=False)
+    out, err = capfd.readouterr()
+    assert "Traceback" not in out + err and "ShapeProp" not in out + err + str(info.value)
+
+
+def test_a_negative_shape_says_sizes_must_be_positive() -> None:
+    with pytest.raises(IRError, match="sizes must be positive"):
+        parse_sizes("B=-1")
+    res = runner.invoke(app, ["explain", "--model", "mlp", "--shape", "B=-1,S=8"])
+    assert res.exit_code != 0 and "sizes must be positive" in res.output and "NAME=INT" not in res.output
+
+
+@pytest.mark.parametrize("sizes", [{"B": -3}, {"B": 0}, {"B": 1.5}, {"B": True}, {"B": "8"}, {"B": 2**40}])
+def test_layout_refuses_a_size_that_is_not_a_positive_whole_number(compiled: emmy_core.Compiled,
+                                                                    sizes: dict) -> None:
+    with pytest.raises(GraphError, match=r"size of B must be a whole number in 1\.\."):
+        compiled.layout(sizes)
+    with pytest.raises(GraphError, match="size of B must be a whole number"):
+        compiled.resolve(sizes)
+
+
+def test_a_call_that_torch_would_track_gradients_for_warns_once_that_emmy_computes_none() -> None:
+    model = Lin()
+    compiled = emmy_core.compile(model, (X,), prior=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = compiled(X.requires_grad_(False))
+        compiled(X)
+    mine = [w for w in caught if issubclass(w.category, NoGradientsWarning)]
+    assert len(mine) == 1 and "Emmy computes no gradients" in str(mine[0].message)
+    assert not out.requires_grad
+    quiet = emmy_core.compile(Lin(), (X,), prior=False)
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        quiet(X)
+    assert not [w for w in caught if issubclass(w.category, NoGradientsWarning)]

@@ -1,0 +1,60 @@
+"""`emmy eval search`: strategies replayed on an export's measured pools, scored per budget, per card and overall."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from emmy_core.cli.main import app
+from emmy_core.search.curves import PoolTruth, methodology_score
+
+runner = CliRunner()
+
+
+def test_eval_search_replays_each_strategy_and_writes_the_curves(caches_export: Callable, tile_prior: Path,
+                                                                  tmp_path: Path) -> None:
+    # file order: tile 2 first (2 ms), then tile 1 (4 ms), tile 3 (1 ms, the best); the prior ranks tile 3 first
+    export, files = caches_export({"k": [(2, 2.0), (1, 4.0), (3, 1.0)]})
+    out, plots = tmp_path / "curves.json", tmp_path / "plots"
+    result = runner.invoke(app, ["eval", "search", str(export), "--strategies", "first,prior,random", "--budgets",
+                                 "1,2,3", "--offline-file", str(tile_prior), "--extern-order", str(files[0]),
+                                 "--json", str(out), "--plots", str(plots)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    curves = doc["curves"]
+    assert curves["first"] == {"1": {"slowdown": 2.0, "pools": 1}, "2": {"slowdown": 2.0, "pools": 1},
+                               "3": {"slowdown": 1.0, "pools": 1}}
+    assert curves["prior"]["1"]["slowdown"] == 2.0 and curves["prior"]["2"]["slowdown"] == 1.0  # first, then its top
+    assert curves["random"]["3"] == {"slowdown": 1.0, "pools": 1}
+    assert doc["per_card"]["NVIDIA RTX A4000"]["prior"]["2"] == {"slowdown": 1.0, "pools": 1}
+    assert set(doc["methodology_score"]) == {"first", "prior", "random"}  # None: 3 members, random finds the best
+    assert sorted(p.name for p in plots.iterdir()) == ["search-NVIDIA_RTX_A4000.png", "search-all_pools.png"]
+    foreign = tmp_path / "notes.json"
+    foreign.write_text('{"mine": 1}')
+    again = runner.invoke(app, ["eval", "search", str(export), "--strategies", "first", "--budgets", "1",
+                                "--offline-file", str(tile_prior), "--json", str(foreign)])
+    assert again.exit_code != 0 and "not search curves" in again.output and foreign.read_text() == '{"mine": 1}'
+
+
+def test_eval_search_refuses_an_unknown_strategy_and_a_bad_budget(caches_export: Callable, tile_prior: Path) -> None:
+    export, _ = caches_export({"k": [(2, 2.0), (1, 4.0)]})
+    bad = runner.invoke(app, ["eval", "search", str(export), "--strategies", "oracle", "--offline-file",
+                              str(tile_prior)])
+    assert bad.exit_code != 0 and "unknown strategies oracle" in bad.output
+    zero = runner.invoke(app, ["eval", "search", str(export), "--budgets", "0,4", "--offline-file", str(tile_prior)])
+    assert zero.exit_code != 0 and "budgets must be positive" in zero.output
+
+
+@pytest.mark.parametrize("draws", [1, 5])
+def test_the_methodology_score_is_one_for_the_optimum_at_once_and_below_zero_for_the_worst(draws: int) -> None:
+    pytest.importorskip("autotuning_methodology")
+    working = np.sort(np.random.default_rng(0).uniform(1.0, 9.0, 200))
+    truth = {"p": PoolTruth("p", "c", working)}
+    best = methodology_score({"p": [[float(working[0])] * 8] * draws}, truth, 8)
+    worst = methodology_score({"p": [[float(working[-1])] * 8] * draws}, truth, 8)
+    assert best == pytest.approx(1.0) and worst is not None and worst < 0

@@ -1,0 +1,143 @@
+"""The replay of a strategy over a frozen pool: it sees only what it chose, within its budget, failures counted."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from emmy_core.knobs import candidates, sample_candidates
+from emmy_core.search import (
+    FrozenPool,
+    ReplayError,
+    SearchPool,
+    Session,
+    Trial,
+    check_blind,
+    make_strategy,
+    replay,
+)
+from emmy_core.search.strategy import STRATEGIES, PriorStrategy, shape_key
+from emmy_core.targets import local_card
+
+
+def toy(n: int = 40, seed: int = 0, fail_every: int = 0) -> FrozenPool:
+    """A pool of `n` candidates over two tile knobs and one other, with times, scores and transfer evidence."""
+    rng = np.random.default_rng(seed)
+    knobs = tuple({"tile_m": 2 ** (i % 5), "tile_n": 2 ** ((i // 5) % 4), "unroll": 1 + i % 3} for i in range(n))
+    times = rng.uniform(1.0, 10.0, n)
+    if fail_every:
+        times[1::fail_every] = np.nan
+    pool = SearchPool(knobs, tuple(range(n)), 0, rng.normal(size=n), rng.normal(size=n), "toy")
+    return FrozenPool(pool, times)
+
+
+class Cheater:
+    """Finds the frozen pool's times on the call stack and picks the fastest unmeasured candidate."""
+
+    name = "cheater"
+
+    def propose(self, pool: SearchPool, trials: Sequence[Trial], n: int, budget: int) -> list[int]:
+        frame = inspect.currentframe()
+        while frame is not None and not isinstance(frame.f_locals.get("frozen"), FrozenPool):
+            frame = frame.f_back
+        assert frame is not None
+        times = np.where(np.isfinite(frame.f_locals["frozen"].times), frame.f_locals["frozen"].times, np.inf)
+        done = {t.index for t in trials}
+        return [int(i) for i in np.argsort(times) if int(i) not in done][:n]
+
+
+def test_a_replay_never_reveals_an_unchosen_candidates_time() -> None:
+    frozen = toy(fail_every=7)
+    assert not any("time" in f for f in SearchPool.__dataclass_fields__)  # a strategy is handed no times at all
+    seen: list[tuple[Trial, ...]] = []
+
+    class Recording(PriorStrategy):
+        def propose(self, pool: SearchPool, trials: Sequence[Trial], n: int, budget: int) -> list[int]:
+            seen.append(tuple(trials))
+            return super().propose(pool, trials, n, budget)
+
+    trials = replay(Recording(), frozen, 12)
+    chosen = [t.index for t in trials]
+    for history in seen:  # every time it was told is the time of a candidate it chose, and only those
+        for t in history:
+            assert t.index in chosen
+            assert (t.time_us is None) == (not np.isfinite(frozen.times[t.index]))
+            assert t.time_us is None or t.time_us == frozen.times[t.index]
+    for name in STRATEGIES:  # the honest strategies choose the same whatever the times they did not choose
+        check_blind(lambda name=name: make_strategy(name, 3), frozen, 12)
+
+
+def test_a_cheating_strategy_is_caught() -> None:
+    frozen = toy(fail_every=7)
+    trials = replay(Cheater(), frozen, 5)
+    assert min(t.time_us for t in trials if t.ok) == np.nanmin(frozen.times)  # it did find the best by peeking
+    with pytest.raises(ReplayError, match="saw times it was not given"):
+        check_blind(Cheater, frozen, 5)
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+@pytest.mark.parametrize("budget", [1, 3, 8, 39, 40, 100])
+def test_budgets_are_honoured_counting_failures(name: str, budget: int) -> None:
+    frozen = toy(fail_every=2)  # every other candidate fails
+    trials = replay(make_strategy(name, 1), frozen, budget)
+    assert len(trials) == min(budget, len(frozen.pool))
+    assert len({t.index for t in trials}) == len(trials)
+    assert sum(not t.ok for t in trials) >= (1 if budget >= 3 else 0) or name == "first"
+    assert trials[0].index == frozen.pool.first  # the first option always measured, first
+
+
+def test_a_strategy_that_asks_for_more_than_its_share_or_repeats_is_refused() -> None:
+    frozen = toy()
+
+    class Greedy:
+        name = "greedy"
+
+        def propose(self, pool: SearchPool, trials: Sequence[Trial], n: int, budget: int) -> list[int]:
+            return list(range(1, n + 2))
+
+    class Again:
+        name = "again"
+
+        def propose(self, pool: SearchPool, trials: Sequence[Trial], n: int, budget: int) -> list[int]:
+            return [0]
+
+    with pytest.raises(ReplayError, match="proposed 2 candidates where 1 were asked"):
+        replay(Greedy(), frozen, 5)
+    with pytest.raises(ReplayError, match="already measured"):
+        replay(Again(), frozen, 5)
+    session = Session(make_strategy("first"), frozen.pool, 3)
+    with pytest.raises(ReplayError, match="not proposed"):
+        session.tell(7, 1.0)
+
+
+def test_prior_drops_candidates_that_share_a_failed_candidates_shape() -> None:
+    frozen = toy()
+    failed = 0
+    shape = shape_key(frozen.pool.knobs[failed])
+    ranking = PriorStrategy().ranking(frozen.pool, [Trial(failed, None)])
+    same = [i for i, k in enumerate(frozen.pool.knobs) if shape_key(k) == shape]
+    assert len(same) > 1 and all(ranking[i] == -np.inf for i in same)
+    assert np.isfinite(ranking).sum() == len(frozen.pool) - len(same)
+
+
+def test_prior_measures_the_first_option_then_the_priors_top_before_the_evidence_moves_it() -> None:
+    frozen = toy()
+    trials = replay(make_strategy("prior"), frozen, 4)
+    top = [int(i) for i in np.argsort(-frozen.pool.scores, kind="stable") if i != 0][:3]
+    assert [t.index for t in trials] == [0, *top]
+
+
+def test_random_is_todays_seeded_sample() -> None:
+    from emmy_core.ir.builders import rmsnorm
+
+    card = local_card()
+    kernel = rmsnorm(hidden=4096, dtype="f16", batch_hint=8)
+    pool = [dict(k) for k in candidates(kernel, card)]
+    assert len(pool) > 8
+    search = SearchPool(tuple(pool), tuple(range(len(pool))), 0)
+    for seed in (0, 5):
+        trials = replay(make_strategy("random", seed), FrozenPool(search, np.ones(len(pool))), 8)
+        assert [pool[t.index] for t in trials] == [dict(k) for k in sample_candidates(kernel, card, 8, seed)]
