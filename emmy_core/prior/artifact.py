@@ -2,9 +2,12 @@
 
 The file: `format` (`emmy-prior`), `feature_version`, `features` (the column names, in the
 model's order), `provenance` (dataset digest, parameters, code revision, time), `metrics`
-(the fit's headline figures), `calibration` (the price curves, `emmy_core.prior.price`)
-and `model`: the trees in CatBoost's own JSON format (`features_info`, `oblivious_trees`,
-`scale_and_bias`). Loading is strict (seed 08: "refit it, never silently continue with
+(the fit's headline figures), `calibration` (the price curves, `emmy_core.prior.price`),
+`model`: the trees in CatBoost's own JSON format (`features_info`, `oblivious_trees`,
+`scale_and_bias`), `transfer`: the table of what the fit's cards measured, read for the `tr.*`
+features (`emmy_core.prior.transfer_features`), and `ranking`: the blend of the ranker and the
+transfer order the fit selected on the card split, with the figures it was selected on
+(`emmy_core.prior.ranking`; `score` computes exactly that blend). Loading is strict (seed 08: "refit it, never silently continue with
 something else"): a missing or malformed file, or one written under another feature
 version, is a `PriorError` naming the file (and both versions). Scoring needs numpy only.
 """
@@ -20,16 +23,20 @@ from typing import Any
 
 import numpy as np
 
-from emmy_core.ir import Extern, Program
+from emmy_core.ir import Extern, Program, format_sizes, kernel_id
+from emmy_core.knobs.vocab import schedule_id
 from emmy_core.prior.features import FEATURE_VERSION, fork_features
 from emmy_core.prior.price import Curve, curve_key, price, read_curves, scale_of
+from emmy_core.prior.ranking import combine, mode_of
+from emmy_core.prior.transfer_features import TRANSFER_NAMES, TransferTable, read_table
 from emmy_core.prior.trees import ModelFormatError, Trees, parse_model
 from emmy_core.targets.card import Card
 
 ARTIFACT_FORMAT = "emmy-prior"
 MAX_ARTIFACT_BYTES = 64 * 1024 * 1024
 MAX_FEATURES = 4096
-_KEYS = frozenset({"format", "feature_version", "features", "provenance", "metrics", "calibration", "model"})
+_KEYS = frozenset({"format", "feature_version", "features", "provenance", "metrics", "calibration", "model",
+                   "transfer", "ranking"})
 
 
 class PriorError(ValueError):
@@ -45,22 +52,47 @@ class Prior:
         self.features: tuple[str, ...] = tuple(doc["features"])
         self.trees: Trees = parse_model(doc["model"], len(self.features))
         self.curves: dict[str, Curve] = read_curves(doc["calibration"], "$.calibration")
+        self.table: TransferTable = read_table(doc["transfer"], "$.transfer")
+        self.weight: float = read_weight(doc["ranking"])
+        self._transfer_column = (self.features.index(TRANSFER_NAMES[0]) if TRANSFER_NAMES[0] in self.features
+                                 else None)
 
     @property
     def info(self) -> dict[str, Any]:
-        """feature_version, provenance, feature names, headline metrics, trees and the price curves."""
+        """feature_version, provenance, feature names, headline metrics, trees, the price curves, the ranking
+        the fit selected and the size of its transfer table."""
         return {"feature_version": self.doc["feature_version"], "provenance": self.doc["provenance"],
                 "features": list(self.features), "metrics": self.doc["metrics"],
                 "trees": int(self.trees.level_feature.shape[0]), "depth": int(self.trees.level_feature.shape[1]),
-                "calibration": {k: c.to_json() for k, c in self.curves.items()}, "source": self.source}
+                "calibration": {k: c.to_json() for k, c in self.curves.items()}, "source": self.source,
+                "ranking": self.doc["ranking"],
+                "transfer": {"pools": len(self.table.pools), "cards": sorted(self.table.cards)}}
+
+    def transfer(self, kernel: Program | Extern, sizes: Mapping[str, int] | str | None, card: Card | None,
+                 setting: str, candidates: Sequence[Mapping[str, object]]) -> np.ndarray | None:
+        """The candidates' `tr.*` columns from this prior's table (the card's own rows left out), or None
+        when no other card of the table measured this kernel at these sizes under this setting."""
+        if not self.table.pools:
+            return None
+        kid, text = kernel_id(kernel), sizes_text(kernel, sizes)
+        name = card.name if card is not None else None
+        if not self.table.has(kid, text, setting, name):
+            return None
+        numbers = card.numeric() if card is not None else None
+        return self.table.columns(kid, text, setting, numbers, name, [schedule_id(dict(c)) for c in candidates])
 
     def rows(self, kernel: Program | Extern, sizes: Mapping[str, int] | str | None, card: Card | None,
              setting: str, candidates: Sequence[Mapping[str, object]]) -> np.ndarray:
         """The feature rows of `candidates`, in this prior's column order."""
-        return fork_features(kernel, sizes, card, setting, candidates).matrix(self.features)
+        return fork_features(kernel, sizes, card, setting, candidates,
+                             self.transfer(kernel, sizes, card, setting, candidates)).matrix(self.features)
 
     def score_rows(self, rows: np.ndarray) -> np.ndarray:
-        return self.trees.predict(rows)
+        """The scores of one pool's rows: the trees blended with the rows' transfer score by the fit's weight."""
+        scores = self.trees.predict(rows)
+        if self._transfer_column is None or self.weight <= 0:
+            return scores
+        return combine(scores, rows[:, self._transfer_column], self.weight)
 
     def score(self, kernel: Program | Extern, sizes: Mapping[str, int] | str | None, card: Card | None,
               setting: str, candidates: Sequence[Mapping[str, object]]) -> np.ndarray:
@@ -89,6 +121,28 @@ class Prior:
         return price(self.curves, key, scores, scale_of(rows, self.features))
 
 
+def sizes_text(kernel: Program | Extern, sizes: Mapping[str, int] | str | None) -> str:
+    """The sizes as the store keys a pool: text as given, a mapping kept to the kernel's dynamic axes."""
+    if sizes is None:
+        return ""
+    if isinstance(sizes, str):
+        return sizes
+    if isinstance(kernel, Extern):
+        return format_sizes({str(k): int(v) for k, v in sizes.items()})
+    dyn = {a.name for a in kernel.dynamic_axes}
+    return format_sizes({str(k): int(v) for k, v in sizes.items() if k in dyn})
+
+
+def read_weight(doc: object) -> float:
+    """The blend weight of an artifact's `ranking` field (ValueError naming the field)."""
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("weight"), int | float) or isinstance(
+            doc.get("weight"), bool) or not 0 <= doc["weight"] <= 1:
+        raise ValueError("$.ranking.weight must be a number in 0..1")
+    if doc.get("mode") != mode_of(float(doc["weight"])):
+        raise ValueError(f"$.ranking.mode must be {mode_of(float(doc['weight']))!r} for weight {doc['weight']}")
+    return float(doc["weight"])
+
+
 def _refuse(path: str, why: str) -> PriorError:
     return PriorError(f"{path}: {why}")
 
@@ -112,7 +166,7 @@ def _parse(doc: object, path: str) -> Prior:
     if not isinstance(names, list) or not 0 < len(names) <= MAX_FEATURES or not all(
             isinstance(n, str) and 0 < len(n) <= 80 for n in names) or len(set(names)) != len(names):
         raise _refuse(path, f"$.features must be 1..{MAX_FEATURES} distinct names of at most 80 characters")
-    for field in ("provenance", "metrics"):
+    for field in ("provenance", "metrics", "ranking"):
         if not isinstance(doc[field], dict):
             raise _refuse(path, f"$.{field} must be an object")
     try:
