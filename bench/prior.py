@@ -47,8 +47,7 @@ from emmy_core.knobs import candidates
 from emmy_core.prior import load_installed_prior, load_prior
 from emmy_core.prior import metrics as m
 from emmy_core.prior.dataset import Dataset, read_dataset
-from emmy_core.prior.fit import featurize, fit_dataset, select_weight
-from emmy_core.prior.ranking import WEIGHTS, mode_of
+from emmy_core.prior.fit import choice_figures, featurize, fit_dataset, select_choice
 from emmy_core.prior.training import Params
 from emmy_core.prior.transfer import card_split, fork_baselines
 from emmy_core.targets import Card
@@ -168,13 +167,14 @@ def bench_loco(dataset: Dataset, params: Params, seeds: Sequence[int]) -> None:
     for seed in seeds:
         t = time.monotonic()
         folds, held = card_split(dataset.forks, names, "measured", len(cards), seed, params)
-        weights = {c: select_weight([h for h in held if h.fork.card_name != c]) for c in cards}
-        figures = [{**h.figures(weights[h.fork.card_name]), "card": h.fork.card_name,
+        chosen = {c: select_choice([h for h in held if h.fork.card_name != c]) for c in cards}
+        figures = [{**h.figures(*chosen[h.fork.card_name]), "card": h.fork.card_name,
                     "kernel": getattr(h.fork.kernel, "name", h.fork.kernel_id), "family": h.fork.family}
                    for h in held]
         overall[seed] = m.summarize(figures)
-        say(f"loco seed {seed}: {len(folds)} folds, {time.monotonic() - t:.0f} s ({load()}); weight per held-out "
-            f"card (selected on the others): {json.dumps(weights)}; shipped (all cards): {select_weight(held)}")
+        say(f"loco seed {seed}: {len(folds)} folds, {time.monotonic() - t:.0f} s, {time.process_time():.0f} cpu-s "
+            f"so far ({load()}); ranking per held-out card (selected on the others): {json.dumps(chosen)}; "
+            f"shipped (all cards): {select_choice(held)}")
         say(_header("held-out card"))
         for card in cards:
             say(_row(card, [f for f in figures if f["card"] == card]))
@@ -188,9 +188,9 @@ def bench_loco(dataset: Dataset, params: Params, seeds: Sequence[int]) -> None:
             if s.get("top1") and s.get("transfer_top1") and s["top1"] > 1.02 * s["transfer_top1"]:
                 worse.append(f"{c} ({s['top1']:.3f} vs {s['transfer_top1']:.3f})")
         say(f"  cards worse than the transfer baseline by more than 2%: {', '.join(worse) or 'none'}")
-        for w in WEIGHTS:
-            s = m.summarize([h.figures(w) for h in held])
-            say(f"  every card at weight {w:.2f} ({mode_of(w)}): top1 {s['top1']:.3f} top5 {s['top5']:.3f}")
+        for c in choice_figures(held):
+            say(f"  every card by {c['mode']} ({c['source']}, weight {c['weight']:.2f}): top1 {c['top1']:.3f} "
+                f"top5 {c['top5']:.3f}")
     top1 = [o["top1"] for o in overall.values() if o.get("top1") is not None]
     top5 = [o["top5"] for o in overall.values() if o.get("top5") is not None]
     tr = [o["transfer_top1"] for o in overall.values() if o.get("transfer_top1") is not None]

@@ -49,7 +49,7 @@ def info(file: Annotated[Path | None, typer.Option("--file", help="an artifact (
         return f"{float(v):+.1%}" if isinstance(v, int | float) else "-"
 
     top1 = rk.get("top1")
-    typer.echo(f"  ranking: {rk.get('mode')} (weight {rk.get('weight')}), won on the {rk.get('split', '?')} split"
+    typer.echo(f"  ranking: {rk.get('mode')} ({rk.get('source')}, weight {rk.get('weight')}), won on the {rk.get('split', '?')} split"
                + (f" with top-1 {top1:.3f}" if isinstance(top1, int | float) else "")
                + f": {pct(rk.get('vs_ranker'))} against the ranker alone, {pct(rk.get('vs_transfer_order'))} against"
                f" the transfer order, {pct(rk.get('vs_transfer_baseline'))} against the transfer baseline")

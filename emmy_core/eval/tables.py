@@ -208,12 +208,12 @@ def fit_text(report: Mapping[str, Any]) -> str:
            "card ranked from a model fitted without it, its transfer features from the other cards only"]
     if report.get("split") == "card":
         out += [measured_table(report), measured_table(report, "by_family", "family")]
-    choices = ", ".join(f"{c['mode']} {c['weight']:.2f}: {fmt(c.get('top1'), 'x')}" for c in rk.get("candidates", []))
+    choices = ", ".join(f"{c['source']} {c['weight']:.2f}: {fmt(c.get('top1'), 'x')}" for c in rk.get("candidates", []))
 
     def pct(v: object) -> str:
         return f"{float(v):+.1%}" if isinstance(v, int | float) else "-"
 
-    out.append(f"shipped ranking: {rk.get('mode')} (weight {rk.get('weight')}), top-1 on held-out cards "
+    out.append(f"shipped ranking: {rk.get('mode')} ({rk.get('source')}, weight {rk.get('weight')}), top-1 on held-out cards "
                f"{fmt(rk.get('top1'), 'x')}; {pct(rk.get('vs_ranker'))} against the ranker alone, "
                f"{pct(rk.get('vs_transfer_order'))} against the transfer order, {pct(rk.get('vs_transfer_baseline'))} "
                f"against the transfer baseline (every weight: {choices or 'none'})")

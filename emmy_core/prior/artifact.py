@@ -27,8 +27,8 @@ from emmy_core.ir import Extern, Program, format_sizes, kernel_id
 from emmy_core.knobs.vocab import schedule_id
 from emmy_core.prior.features import FEATURE_VERSION, fork_features
 from emmy_core.prior.price import Curve, curve_key, price, read_curves, scale_of
-from emmy_core.prior.ranking import combine, mode_of
-from emmy_core.prior.transfer_features import TRANSFER_NAMES, TransferTable, read_table
+from emmy_core.prior.ranking import SOURCES, combine, mode_of
+from emmy_core.prior.transfer_features import TransferTable, read_table
 from emmy_core.prior.trees import ModelFormatError, Trees, parse_model
 from emmy_core.targets.card import Card
 
@@ -53,9 +53,8 @@ class Prior:
         self.trees: Trees = parse_model(doc["model"], len(self.features))
         self.curves: dict[str, Curve] = read_curves(doc["calibration"], "$.calibration")
         self.table: TransferTable = read_table(doc["transfer"], "$.transfer")
-        self.weight: float = read_weight(doc["ranking"])
-        self._transfer_column = (self.features.index(TRANSFER_NAMES[0]) if TRANSFER_NAMES[0] in self.features
-                                 else None)
+        self.blend, self.weight = read_ranking(doc["ranking"])
+        self._transfer_column = self.features.index(self.blend) if self.blend in self.features else None
 
     @property
     def info(self) -> dict[str, Any]:
@@ -88,7 +87,7 @@ class Prior:
                              self.transfer(kernel, sizes, card, setting, candidates)).matrix(self.features)
 
     def score_rows(self, rows: np.ndarray) -> np.ndarray:
-        """The scores of one pool's rows: the trees blended with the rows' transfer score by the fit's weight."""
+        """The scores of one pool's rows: the trees blended with the rows' transfer column (the fit's choice)."""
         scores = self.trees.predict(rows)
         if self._transfer_column is None or self.weight <= 0:
             return scores
@@ -133,14 +132,16 @@ def sizes_text(kernel: Program | Extern, sizes: Mapping[str, int] | str | None) 
     return format_sizes({str(k): int(v) for k, v in sizes.items() if k in dyn})
 
 
-def read_weight(doc: object) -> float:
-    """The blend weight of an artifact's `ranking` field (ValueError naming the field)."""
+def read_ranking(doc: object) -> tuple[str, float]:
+    """The blend of an artifact's `ranking` field: (transfer column, weight); ValueError naming the field."""
     if not isinstance(doc, Mapping) or not isinstance(doc.get("weight"), int | float) or isinstance(
             doc.get("weight"), bool) or not 0 <= doc["weight"] <= 1:
         raise ValueError("$.ranking.weight must be a number in 0..1")
     if doc.get("mode") != mode_of(float(doc["weight"])):
         raise ValueError(f"$.ranking.mode must be {mode_of(float(doc['weight']))!r} for weight {doc['weight']}")
-    return float(doc["weight"])
+    if doc.get("source") not in SOURCES:
+        raise ValueError(f"$.ranking.source must be one of {', '.join(SOURCES)}")
+    return str(doc["source"]), float(doc["weight"])
 
 
 def _refuse(path: str, why: str) -> PriorError:

@@ -42,7 +42,7 @@ from emmy_core.prior.artifact import ARTIFACT_FORMAT, artifact_text, write_artif
 from emmy_core.prior.dataset import Dataset, Fork, read_dataset
 from emmy_core.prior.features import FEATURE_VERSION, fork_features
 from emmy_core.prior.price import curve_key, fit_curve, scale_of
-from emmy_core.prior.ranking import WEIGHTS, combine, mode_of, select
+from emmy_core.prior.ranking import choices, combine, mode_of, select
 from emmy_core.prior.training import (
     DEFAULT_POOLS,
     Params,
@@ -100,9 +100,9 @@ def featurize(forks: Sequence[Fork], progress: Progress | None = None) -> list[s
 
 
 def kernel_split(forks: Sequence[Fork], names: Sequence[str], pools: str, folds: int, seed: int, params: Params,
-                 weight: float, progress: Progress | None = None) -> list[dict[str, Any]]:
+                 choice: tuple[str, float], progress: Progress | None = None) -> list[dict[str, Any]]:
     """Validation grouped by kernel (a new shape on known cards): per fold the kernels on each side, its
-    training groups and the summary of its validation forks, ranked as the shipped prior ranks."""
+    training groups and the summary of its validation forks, ranked as the shipped prior ranks (`choice`)."""
     from sklearn.model_selection import GroupKFold
 
     kernels = np.array([f.kernel_id for f in forks])
@@ -122,43 +122,51 @@ def kernel_split(forks: Sequence[Fork], names: Sequence[str], pools: str, folds:
             progress(f"kernel fold {k + 1}/{n}: training on {len(groups)} groups")
         model = train(design(train_forks, groups, names, params.balance), params, seed)
         val = transfer_view([forks[i] for i in val_idx], source)
-        figures = [fork_figures(f, combine(s, transfer_column(f), weight))
+        figures = [fork_figures(f, combine(s, transfer_column(f, choice[0]), choice[1]))
                    for f, s in zip(val, score_forks(model, val, names), strict=True)]
         out.append({"fold": k, "train_kernels": sorted(train_k), "validation_kernels": sorted(val_k),
                     "train_groups": len(groups), "validation_forks": len(val), **metrics.summarize(figures)})
     return out
 
 
-def select_weight(held: Sequence[Held]) -> float:
-    """The weight `ranking.select` takes on these held-out forks."""
+def choice_figures(held: Sequence[Held]) -> list[dict[str, Any]]:
+    """Every choice of `ranking.choices()` with its top-1 and top-5 over `held`."""
     rows = []
-    for w in WEIGHTS:
-        s = metrics.summarize([h.figures(w) for h in held])
-        rows.append((w, s.get("top1"), s.get("top5")))
-    return select(rows)
+    for src, w in choices():
+        summary = metrics.summarize([h.figures(src, w) for h in held])
+        rows.append({"source": src, "weight": w, "mode": mode_of(w), "top1": summary.get("top1"),
+                     "top5": summary.get("top5")})
+    return rows
+
+
+def select_choice(held: Sequence[Held]) -> tuple[str, float]:
+    """The (source, weight) `ranking.select` takes on these held-out forks (the ranker alone with none)."""
+    rows = choice_figures(held) if held else []
+    if not rows:
+        return choices()[0]
+    best = rows[select([(r["top1"], r["top5"]) for r in rows])]
+    return best["source"], best["weight"]
 
 
 def choose_ranking(held: Sequence[Held]) -> dict[str, Any]:
-    """The blend weight that picks best on the held-out cards (`ranking.select`), with every weight's
-    figures and the margins to the ranker alone and the transfer order alone."""
+    """The ranking that picks best on the held-out cards (`ranking.select`), with every choice's figures and
+    the margins to the ranker alone, the transfer order alone and the transfer baseline."""
     if not held:
-        return {"weight": 0.0, "mode": "ranker", "split": "none", "why": "fewer than two cards: no card split",
-                "candidates": []}
-    rows = []
-    for w in WEIGHTS:
-        summary = metrics.summarize([h.figures(w) for h in held])
-        rows.append({"weight": w, "mode": mode_of(w), "top1": summary.get("top1"), "top5": summary.get("top5")})
-    weight = select([(r["weight"], r["top1"], r["top5"]) for r in rows])
-    chosen = next(r for r in rows if r["weight"] == weight)
+        src, w = choices()[0]
+        return {"source": src, "weight": w, "mode": mode_of(w), "split": "none",
+                "why": "fewer than two cards: no card split", "candidates": []}
+    rows = choice_figures(held)
+    chosen = rows[select([(r["top1"], r["top5"]) for r in rows])]
+    order = next(r for r in rows if r["source"] == choices()[0][0] and r["weight"] == 1.0)
     base = metrics.summarize([h.baselines for h in held])
 
     def margin(other: float | None) -> float | None:
         return None if other is None or chosen["top1"] is None else chosen["top1"] / other - 1.0
 
-    return {"weight": weight, "mode": mode_of(weight), "split": "card", "top1": chosen["top1"],
-            "top5": chosen["top5"], "candidates": rows, "transfer_baseline_top1": base.get("transfer_top1"),
-            "vs_ranker": margin(rows[0]["top1"]), "vs_transfer_order": margin(rows[-1]["top1"]),
-            "vs_transfer_baseline": margin(base.get("transfer_top1"))}
+    return {"source": chosen["source"], "weight": chosen["weight"], "mode": chosen["mode"], "split": "card",
+            "top1": chosen["top1"], "top5": chosen["top5"], "candidates": rows,
+            "transfer_baseline_top1": base.get("transfer_top1"), "vs_ranker": margin(rows[0]["top1"]),
+            "vs_transfer_order": margin(order["top1"]), "vs_transfer_baseline": margin(base.get("transfer_top1"))}
 
 
 def calibrate(forks: Sequence[Fork], scores: Sequence[np.ndarray], names: Sequence[str]) -> dict[str, Any]:
@@ -197,13 +205,12 @@ def _headline(summary: Mapping[str, Any]) -> dict[str, Any]:
 
 def card_report(held: Sequence[Held], card_folds: list[dict[str, Any]]) -> dict[str, Any]:
     """The card split's figures beside the baselines: per fold, per card, per family, and over every held-out
-    pool (the headline). Each card is ranked with the weight selected on the other cards' held-out forks
-    (`weights`), so the selection never sees the card it is judged on."""
-    weights: dict[str, float] = {}
+    pool (the headline). Each card is ranked with the choice selected on the other cards' held-out forks
+    (`choices`), so the selection never sees the card it is judged on."""
+    chosen: dict[str, tuple[str, float]] = {}
     for card in sorted({h.fork.card_name for h in held}):
-        rest = [h for h in held if h.fork.card_name != card]
-        weights[card] = select_weight(rest) if rest else 0.0
-    figures = [(h, h.figures(weights[h.fork.card_name])) for h in held]
+        chosen[card] = select_choice([h for h in held if h.fork.card_name != card])
+    figures = [(h, h.figures(*chosen[h.fork.card_name])) for h in held]
     for fold in card_folds:
         fold.update(metrics.summarize([f for h, f in figures if h.fold == fold["fold"]]))
     by_card: dict[str, list[dict[str, Any]]] = {}
@@ -211,7 +218,8 @@ def card_report(held: Sequence[Held], card_folds: list[dict[str, Any]]) -> dict[
     for h, f in figures:
         by_card.setdefault(h.fork.card_name, []).append(f)
         by_family.setdefault(h.fork.family, []).append(f)
-    return {"mean": metrics.summarize([f for _, f in figures]), "weights": weights,
+    return {"mean": metrics.summarize([f for _, f in figures]),
+            "choices": {c: {"source": src, "weight": w} for c, (src, w) in chosen.items()},
             "by_card": {c: metrics.summarize(v) for c, v in sorted(by_card.items())},
             "by_family": {c: metrics.summarize(v) for c, v in sorted(by_family.items())}}
 
@@ -240,16 +248,16 @@ def fit_dataset(dataset: Dataset, out_path: Path | str, *, pools: str = DEFAULT_
     names = featurize(dataset.forks, progress)
     card_folds, held = card_split(dataset.forks, names, pools, folds, seed, params, progress)
     ranking = choose_ranking(held)
-    weight = float(ranking["weight"])
+    choice = (str(ranking["source"]), float(ranking["weight"]))
     cards = card_report(held, card_folds)
-    kernel_folds = kernel_split(dataset.forks, names, pools, folds, seed, params, weight, progress)
+    kernel_folds = kernel_split(dataset.forks, names, pools, folds, seed, params, choice, progress)
     forks = transfer_view(dataset.forks, dataset.forks)
     groups = groups_of(forks, pools, seed, params)
     if progress is not None:
-        progress(f"final model on {len(groups)} groups; ranking: {ranking['mode']} (weight {weight})")
+        progress(f"final model on {len(groups)} groups; ranking: {ranking['mode']} ({choice[0]}, weight {choice[1]})")
     model = train(design(forks, groups, names, params.balance), params, seed)
     ranker = score_forks(model, forks, names)
-    scores = [combine(r, transfer_column(f), weight) for f, r in zip(forks, ranker, strict=True)]
+    scores = [combine(r, transfer_column(f, choice[0]), choice[1]) for f, r in zip(forks, ranker, strict=True)]
     in_sample = metrics.summarize([fork_figures(f, s) for f, s in zip(forks, scores, strict=True)])
     split = "card" if held else "kernel"
     mean = _headline(cards["mean"]) if held else _mean_of_folds(kernel_folds)
@@ -274,7 +282,7 @@ def fit_dataset(dataset: Dataset, out_path: Path | str, *, pools: str = DEFAULT_
     report = {"feature_version": FEATURE_VERSION, "dataset_digest": dataset.digest, "pools": pools, "seed": seed,
               "params": params.to_json(), "split": split, "folds": card_folds if held else kernel_folds,
               "mean": mean, "by_card": cards["by_card"], "by_family": cards["by_family"],
-              "card_weights": cards.get("weights", {}),
+              "card_choices": cards.get("choices", {}),
               "kernel_folds": kernel_folds, "kernel_mean": _mean_of_folds(kernel_folds), "ranking": ranking,
               "in_sample": in_sample, "undescribed_pools": dataset.undescribed_pools,
               "undescribed_cards": dataset.undescribed_cards, "train_groups": len(groups),

@@ -61,9 +61,9 @@ def score_forks(model: Any, forks: Sequence[Fork], names: Sequence[str]) -> list
     return [np.asarray(model.predict(f.features.matrix(names)), dtype=np.float64) for f in forks]
 
 
-def transfer_column(fork: Fork) -> np.ndarray:
-    """The fork's `tr.score` column (as its rows hold it)."""
-    return fork.features.values[:, fork.features.names.index(TRANSFER_NAMES[0])]
+def transfer_column(fork: Fork, source: str = TRANSFER_NAMES[0]) -> np.ndarray:
+    """One of the fork's transfer columns (`tr.score` unless told), as its rows hold it."""
+    return fork.features.values[:, fork.features.names.index(source)]
 
 
 @dataclass
@@ -76,8 +76,9 @@ class Held:
     baselines: dict[str, float | None]
     fold: int
 
-    def figures(self, weight: float) -> dict[str, Any]:
-        scores = combine(self.ranker, transfer_column(self.fork), weight)
+    def figures(self, source: str, weight: float) -> dict[str, Any]:
+        """The fork's figures ranked by the blend of `source` at `weight`, beside the baselines."""
+        scores = combine(self.ranker, transfer_column(self.fork, source), weight)
         out: dict[str, Any] = {**fork_figures(self.fork, scores), **self.baselines}
         return out
 
@@ -114,18 +115,20 @@ def card_split(forks: Sequence[Fork], names: Sequence[str], pools: str, folds: i
 
 
 def leave_one_card_out(forks: Sequence[Fork], names: Sequence[str], card: str, params: Params, seed: int,
-                       pools: str = "measured", weight: float = 0.0) -> list[dict[str, Any]]:
-    """Per fork of `card`: the figures of the ranking at `weight` (fitted without `card`) and the baselines'.
+                       pools: str = "measured", source: str = TRANSFER_NAMES[0],
+                       weight: float = 0.0) -> list[dict[str, Any]]:
+    """Per fork of `card`: the figures of the ranking (`source` blended at `weight`; fitted without `card`)
+    and the baselines'.
     Forks carry their base features (`emmy_core.prior.fit.featurize`)."""
-    source = [f for f in forks if f.card_name != card]
-    train_forks = transfer_view(source, source)
-    held = transfer_view([f for f in forks if f.card_name == card], source)
+    others = [f for f in forks if f.card_name != card]
+    train_forks = transfer_view(others, others)
+    held = transfer_view([f for f in forks if f.card_name == card], others)
     model = train(design(train_forks, groups_of(train_forks, pools, seed, params), names, params.balance), params,
                   seed)
     out = []
     for fork, s in zip(held, score_forks(model, held, names), strict=True):
         figures: dict[str, Any] = {"card": fork.card_name, "kernel": getattr(fork.kernel, "name", fork.kernel_id),
                                    "members": int(fork.measured.sum())}
-        figures.update(Held(fork, s, fork_baselines(fork, source), 0).figures(weight))
+        figures.update(Held(fork, s, fork_baselines(fork, others), 0).figures(source, weight))
         out.append(figures)
     return out

@@ -89,7 +89,7 @@ def test_a_json_round_trip_predicts_the_same_order_in_every_group_within_1e_12(
     model_path.write_text(json.dumps(doc["model"]))
     model.load_model(str(model_path), format="json")  # CatBoost reads the trees the artifact keeps
     forks = transfer_view(dataset.forks, dataset.forks)  # the transfer columns the artifact's table gives
-    expected = [combine(s, transfer_column(f), prior.weight)
+    expected = [combine(s, transfer_column(f, prior.blend), prior.weight)
                 for f, s in zip(forks, score_forks(model, forks, prior.features), strict=True)]
     for fork, want in zip(dataset.forks, expected, strict=True):
         got = prior.score(fork.kernel, fork.sizes, fork.card, fork.setting, fork.knobs)

@@ -16,7 +16,7 @@ from emmy_core.knobs.vocab import schedule_id
 from emmy_core.prior import load_prior
 from emmy_core.prior.dataset import Fork, read_dataset
 from emmy_core.prior.fit import choose_ranking, featurize
-from emmy_core.prior.ranking import WEIGHTS, combine, select
+from emmy_core.prior.ranking import choices, combine, select
 from emmy_core.prior.training import Params
 from emmy_core.prior.transfer import card_split, transfer_column, transfer_view
 from emmy_core.prior.transfer_features import TRANSFER_NAMES, TransferTable, read_table
@@ -118,12 +118,13 @@ def test_the_blend_selection_is_deterministic_for_a_seed(freeze_export: Path) ->
 
     first = chosen(4)
     assert json.dumps(chosen(4), sort_keys=True) == json.dumps(first, sort_keys=True)
-    assert first["weight"] in WEIGHTS and [c["weight"] for c in first["candidates"]] == list(WEIGHTS)
-    best = min(c["top1"] for c in first["candidates"])
-    assert first["top1"] == best  # the winner is the best top-1 on the held-out cards
-    # equal figures keep the lower weight, whatever order they come in
-    assert select([(0.5, 1.1, 1.0), (0.0, 1.1, 1.0), (1.0, 1.2, 1.0)]) == 0.0
-    assert select([(1.0, 1.05, 1.0), (0.0, 1.1, 1.0)]) == 1.0
+    assert [(c["source"], c["weight"]) for c in first["candidates"]] == choices()
+    assert (first["source"], first["weight"]) in choices()
+    assert first["top1"] == min(c["top1"] for c in first["candidates"])  # the best top-1 on held-out cards
+    # equal figures keep the earlier choice (the ranker alone first), whatever the later ones are
+    assert select([(1.1, 1.0), (1.1, 1.0), (1.2, 1.0)]) == 0
+    assert select([(1.1, 1.0), (1.05, 1.1), (1.05, 1.0)]) == 2
+    assert select([(None, None), (1.3, None)]) == 1
 
 
 def test_the_blend_ranks_unmeasured_candidates_with_the_worst_known_and_the_ranker_alone_without_any() -> None:
@@ -139,14 +140,15 @@ def test_the_artifact_carries_its_transfer_table_and_ranking_and_score_computes_
     prior = load_prior(result.artifact_path)
     doc = json.loads(result.artifact_path.read_text())
     assert doc["ranking"]["mode"] in ("ranker", "blend", "transfer") and doc["ranking"]["split"] == "card"
+    assert (prior.blend, prior.weight) == (doc["ranking"]["source"], doc["ranking"]["weight"])
     assert sorted(prior.table.cards) == sorted({f.card_name for f in dataset.forks})
     assert read_table(doc["transfer"], "$.transfer").pools == prior.table.pools
     featurize(dataset.forks)
     shared = 0
     for fork in dataset.forks:
         rows = prior.rows(fork.kernel, fork.sizes, fork.card, fork.setting, fork.knobs)
-        t = rows[:, prior.features.index("tr.score")]
-        shared += int((~np.isnan(t)).any())
+        t = rows[:, prior.features.index(prior.blend)]
+        shared += int((~np.isnan(rows[:, prior.features.index("tr.score")])).any())
         want = combine(prior.trees.predict(rows), t, prior.weight)
         np.testing.assert_array_equal(prior.score(fork.kernel, fork.sizes, fork.card, fork.setting, fork.knobs), want)
     assert shared > 0, "the freeze's cards share pools: some rows must read another card's measurements"
@@ -154,8 +156,9 @@ def test_the_artifact_carries_its_transfer_table_and_ranking_and_score_computes_
 
 @pytest.mark.parametrize("field, value, message", [
     ("transfer", {"version": 9, "cards": {}, "pools": []}, r"transfer table version"),
-    ("ranking", {"weight": 0.5, "mode": "ranker"}, r"\$\.ranking\.mode"),
-    ("ranking", {"weight": 2, "mode": "transfer"}, r"\$\.ranking\.weight"),
+    ("ranking", {"weight": 0.5, "mode": "ranker", "source": "tr.score"}, r"\$\.ranking\.mode"),
+    ("ranking", {"weight": 2, "mode": "transfer", "source": "tr.score"}, r"\$\.ranking\.weight"),
+    ("ranking", {"weight": 1, "mode": "transfer", "source": "k.tile"}, r"\$\.ranking\.source"),
 ])
 def test_a_malformed_transfer_table_or_ranking_is_refused_naming_the_field(
         small_fit: tuple, tmp_path: Path, field: str, value: object, message: str) -> None:
