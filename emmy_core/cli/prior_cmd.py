@@ -49,10 +49,11 @@ def info(file: Annotated[Path | None, typer.Option("--file", help="an artifact (
         return f"{float(v):+.1%}" if isinstance(v, int | float) else "-"
 
     top1 = rk.get("top1")
-    typer.echo(f"  ranking: {rk.get('mode')} ({rk.get('source')}, weight {rk.get('weight')}), won on the {rk.get('split', '?')} split"
+    typer.echo(f"  ranking of a card the fit never saw: {rk.get('mode')} ({rk.get('source')}, weight {rk.get('weight')}), won on the {rk.get('split', '?')} split"
                + (f" with top-1 {top1:.3f}" if isinstance(top1, int | float) else "")
                + f": {pct(rk.get('vs_ranker'))} against the ranker alone, {pct(rk.get('vs_transfer_order'))} against"
                f" the transfer order, {pct(rk.get('vs_transfer_baseline'))} against the transfer baseline")
+    typer.echo("  a card the fit measured (in the transfer table) is ranked by the model alone (the kernel split)")
     typer.echo(f"  transfer table: {d['transfer']['pools']} pools from {len(d['transfer']['cards'])} cards"
                + (f" ({', '.join(d['transfer']['cards'])})" if d['transfer']['cards'] else ""))
     typer.echo(f"  price curves: {', '.join(sorted(d['calibration'])) or 'none (uncalibrated)'}")

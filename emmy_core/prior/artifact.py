@@ -5,9 +5,10 @@ model's order), `provenance` (dataset digest, parameters, code revision, time), 
 (the fit's headline figures), `calibration` (the price curves, `emmy_core.prior.price`),
 `model`: the trees in CatBoost's own JSON format (`features_info`, `oblivious_trees`,
 `scale_and_bias`), `transfer`: the table of what the fit's cards measured, read for the `tr.*`
-features (`emmy_core.prior.transfer_features`), and `ranking`: the blend of the ranker and the
+features (`emmy_core.prior.transfer_features`), and `ranking`: the blend of the ranker and a
 transfer order the fit selected on the card split, with the figures it was selected on
-(`emmy_core.prior.ranking`; `score` computes exactly that blend). Loading is strict (seed 08: "refit it, never silently continue with
+(`emmy_core.prior.ranking`). `score` computes exactly that blend for a card the fit never saw, and
+the ranker alone for a card it measured (what the kernel split validates). Loading is strict (seed 08: "refit it, never silently continue with
 something else"): a missing or malformed file, or one written under another feature
 version, is a `PriorError` naming the file (and both versions). Scoring needs numpy only.
 """
@@ -86,10 +87,16 @@ class Prior:
         return fork_features(kernel, sizes, card, setting, candidates,
                              self.transfer(kernel, sizes, card, setting, candidates)).matrix(self.features)
 
-    def score_rows(self, rows: np.ndarray) -> np.ndarray:
-        """The scores of one pool's rows: the trees blended with the rows' transfer column (the fit's choice)."""
+    def seen(self, card: Card | None) -> bool:
+        """Whether the fit measured `card` (its table holds the card's name): a seen card is ranked by the
+        model alone (validated on the kernel split), an unseen one by the blend selected on the card split."""
+        return card is not None and card.name in self.table.cards
+
+    def score_rows(self, rows: np.ndarray, card: Card | None = None) -> np.ndarray:
+        """The scores of one pool's rows on `card`: the trees, blended with the rows' transfer column as the
+        fit selected for a card it never saw (`seen`); `card` None is a card described nowhere (unseen)."""
         scores = self.trees.predict(rows)
-        if self._transfer_column is None or self.weight <= 0:
+        if self._transfer_column is None or self.weight <= 0 or self.seen(card):
             return scores
         return combine(scores, rows[:, self._transfer_column], self.weight)
 
@@ -98,7 +105,7 @@ class Prior:
         """One float64 score per candidate; higher is better. `card` None: a card described nowhere."""
         if not candidates:
             return np.zeros(0)
-        return self.score_rows(self.rows(kernel, sizes, card, setting, candidates))
+        return self.score_rows(self.rows(kernel, sizes, card, setting, candidates), card)
 
     def price(self, kernel: Program | Extern, sizes: Mapping[str, int] | str | None, card: Card | None,
               setting: str, candidates: Sequence[Mapping[str, object]]) -> np.ndarray:
@@ -111,7 +118,7 @@ class Prior:
         if not candidates:
             return np.zeros(0)
         rows = self.rows(kernel, sizes, card, setting, candidates)
-        return self.price_rows(kernel, card, rows, self.score_rows(rows))
+        return self.price_rows(kernel, card, rows, self.score_rows(rows, card))
 
     def price_rows(self, kernel: Program | Extern, card: Card | None, rows: np.ndarray,
                    scores: np.ndarray) -> np.ndarray:

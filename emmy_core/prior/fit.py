@@ -8,8 +8,9 @@ turns every pool into feature rows with the one feature function, and:
    sides of any fold, asserted on the folds actually used and recorded in `metrics.json`). The
    transfer features (`tr.*`) of every fork come from the fold's training cards only, the fork's
    own card left out, so a held-out card is scored from what the other cards measured;
-2. selects the ranking on that split (`emmy_core.prior.ranking`): the ranker, the transfer order
-   or a blend of the two, whichever picks best on the held-out cards (never in-sample);
+2. selects the ranking of a card it never saw on that split (`emmy_core.prior.ranking`): the
+   transfer orders, blends, the ranker, whichever picks best on the held-out cards (never
+   in-sample); a card the fit measured is ranked by the model alone (`Prior.seen`);
 3. validates on the kernel split as well (`GroupKFold` by kernel: a new shape on known cards);
 4. fits the final model on every group (transfer features from every other card of the dataset),
    calibrates the price curves on the shipped scores (`emmy_core.prior.price`) and writes the
@@ -158,6 +159,7 @@ def choose_ranking(held: Sequence[Held]) -> dict[str, Any]:
     rows = choice_figures(held)
     chosen = rows[select([(r["top1"], r["top5"]) for r in rows])]
     order = next(r for r in rows if r["source"] == choices()[0][0] and r["weight"] == 1.0)
+    alone = next(r for r in rows if r["weight"] == 0.0)
     base = metrics.summarize([h.baselines for h in held])
 
     def margin(other: float | None) -> float | None:
@@ -165,7 +167,7 @@ def choose_ranking(held: Sequence[Held]) -> dict[str, Any]:
 
     return {"source": chosen["source"], "weight": chosen["weight"], "mode": chosen["mode"], "split": "card",
             "top1": chosen["top1"], "top5": chosen["top5"], "candidates": rows,
-            "transfer_baseline_top1": base.get("transfer_top1"), "vs_ranker": margin(rows[0]["top1"]),
+            "transfer_baseline_top1": base.get("transfer_top1"), "vs_ranker": margin(alone["top1"]),
             "vs_transfer_order": margin(order["top1"]), "vs_transfer_baseline": margin(base.get("transfer_top1"))}
 
 
@@ -250,14 +252,16 @@ def fit_dataset(dataset: Dataset, out_path: Path | str, *, pools: str = DEFAULT_
     ranking = choose_ranking(held)
     choice = (str(ranking["source"]), float(ranking["weight"]))
     cards = card_report(held, card_folds)
-    kernel_folds = kernel_split(dataset.forks, names, pools, folds, seed, params, choice, progress)
+    seen = choices()[-1]  # a card the fit measured is ranked by the model alone (Prior.seen)
+    kernel_folds = kernel_split(dataset.forks, names, pools, folds, seed, params, seen, progress)
     forks = transfer_view(dataset.forks, dataset.forks)
     groups = groups_of(forks, pools, seed, params)
     if progress is not None:
-        progress(f"final model on {len(groups)} groups; ranking: {ranking['mode']} ({choice[0]}, weight {choice[1]})")
+        progress(f"final model on {len(groups)} groups; ranking of unseen cards: {ranking['mode']} ({choice[0]}, "
+                 f"weight {choice[1]})")
     model = train(design(forks, groups, names, params.balance), params, seed)
     ranker = score_forks(model, forks, names)
-    scores = [combine(r, transfer_column(f, choice[0]), choice[1]) for f, r in zip(forks, ranker, strict=True)]
+    scores = ranker  # every fork of the dataset is on a card the fit measured: the model alone
     in_sample = metrics.summarize([fork_figures(f, s) for f, s in zip(forks, scores, strict=True)])
     split = "card" if held else "kernel"
     mean = _headline(cards["mean"]) if held else _mean_of_folds(kernel_folds)

@@ -146,12 +146,18 @@ def test_the_artifact_carries_its_transfer_table_and_ranking_and_score_computes_
     featurize(dataset.forks)
     shared = 0
     for fork in dataset.forks:
+        assert prior.seen(fork.card)  # a card the fit measured: the model alone
         rows = prior.rows(fork.kernel, fork.sizes, fork.card, fork.setting, fork.knobs)
+        np.testing.assert_array_equal(prior.score(fork.kernel, fork.sizes, fork.card, fork.setting, fork.knobs),
+                                      prior.trees.predict(rows))
+        unseen = replace(fork.card, name="A CPU the fit never saw")  # the same hardware under a new name
+        assert not prior.seen(unseen)
+        rows = prior.rows(fork.kernel, fork.sizes, unseen, fork.setting, fork.knobs)
         t = rows[:, prior.features.index(prior.blend)]
         shared += int((~np.isnan(rows[:, prior.features.index("tr.score")])).any())
         want = combine(prior.trees.predict(rows), t, prior.weight)
-        np.testing.assert_array_equal(prior.score(fork.kernel, fork.sizes, fork.card, fork.setting, fork.knobs), want)
-    assert shared > 0, "the freeze's cards share pools: some rows must read another card's measurements"
+        np.testing.assert_array_equal(prior.score(fork.kernel, fork.sizes, unseen, fork.setting, fork.knobs), want)
+    assert shared > 0, "the freeze's cards share pools: an unseen card must read their measurements"
 
 
 @pytest.mark.parametrize("field, value, message", [
