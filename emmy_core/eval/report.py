@@ -32,7 +32,7 @@ from emmy_core.prior import FEATURE_VERSION, Prior, load_prior, metrics
 from emmy_core.prior.dataset import Dataset, Fork
 
 REPORT_FORMAT = "emmy-eval"
-REPORT_VERSION = 1
+REPORT_VERSION = 2  # 2: by_family
 VIEWS = ("golden", "measured", "both")
 SPREAD = ("golden_rank", "golden_rank_ties", "golden_plateau", "top1")  # figures also reported as distributions
 MAX_POINTS = 400  # measured rows per fork priced for the price-against-time plot (a seeded sample)

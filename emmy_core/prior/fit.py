@@ -285,7 +285,7 @@ def fit_dataset(dataset: Dataset, out_path: Path | str, *, pools: str = DEFAULT_
     fit_dir = Path(fits_dir) / f"{now.strftime('%Y%m%dT%H%M%SZ')}-{digest}"
     report = {"feature_version": FEATURE_VERSION, "dataset_digest": dataset.digest, "pools": pools, "seed": seed,
               "params": params.to_json(), "split": split, "folds": card_folds if held else kernel_folds,
-              "mean": mean, "by_card": cards["by_card"], "by_family": cards["by_family"],
+              "mean": cards["mean"] if held else mean, "by_card": cards["by_card"], "by_family": cards["by_family"],
               "card_choices": cards.get("choices", {}),
               "kernel_folds": kernel_folds, "kernel_mean": _mean_of_folds(kernel_folds), "ranking": ranking,
               "in_sample": in_sample, "undescribed_pools": dataset.undescribed_pools,
