@@ -153,8 +153,16 @@ def _header(what: str) -> str:
     return f"  {what:<30} {'pools':>5} " + " ".join(f"{s:>6}" for s in short)
 
 
+LABELS = ("card", "kernel", "family")
+
+
+def _summary(figures: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The figures aggregated, their labels (card, kernel, family) left out."""
+    return m.summarize([{k: v for k, v in f.items() if k not in LABELS} for f in figures])
+
+
 def _row(label: str, figures: Sequence[dict[str, Any]]) -> str:
-    summary = m.summarize(figures)
+    summary = _summary(figures)
     return f"  {label[:30]:<30} {len(figures):>5} " + _cells(summary)
 
 
@@ -171,7 +179,7 @@ def bench_loco(dataset: Dataset, params: Params, seeds: Sequence[int]) -> None:
         figures = [{**h.figures(*chosen[h.fork.card_name]), "card": h.fork.card_name,
                     "kernel": getattr(h.fork.kernel, "name", h.fork.kernel_id), "family": h.fork.family}
                    for h in held]
-        overall[seed] = m.summarize(figures)
+        overall[seed] = _summary(figures)
         say(f"loco seed {seed}: {len(folds)} folds, {time.monotonic() - t:.0f} s, {time.process_time():.0f} cpu-s "
             f"so far ({load()}); ranking per held-out card (selected on the others): {json.dumps(chosen)}; "
             f"shipped (all cards): {select_choice(held)}")
@@ -184,7 +192,7 @@ def bench_loco(dataset: Dataset, params: Params, seeds: Sequence[int]) -> None:
             say(_row(kernel, [f for f in figures if f["kernel"] == kernel]))
         worse = []
         for c in cards:
-            s = m.summarize([f for f in figures if f["card"] == c])
+            s = _summary([f for f in figures if f["card"] == c])
             if s.get("top1") and s.get("transfer_top1") and s["top1"] > 1.02 * s["transfer_top1"]:
                 worse.append(f"{c} ({s['top1']:.3f} vs {s['transfer_top1']:.3f})")
         say(f"  cards worse than the transfer baseline by more than 2%: {', '.join(worse) or 'none'}")
