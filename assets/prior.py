@@ -12,8 +12,9 @@ HEADLINE = ("top1", "top5", "tau", "pick_failed", "golden_rank", "golden_rank_ti
 
 
 class FitConfig(dg.Config):
-    """How the prior is fitted: cross-validation folds (grouped by kernel), seed, and the pools it learns
-    from (`golden`: the goldens first among their candidates; `measured`: also the measured order)."""
+    """How the prior is fitted: validation folds (grouped by card, the headline, and by kernel), seed, and the
+    pools it learns from (`golden`: the goldens first among their candidates; `measured`: also the measured
+    order)."""
 
     folds: int = 5
     seed: int = 0
@@ -21,8 +22,8 @@ class FitConfig(dg.Config):
 
 
 @dg.asset(deps=[dataset], group_name=GROUP, description=(
-    "A candidate prior (`_tune/fits/candidate.json`): a CatBoost ranker fitted on the dataset with "
-    "cross-validation grouped by kernel; metrics in a fresh folder under `_tune/fits/`; the run, its "
+    "A candidate prior (`_tune/fits/candidate.json`): a CatBoost ranker fitted on the dataset, validated "
+    "on held-out cards (the headline) and held-out kernels; metrics in a fresh folder under `_tune/fits/`; the run, its "
     "parameters, metrics and artifacts in MLflow (experiment `emmy-prior`). Its data version is the "
     "artifact's content digest: the same dataset and recipe fit the same prior."))
 def prior(context: dg.AssetExecutionContext, config: FitConfig, paths: EmmyPaths,
@@ -37,7 +38,7 @@ def prior(context: dg.AssetExecutionContext, config: FitConfig, paths: EmmyPaths
                          tracking_uri=mlflow.uri(), fits_dir=paths.fits,
                          tags={"dagster_run_id": context.run.run_id, "code_revision": code_revision()},
                          progress=context.log.info)
-    cv = result.metrics["mean"]  # metrics.json: the cross-validated means of the folds
+    cv = result.metrics["mean"]  # metrics.json: the held-out cards' figures (the card split)
     digest = content_digest(load_prior(result.artifact_path).doc)
     return dg.MaterializeResult(data_version=dg.DataVersion(digest), metadata={
         "content digest": digest,

@@ -5,13 +5,14 @@ Four questions, each against a baseline measured in the same run:
 - score: 1,000 candidates of one fork scored by `Prior.score` (features and trees, numpy only)
   and by the trees alone, against CatBoost's own `predict` on the same rows (median of repeats;
   the target is under 5 ms);
-- fit: `emmy fit` on every peer cache (measured pools, five folds by kernel, then the final
-  model), wall time and peak memory (the target is under 5 minutes);
-- loco: leave one card out on the peer data, for each seed: per held-out card the prior's
-  top-1 and top-5 slowdown beside the rule's first option (the first configuration in the
+- fit: `emmy fit` on every peer cache (measured pools: the card split, the kernel split, then the
+  final model), wall time and peak memory (the target is under 5 minutes);
+- loco: the fit's card split on the peer data (one card per fold), for each seed: per held-out
+  card and per kernel the prior's top-1 and top-5 slowdown, each card ranked with the blend
+  selected on the other cards, beside the rule's first option (the first configuration in the
   cache file's own order), a random pick's expectation, the most similar card's best and the
   transfer baseline (no model: per configuration the geomean of best/time over the other
-  cards of the same kernel); the spread over seeds;
+  cards of the same kernel); every blend weight on all cards; the spread over seeds;
 - cpu: the installed prior (fitted on the freeze's CPU) on pools this machine measured with
   `emmy tune` (a tuning database, `--cpu-db`), the same figures, the freeze's card as the
   other card of the baselines.
@@ -46,9 +47,9 @@ from emmy_core.knobs import candidates
 from emmy_core.prior import load_installed_prior, load_prior
 from emmy_core.prior import metrics as m
 from emmy_core.prior.dataset import Dataset, read_dataset
-from emmy_core.prior.fit import featurize, fit_dataset
+from emmy_core.prior.fit import choice_figures, featurize, fit_dataset, select_choice
 from emmy_core.prior.training import Params
-from emmy_core.prior.transfer import fork_baselines, leave_one_card_out
+from emmy_core.prior.transfer import card_split, fork_baselines
 from emmy_core.targets import Card
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,57 +135,77 @@ def bench_fit(dataset: Dataset, params: Params) -> None:
                              tracking_uri="off", fits_dir=Path(tmp) / "fits")
         wall = time.monotonic() - t
     rows = sum(len(f.knobs) for f in dataset.forks)
-    mean = result.metrics["mean"]
+    mean, kmean, rk = result.metrics["mean"], result.metrics["kernel_mean"], result.metrics["ranking"]
     say(f"fit: all peer data ({len(dataset.forks)} forks, {rows} rows, {result.metrics['train_groups']} groups), "
-        f"5 folds by kernel + final model: {wall:.0f} s (target < 300 s); peak {peak_mb():.0f} MB ({load()})")
-    say(f"  cross-validated on unseen kernels: top1 {mean['top1']:.3f} top5 {mean['top5']:.3f} tau {mean['tau']:.3f}")
+        f"card split ({len(result.metrics['folds'])} folds) + kernel split ({len(result.metrics['kernel_folds'])} "
+        f"folds) + final model: {wall:.0f} s (target < 300 s); peak {peak_mb():.0f} MB ({load()})")
+    say(f"  card split (unseen cards): top1 {mean['top1']:.3f} top5 {mean['top5']:.3f} transfer "
+        f"{mean['transfer_top1']:.3f} similar {mean['similar_slowdown']:.3f}; kernel split: top1 {kmean['top1']:.3f} "
+        f"top5 {kmean['top5']:.3f}; shipped ranking {rk['mode']} (weight {rk['weight']})")
+
+
+def _cells(summary: dict[str, Any]) -> str:
+    return " ".join("     -" if summary.get(n) is None else f"{summary[n]:6.3f}" for n in FIGURES)
+
+
+def _header(what: str) -> str:
+    short = ("top1", "top5", "first", "random", "simil", "trans1", "trans5", "tau", "failed")
+    return f"  {what:<30} {'pools':>5} " + " ".join(f"{s:>6}" for s in short)
+
+
+LABELS = ("card", "kernel", "family")
+
+
+def _summary(figures: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The figures aggregated, their labels (card, kernel, family) left out."""
+    return m.summarize([{k: v for k, v in f.items() if k not in LABELS} for f in figures])
 
 
 def _row(label: str, figures: Sequence[dict[str, Any]]) -> str:
-    cells = []
-    for name in FIGURES:
-        values = [f[name] for f in figures if f.get(name) is not None]
-        if name in ("tau", "pick_failed"):
-            v = sum(values) / len(values) if values else None
-        else:
-            v = m.geomean(values)
-        cells.append("     -" if v is None else f"{v:6.3f}")
-    return f"  {label:<28} {len(figures):>5} " + " ".join(cells)
-
-
-def _header() -> str:
-    short = ("top1", "top5", "first", "random", "simil", "trans1", "trans5", "tau", "failed")
-    return f"  {'held-out card':<28} {'pools':>5} " + " ".join(f"{s:>6}" for s in short)
+    summary = _summary(figures)
+    return f"  {label[:30]:<30} {len(figures):>5} " + _cells(summary)
 
 
 def bench_loco(dataset: Dataset, params: Params, seeds: Sequence[int]) -> None:
+    """The fit's own card split (one card per fold), per seed: each card ranked with the blend weight
+    selected on the other cards (nested, so no card is judged by a selection that saw it)."""
     names = featurize(dataset.forks)
     cards = sorted({f.card_name for f in dataset.forks})
     overall: dict[int, dict[str, float | None]] = {}
-    per_seed: dict[int, list[dict[str, Any]]] = {}
     for seed in seeds:
         t = time.monotonic()
-        figures: list[dict[str, Any]] = []
-        for card in cards:
-            figures += leave_one_card_out(dataset.forks, names, card, params, seed)
-        per_seed[seed] = figures
-        overall[seed] = {k: m.geomean(f[k] for f in figures if f.get(k) is not None)
-                         for k in ("top1", "top5", "transfer_top1")}
-        say(f"loco seed {seed}: {time.monotonic() - t:.0f} s ({load()})")
-        say(_header())
+        folds, held = card_split(dataset.forks, names, "measured", len(cards), seed, params)
+        chosen = {c: select_choice([h for h in held if h.fork.card_name != c]) for c in cards}
+        figures = [{**h.figures(*chosen[h.fork.card_name]), "card": h.fork.card_name,
+                    "kernel": getattr(h.fork.kernel, "name", h.fork.kernel_id), "family": h.fork.family}
+                   for h in held]
+        overall[seed] = _summary(figures)
+        say(f"loco seed {seed}: {len(folds)} folds, {time.monotonic() - t:.0f} s, {time.process_time():.0f} cpu-s "
+            f"so far ({load()}); ranking per held-out card (selected on the others): {json.dumps(chosen)}; "
+            f"shipped (all cards): {select_choice(held)}")
+        say(_header("held-out card"))
         for card in cards:
             say(_row(card, [f for f in figures if f["card"] == card]))
         say(_row("all pools (geomean)", figures))
-        worse = [c for c in cards if (m.geomean(f["top1"] for f in figures if f["card"] == c) or 0) > 1.05 * (
-            m.geomean(f["transfer_top1"] for f in figures if f["card"] == c) or float("inf"))]
-        say(f"  cards worse than the transfer baseline by more than 5%: {', '.join(worse) or 'none'}")
-        for f in figures:
-            say(f"    {f['card']:<28} {f['kernel']:<20} top1 {f['top1']:.3f} top5 {f['top5']:.3f} "
-                f"transfer {f['transfer_top1']:.3f} similar {f['similar_slowdown']:.3f} tau {f['tau']:.3f}")
-    top1 = [o["top1"] for o in overall.values() if o["top1"] is not None]
-    top5 = [o["top5"] for o in overall.values() if o["top5"] is not None]
-    say(f"loco over seeds {list(seeds)}: top1 {statistics.mean(top1):.3f} (min {min(top1):.3f}, max {max(top1):.3f}); "
-        f"top5 {statistics.mean(top5):.3f} (min {min(top5):.3f}, max {max(top5):.3f}); goal top1 <= 1.07, top5 <= 1.03")
+        say(_header("kernel"))
+        for kernel in sorted({f["kernel"] for f in figures}):
+            say(_row(kernel, [f for f in figures if f["kernel"] == kernel]))
+        worse = []
+        for c in cards:
+            s = _summary([f for f in figures if f["card"] == c])
+            if s.get("top1") and s.get("transfer_top1") and s["top1"] > 1.02 * s["transfer_top1"]:
+                worse.append(f"{c} ({s['top1']:.3f} vs {s['transfer_top1']:.3f})")
+        say(f"  cards worse than the transfer baseline by more than 2%: {', '.join(worse) or 'none'}")
+        for c in choice_figures(held):
+            say(f"  every card by {c['mode']} ({c['source']}, weight {c['weight']:.2f}): top1 {c['top1']:.3f} "
+                f"top5 {c['top5']:.3f}")
+    top1 = [o["top1"] for o in overall.values() if o.get("top1") is not None]
+    top5 = [o["top5"] for o in overall.values() if o.get("top5") is not None]
+    tr = [o["transfer_top1"] for o in overall.values() if o.get("transfer_top1") is not None]
+    say(f"loco over seeds {list(seeds)}: top1 {statistics.mean(top1):.3f} (min {min(top1):.3f}, max {max(top1):.3f}, "
+        f"spread {max(top1) - min(top1):.3f}); top5 {statistics.mean(top5):.3f} (min {min(top5):.3f}, max "
+        f"{max(top5):.3f}, spread {max(top5) - min(top5):.3f}); transfer top1 {statistics.mean(tr):.3f}; "
+        f"goal top1 <= 1.07, top5 <= 1.03, spread < 0.03")
 
 
 def bench_cpu(cpu_db: Path, prior_path: Path | None) -> None:
@@ -218,8 +239,8 @@ def bench_cpu(cpu_db: Path, prior_path: Path | None) -> None:
              f"the installed prior (fitted on {', '.join(sorted({f.card_name for f in freeze.forks}))})")
     say(f"cpu: {which} on {len(figures)} pools measured on {', '.join(cards)} ({load()}); the baselines "
         f"(similar card, transfer) read the repository freeze")
-    say(_header())
-    say(_row(", ".join(cards)[:28], figures))
+    say(_header("card"))
+    say(_row(", ".join(cards), figures))
     for f in figures:
         say(f"    {f['kernel'][:44]:<44} top1 {f['top1']:.3f} top5 {f['top5'] or float('nan'):.3f} "
             f"first {f.get('first_slowdown') or float('nan'):.3f} transfer {f.get('transfer_top1') or float('nan'):.3f}")

@@ -31,7 +31,8 @@ def fit(dataset: Annotated[Path | None, typer.Argument(help="dataset export fold
                                                        show_default=False)] = None,
         out: Annotated[Path | None, typer.Argument(help="artifact to write (JSON)", show_default=False)] = None,
         pools: Annotated[str, typer.Option("--pools", help="golden | measured | both")] = DEFAULT_POOLS,
-        folds: Annotated[int, typer.Option("--folds", min=2, max=50, help="cross-validation folds, by kernel")] = 5,
+        folds: Annotated[int, typer.Option("--folds", min=2, max=50,
+                                           help="cross-validation folds, by card and by kernel")] = 5,
         seed: Annotated[int | None, typer.Option("--seed", min=0, max=MAX_SEED,
                                                  help="seed of the sample and the trees (default 0; "
                                                  "with --install, the shipped prior's)")] = None,
@@ -47,7 +48,8 @@ def fit(dataset: Annotated[Path | None, typer.Argument(help="dataset export fold
         compare: Annotated[tuple[str, str] | None, typer.Option(
             "--compare", help="print two MLflow runs' metrics side by side: --compare RUN_A RUN_B")] = None,
         ) -> None:
-    """Fit the prior (CatBoost ranker, cross-validated by kernel) and track the run in MLflow."""
+    """Fit the prior (CatBoost ranker, validated on held-out cards and on held-out kernels) and track the run in
+    MLflow."""
     from emmy_core.prior import PriorError
     from emmy_core.prior.tracking import TrackingError
     from emmy_core.store.errors import StoreError
@@ -85,10 +87,15 @@ def fit(dataset: Annotated[Path | None, typer.Argument(help="dataset export fold
                          cards_file=cards, progress=progress)
         except (PriorError, StoreError, TrackingError, ValueError) as exc:
             typer.echo(f"emmy: warning: the fit was written, but its evaluation was not kept: {exc}", err=True)
+    from emmy_core.eval.tables import fit_text
+
     m = result.metrics  # type: ignore[attr-defined]
     mean = m["mean"]
     typer.echo(f"wrote {result.artifact_path}; metrics in {result.fit_dir / 'metrics.json'}")  # type: ignore[attr-defined]
-    typer.echo(json.dumps({"cv": mean, "folds": len(m["folds"]), "train_groups": m["train_groups"],
+    typer.echo(fit_text(m))
+    typer.echo(json.dumps({"cv": mean, "split": m["split"], "ranking": {k: m["ranking"].get(k) for k in (
+                               "mode", "source", "weight", "top1", "vs_ranker", "vs_transfer_order")},
+                           "folds": len(m["folds"]), "train_groups": m["train_groups"],
                            "undescribed_pools": m["undescribed_pools"],
                            "mlflow_run": result.run_id}, sort_keys=True))  # type: ignore[attr-defined]
 

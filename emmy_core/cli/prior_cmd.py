@@ -35,8 +35,26 @@ def info(file: Annotated[Path | None, typer.Option("--file", help="an artifact (
     typer.echo(f"  fitted on dataset {str(prov.get('dataset_digest'))[:16]} "
                f"(pools {prov.get('pools')}, seed {prov.get('seed')}, code {str(prov.get('code_revision'))[:16]})")
     typer.echo(f"  parameters {json.dumps(prov.get('params'), sort_keys=True)}")
-    cv = d["metrics"].get("cv", {})
+    met = d["metrics"]
+    cv = met.get("cv", {})
     shown = ", ".join(f"{k} {v:.3f}" for k, v in cv.items() if isinstance(v, int | float))
-    typer.echo(f"  cross-validated over {d['metrics'].get('folds')} folds: {shown}")
+    typer.echo(f"  validated on the {met.get('split', 'kernel')} split over {met.get('folds')} folds: {shown}")
+    kcv = met.get("kernel_cv", {})
+    if kcv:
+        shown = ", ".join(f"{k} {v:.3f}" for k, v in kcv.items() if isinstance(v, int | float))
+        typer.echo(f"  kernel split over {met.get('kernel_folds')} folds: {shown}")
+    rk = d["ranking"]
+
+    def pct(v: object) -> str:
+        return f"{float(v):+.1%}" if isinstance(v, int | float) else "-"
+
+    top1 = rk.get("top1")
+    typer.echo(f"  ranking of a card the fit never saw: {rk.get('mode')} ({rk.get('source')}, weight {rk.get('weight')}), won on the {rk.get('split', '?')} split"
+               + (f" with top-1 {top1:.3f}" if isinstance(top1, int | float) else "")
+               + f": {pct(rk.get('vs_ranker'))} against the ranker alone, {pct(rk.get('vs_transfer_order'))} against"
+               f" the transfer order, {pct(rk.get('vs_transfer_baseline'))} against the transfer baseline")
+    typer.echo("  a card the fit measured (in the transfer table) is ranked by the model alone (the kernel split)")
+    typer.echo(f"  transfer table: {d['transfer']['pools']} pools from {len(d['transfer']['cards'])} cards"
+               + (f" ({', '.join(d['transfer']['cards'])})" if d['transfer']['cards'] else ""))
     typer.echo(f"  price curves: {', '.join(sorted(d['calibration'])) or 'none (uncalibrated)'}")
     typer.echo(f"  {len(d['features'])} features: {', '.join(d['features'])}")

@@ -19,7 +19,7 @@ from emmy_core.store.sourcefile import Fields, json_path
 
 MAX_REPORT_BYTES = 256 * 1024 * 1024
 TOP = frozenset({"format", "version", "feature_version", "dataset_digest", "pools", "prior", "minimum_sizes", "mean",
-                 "by_card", "forks", "undescribed_pools", "undescribed_cards", "extern_order", "per_pool"})
+                 "by_card", "by_family", "forks", "undescribed_pools", "undescribed_cards", "extern_order", "per_pool"})
 
 
 def _summary(file: str, record: str, obj: object) -> dict[str, Any]:
@@ -65,8 +65,9 @@ def read_report(path: Path | str) -> dict[str, Any]:
     prior.text("source", 4096)
     prior.mapping("provenance")
     _summary(name, "$.mean", top.raw("mean"))
-    for key, value in top.mapping("by_card").items():
-        _summary(name, json_path("$.by_card", str(key)[:80]), value)
+    for field in ("by_card", "by_family"):
+        for key, value in top.mapping(field).items():
+            _summary(name, json_path(f"$.{field}", str(key)[:80]), value)
     for i, record in enumerate(top.array("per_pool")):
         r = Fields(name, json_path("$.per_pool", i), record, "a pool")
         for field in ("card", "setting", "kernel", "kernel_id", "sizes"):

@@ -30,7 +30,7 @@ from emmy_core.prior import FEATURE_VERSION, Prior, load_prior, metrics
 from emmy_core.prior.dataset import Dataset, Fork
 
 REPORT_FORMAT = "emmy-eval"
-REPORT_VERSION = 1
+REPORT_VERSION = 2  # 2: by_family
 VIEWS = ("golden", "measured", "both")
 SPREAD = ("golden_rank", "golden_rank_ties", "golden_plateau", "top1")  # figures also reported as distributions
 MAX_POINTS = 400  # measured rows per fork priced for the price-against-time plot (a seeded sample)
@@ -104,14 +104,21 @@ class EvalReport:
             groups.setdefault(f"{r['card']} / {r['setting']}", []).append(r)
         return {k: self.summary(v) for k, v in sorted(groups.items())}
 
+    def by_family(self) -> dict[str, dict[str, Any]]:
+        """The same figures per kernel family (matmul, row, elementwise, extern) over every card."""
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for r in self.pools:
+            groups.setdefault(str(r.get("family", "?")), []).append(r)
+        return {k: self.summary(v) for k, v in sorted(groups.items())}
+
     def to_json(self) -> dict[str, Any]:
         """The report as JSON: the shape of a fit's `metrics.json` (`mean` over every pool), plus per card
-        and setting (`by_card`) and per pool (`per_pool`)."""
+        and setting (`by_card`), per kernel family (`by_family`) and per pool (`per_pool`)."""
         return {"format": REPORT_FORMAT, "version": REPORT_VERSION, "feature_version": FEATURE_VERSION,
                 "dataset_digest": self.dataset_digest, "pools": self.view,
                 "prior": {"source": self.prior_source, "provenance": self.prior_provenance},
                 "minimum_sizes": metrics.minimum_sizes(fg.KS), "mean": self.summary(self.pools),
-                "by_card": self.by_card(), "forks": self.forks, "undescribed_pools": self.undescribed_pools,
+                "by_card": self.by_card(), "by_family": self.by_family(), "forks": self.forks, "undescribed_pools": self.undescribed_pools,
                 "undescribed_cards": list(self.undescribed_cards), "extern_order": self.extern_order,
                 "per_pool": self.pools}
 
@@ -206,6 +213,7 @@ def evaluate(dataset_dir: Path | str | Dataset, prior: Prior | Path | str, *, po
         record: dict[str, Any] = {
             "card": fork.card_name, "setting": fork.setting, "kernel": kernel_label(fork),
             "kernel_id": fork.kernel_id, "sizes": fork.sizes, "extern": isinstance(fork.kernel, Extern),
+            "family": fork.family,
             "members": len(fork.knobs), "measured_members": len(m), "working_members": int(fork.ok.sum())}
         if has_golden:
             record.update(fg.golden_view(fork, scores, others, order))

@@ -16,7 +16,8 @@ ALL = "all pools"
 MEASURED_COLUMNS = (  # (figure, heading, kind)
     ("tau", "tau", "tau"), ("top1", "top-1", "x"), ("top5", "top-5", "x"), ("top10", "top-10", "x"),
     ("pick_failed", "failed picks", "share"), ("first_slowdown", "first option", "x"),
-    ("random_slowdown", "random", "x"), ("similar_slowdown", "similar card", "x"), ("transfer_top1", "transfer", "x"))
+    ("random_slowdown", "random", "x"), ("similar_slowdown", "similar card", "x"), ("transfer_top1", "transfer", "x"),
+    ("transfer_top5", "transfer top-5", "x"))
 WORST = 5
 
 
@@ -49,8 +50,8 @@ def pipe_table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int =
     return "\n".join([line(header), sep, *(line(r) for r in rows)])
 
 
-def _rows(doc: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    return [*sorted(doc["by_card"].items()), (ALL, doc["mean"])]
+def _rows(doc: Mapping[str, Any], by: str = "by_card") -> list[tuple[str, Mapping[str, Any]]]:
+    return [*sorted(doc.get(by, {}).items()), (ALL, doc["mean"])]
 
 
 def golden_table(doc: Mapping[str, Any]) -> str:
@@ -80,11 +81,12 @@ def _pair(s: Mapping[str, Any], baseline: str) -> str:
             f"({s.get(baseline + '_golden_rank_pools', 0)})")
 
 
-def measured_table(doc: Mapping[str, Any]) -> str:
-    """Measured view: the prior's figures and the baselines' on the same pools, each with its pool count."""
-    header = ["card / setting", "pools", *(h for _, h, _ in MEASURED_COLUMNS)]
-    rows = [[key, str(s.get("measured_pools", 0)), *(counted(s, n, k) for n, _, k in MEASURED_COLUMNS)]
-            for key, s in _rows(doc)]
+def measured_table(doc: Mapping[str, Any], by: str = "by_card", label: str = "card / setting") -> str:
+    """Measured view: the prior's figures and the baselines' on the same pools, each with its pool count,
+    per card (`by_card`) or per kernel family (`by_family`), then over every pool."""
+    header = [label, "pools", *(h for _, h, _ in MEASURED_COLUMNS)]
+    rows = [[key, str(s.get("measured_pools", s.get("top1_pools", 0))),
+             *(counted(s, n, k) for n, _, k in MEASURED_COLUMNS)] for key, s in _rows(doc, by)]
     return pipe_table(header, rows)
 
 
@@ -135,7 +137,9 @@ def report_text(doc: Mapping[str, Any]) -> str:
     if doc["pools"] in ("measured", "both"):
         out += _view("measured view: what the prior's pick costs against the fastest measured (1.000 = best)",
                      mean.get("measured_pools"), "no pool with enough measured members in this dataset",
-                     lambda: [measured_table(doc), MEASURED_NOTE, "\nworst pools (top-1):",
+                     lambda: [measured_table(doc), *([measured_table(doc, "by_family", "family")]
+                                                     if doc.get("by_family") else []),
+                              MEASURED_NOTE, "\nworst pools (top-1):",
                               worst_pools(doc, "top1", "x")])
         extern = [r for r in doc["per_pool"] if r.get("extern")]
         if extern and not doc.get("extern_order"):
@@ -194,3 +198,27 @@ def compare_text(a: Mapping[str, Any], b: Mapping[str, Any], a_name: str = "A", 
     if len(out) == 2 + (a["dataset_digest"] != b["dataset_digest"]):
         out.append("the two reports share no view (one is golden, the other measured)")
     return "\n".join(out) + "\n"
+
+
+def fit_text(report: Mapping[str, Any]) -> str:
+    """A fit's `metrics.json` as a person reads it: the card split (cards the fit never saw) per card and per
+    family beside the baselines on the same pools, the ranking it selected there, and the kernel split."""
+    rk = report.get("ranking", {})
+    out = [f"validated on {report.get('split', '?')} split ({len(report.get('folds', []))} folds): each held-out "
+           "card ranked from a model fitted without it, its transfer features from the other cards only"]
+    if report.get("split") == "card":
+        out += [measured_table(report), measured_table(report, "by_family", "family")]
+    choices = ", ".join(f"{c['source']} {c['weight']:.2f}: {fmt(c.get('top1'), 'x')}" for c in rk.get("candidates", []))
+
+    def pct(v: object) -> str:
+        return f"{float(v):+.1%}" if isinstance(v, int | float) else "-"
+
+    out.append(f"shipped ranking: {rk.get('mode')} ({rk.get('source')}, weight {rk.get('weight')}), top-1 on held-out cards "
+               f"{fmt(rk.get('top1'), 'x')}; {pct(rk.get('vs_ranker'))} against the ranker alone, "
+               f"{pct(rk.get('vs_transfer_order'))} against the transfer order, {pct(rk.get('vs_transfer_baseline'))} "
+               f"against the transfer baseline (every weight: {choices or 'none'})")
+    km = report.get("kernel_mean", {})
+    out.append(f"kernel split ({len(report.get('kernel_folds', []))} folds, new kernels on known cards): top-1 "
+               f"{fmt(km.get('top1'), 'x')}, top-5 {fmt(km.get('top5'), 'x')}, first option "
+               f"{fmt(km.get('first_slowdown'), 'x')}, random {fmt(km.get('random_slowdown'), 'x')}")
+    return "\n".join(out)

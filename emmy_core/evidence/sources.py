@@ -187,7 +187,7 @@ class PriorSource(Source):
         memo = (key, tuple(o.schedule_id for o in options))
         if memo not in self._scored:
             rows = self.prior.rows(kernel, sizes_of(key), card, key.setting, [dict(o.knobs) for o in options])
-            out = [float(s) for s in self.prior.score_rows(rows)]
+            out = [float(s) for s in self.prior.score_rows(rows, card)]
             if len(out) != len(options):
                 raise ValueError(f"the prior gave {len(out)} scores for {len(options)} candidates")
             self._scored[memo] = (out, rows)

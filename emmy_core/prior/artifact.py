@@ -1,10 +1,14 @@
 """The prior's artifact (one JSON file) and the object that scores with it.
 
 The file: `format` (`emmy-prior`), `feature_version`, `features` (the column names, in the
-model's order), `provenance` (dataset digest, parameters, code revision; no time: `emmy_core.prior.provenance`), `metrics`
-(the fit's headline figures), `calibration` (the price curves, `emmy_core.prior.price`)
-and `model`: the trees in CatBoost's own JSON format (`features_info`, `oblivious_trees`,
-`scale_and_bias`). Loading is strict (seed 08: "refit it, never silently continue with
+model's order), `provenance` (dataset digest, parameters, code revision; no time: `emmy_core.prior.provenance`),
+`metrics` (the fit's headline figures), `calibration` (the price curves, `emmy_core.prior.price`),
+`model`: the trees in CatBoost's own JSON format (`features_info`, `oblivious_trees`,
+`scale_and_bias`), `transfer`: the table of what the fit's cards measured, read for the `tr.*`
+features (`emmy_core.prior.transfer_features`), and `ranking`: the blend of the ranker and a
+transfer order the fit selected on the card split, with the figures it was selected on
+(`emmy_core.prior.ranking`). `score` computes exactly that blend for a card the fit never saw, and
+the ranker alone for a card it measured (what the kernel split validates). Loading is strict (seed 08: "refit it, never silently continue with
 something else"): a missing or malformed file, or one written under another feature
 version, is a `PriorError` naming the file (and both versions). Scoring needs numpy only.
 """
@@ -18,16 +22,20 @@ from typing import Any
 
 import numpy as np
 
-from emmy_core.ir import Extern, Program
+from emmy_core.ir import Extern, Program, format_sizes, kernel_id
+from emmy_core.knobs.vocab import schedule_id
 from emmy_core.prior.features import FEATURE_VERSION, fork_features
 from emmy_core.prior.price import Curve, curve_key, price, read_curves, scale_of
+from emmy_core.prior.ranking import SOURCES, combine, mode_of
+from emmy_core.prior.transfer_features import TransferTable, read_table
 from emmy_core.prior.trees import ModelFormatError, Trees, parse_model
 from emmy_core.targets.card import Card
 
 ARTIFACT_FORMAT = "emmy-prior"
 MAX_ARTIFACT_BYTES = 64 * 1024 * 1024
 MAX_FEATURES = 4096
-_KEYS = frozenset({"format", "feature_version", "features", "provenance", "metrics", "calibration", "model"})
+_KEYS = frozenset({"format", "feature_version", "features", "provenance", "metrics", "calibration", "model",
+                   "transfer", "ranking"})
 
 
 class PriorError(ValueError):
@@ -43,29 +51,59 @@ class Prior:
         self.features: tuple[str, ...] = tuple(doc["features"])
         self.trees: Trees = parse_model(doc["model"], len(self.features))
         self.curves: dict[str, Curve] = read_curves(doc["calibration"], "$.calibration")
+        self.table: TransferTable = read_table(doc["transfer"], "$.transfer")
+        self.blend, self.weight = read_ranking(doc["ranking"])
+        self._transfer_column = self.features.index(self.blend) if self.blend in self.features else None
 
     @property
     def info(self) -> dict[str, Any]:
-        """feature_version, provenance, feature names, headline metrics, trees and the price curves."""
+        """feature_version, provenance, feature names, headline metrics, trees, the price curves, the ranking
+        the fit selected and the size of its transfer table."""
         return {"feature_version": self.doc["feature_version"], "provenance": self.doc["provenance"],
                 "features": list(self.features), "metrics": self.doc["metrics"],
                 "trees": int(self.trees.level_feature.shape[0]), "depth": int(self.trees.level_feature.shape[1]),
-                "calibration": {k: c.to_json() for k, c in self.curves.items()}, "source": self.source}
+                "calibration": {k: c.to_json() for k, c in self.curves.items()}, "source": self.source,
+                "ranking": self.doc["ranking"],
+                "transfer": {"pools": len(self.table.pools), "cards": sorted(self.table.cards)}}
+
+    def transfer(self, kernel: Program | Extern, sizes: Mapping[str, int] | str | None, card: Card | None,
+                 setting: str, candidates: Sequence[Mapping[str, object]]) -> np.ndarray | None:
+        """The candidates' `tr.*` columns from this prior's table (the card's own rows left out), or None
+        when no other card of the table measured this kernel at these sizes under this setting."""
+        if not self.table.pools:
+            return None
+        kid, text = kernel_id(kernel), sizes_text(kernel, sizes)
+        name = card.name if card is not None else None
+        if not self.table.has(kid, text, setting, name):
+            return None
+        numbers = card.numeric() if card is not None else None
+        return self.table.columns(kid, text, setting, numbers, name, [schedule_id(dict(c)) for c in candidates])
 
     def rows(self, kernel: Program | Extern, sizes: Mapping[str, int] | str | None, card: Card | None,
              setting: str, candidates: Sequence[Mapping[str, object]]) -> np.ndarray:
         """The feature rows of `candidates`, in this prior's column order."""
-        return fork_features(kernel, sizes, card, setting, candidates).matrix(self.features)
+        return fork_features(kernel, sizes, card, setting, candidates,
+                             self.transfer(kernel, sizes, card, setting, candidates)).matrix(self.features)
 
-    def score_rows(self, rows: np.ndarray) -> np.ndarray:
-        return self.trees.predict(rows)
+    def seen(self, card: Card | None) -> bool:
+        """Whether the fit measured `card` (its table holds the card's name): a seen card is ranked by the
+        model alone (validated on the kernel split), an unseen one by the blend selected on the card split."""
+        return card is not None and card.name in self.table.cards
+
+    def score_rows(self, rows: np.ndarray, card: Card | None = None) -> np.ndarray:
+        """The scores of one pool's rows on `card`: the trees, blended with the rows' transfer column as the
+        fit selected for a card it never saw (`seen`); `card` None is a card described nowhere (unseen)."""
+        scores = self.trees.predict(rows)
+        if self._transfer_column is None or self.weight <= 0 or self.seen(card):
+            return scores
+        return combine(scores, rows[:, self._transfer_column], self.weight)
 
     def score(self, kernel: Program | Extern, sizes: Mapping[str, int] | str | None, card: Card | None,
               setting: str, candidates: Sequence[Mapping[str, object]]) -> np.ndarray:
         """One float64 score per candidate; higher is better. `card` None: a card described nowhere."""
         if not candidates:
             return np.zeros(0)
-        return self.score_rows(self.rows(kernel, sizes, card, setting, candidates))
+        return self.score_rows(self.rows(kernel, sizes, card, setting, candidates), card)
 
     def price(self, kernel: Program | Extern, sizes: Mapping[str, int] | str | None, card: Card | None,
               setting: str, candidates: Sequence[Mapping[str, object]]) -> np.ndarray:
@@ -78,7 +116,7 @@ class Prior:
         if not candidates:
             return np.zeros(0)
         rows = self.rows(kernel, sizes, card, setting, candidates)
-        return self.price_rows(kernel, card, rows, self.score_rows(rows))
+        return self.price_rows(kernel, card, rows, self.score_rows(rows, card))
 
     def price_rows(self, kernel: Program | Extern, card: Card | None, rows: np.ndarray,
                    scores: np.ndarray) -> np.ndarray:
@@ -92,10 +130,35 @@ def computed_feature(name: str) -> bool:
     extern knob's `x.*`): a prior over names it does not compute would see only missing values."""
     from emmy_core.prior.features import EXTERN_PREFIX, HW_NAMES, REGIME_NAMES, ST_NAMES
     from emmy_core.prior.geometry import GEOMETRY_NAMES, KNOB_NAMES
+    from emmy_core.prior.transfer_features import TRANSFER_NAMES
 
     if name.startswith(EXTERN_PREFIX):
         return len(name) > len(EXTERN_PREFIX)
-    return name in {*HW_NAMES, *REGIME_NAMES, *ST_NAMES, *KNOB_NAMES, *GEOMETRY_NAMES}
+    return name in {*HW_NAMES, *REGIME_NAMES, *ST_NAMES, *KNOB_NAMES, *GEOMETRY_NAMES, *TRANSFER_NAMES}
+
+
+def sizes_text(kernel: Program | Extern, sizes: Mapping[str, int] | str | None) -> str:
+    """The sizes as the store keys a pool: text as given, a mapping kept to the kernel's dynamic axes."""
+    if sizes is None:
+        return ""
+    if isinstance(sizes, str):
+        return sizes
+    if isinstance(kernel, Extern):
+        return format_sizes({str(k): int(v) for k, v in sizes.items()})
+    dyn = {a.name for a in kernel.dynamic_axes}
+    return format_sizes({str(k): int(v) for k, v in sizes.items() if k in dyn})
+
+
+def read_ranking(doc: object) -> tuple[str, float]:
+    """The blend of an artifact's `ranking` field: (transfer column, weight); ValueError naming the field."""
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("weight"), int | float) or isinstance(
+            doc.get("weight"), bool) or not 0 <= doc["weight"] <= 1:
+        raise ValueError("$.ranking.weight must be a number in 0..1")
+    if doc.get("mode") != mode_of(float(doc["weight"])):
+        raise ValueError(f"$.ranking.mode must be {mode_of(float(doc['weight']))!r} for weight {doc['weight']}")
+    if doc.get("source") not in SOURCES:
+        raise ValueError(f"$.ranking.source must be one of {', '.join(SOURCES)}")
+    return str(doc["source"]), float(doc["weight"])
 
 
 def _refuse(path: str, why: str) -> PriorError:
@@ -130,7 +193,7 @@ def _parse(doc: object, path: str) -> Prior:
         raise _refuse(path, f"$.features names {unknown[0][:80]!r} (and {len(unknown) - 1} more), which this Emmy "
                             f"does not compute at feature version {FEATURE_VERSION}: every candidate would score "
                             "alike on it (refit it with this version)")
-    for field in ("provenance", "metrics"):
+    for field in ("provenance", "metrics", "ranking"):
         if not isinstance(doc[field], dict):
             raise _refuse(path, f"$.{field} must be an object")
     model = doc["model"]

@@ -54,6 +54,15 @@ class Fork:
     def target(self) -> str | None:
         return self.card.target if self.card is not None else None
 
+    @property
+    def family(self) -> str:
+        """matmul, row, elementwise (an Emmy kernel's shape) or extern (a kernel defined outside Emmy)."""
+        if isinstance(self.kernel, Extern):
+            return "extern"
+        from emmy_core.ir.family import classify
+
+        return classify(self.kernel).family
+
 
 @dataclass
 class Dataset:

@@ -12,7 +12,10 @@ Seed 08, "Features: what the model actually sees". A row has three groups:
   `extern` kernel by a stable code of its name and its problem size.
 - the candidate (`k.*`, `x.*`, `g.*`): knob values encoded by type (`acc` f32/f16 -> 0/1,
   the tensor-core instruction expanded into its shape), extern knobs under `x.<name>`,
-  and derived geometry (`emmy_core.prior.geometry`).
+  and derived geometry (`emmy_core.prior.geometry`);
+- what other cards measured of the candidate (`tr.*`, `emmy_core.prior.transfer_features`):
+  given by the caller from a transfer table that never holds the scored card's own rows;
+  missing where no other card measured the candidate.
 
 A knob a candidate has not decided is missing (NaN), never zero. The same function serves
 the fit, the evaluation and the compile; it needs numpy only. Feature names are fixed by
@@ -33,9 +36,10 @@ from emmy_core.ir.family import ElementwiseShape, MatmulShape, RowShape, classif
 from emmy_core.ir.sizes import extents
 from emmy_core.ir.vocab import dtype_bytes
 from emmy_core.prior.geometry import candidate_columns, text_code
+from emmy_core.prior.transfer_features import TRANSFER_NAMES
 from emmy_core.targets.card import INSTRUCTION_FLAGS, NUMERIC_FIELDS, Card
 
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2  # 2: the transfer columns (`tr.*`, `emmy_core.prior.transfer_features`)
 
 SETTINGS = {"deploy": 0.0, "rank": 1.0}
 FAMILY_CODES = {"matmul": 0.0, "row": 1.0, "elementwise": 2.0, "extern": 3.0}
@@ -165,15 +169,29 @@ class FeatureRows:
 
 
 def fork_features(kernel: Program | Extern, sizes: Mapping[str, int] | str | None, card: Card | None,
-                  setting: str, candidates: Sequence[Mapping[str, object]]) -> FeatureRows:
-    """Feature rows for `candidates` (knob dicts) competing at one fork: THE feature function."""
+                  setting: str, candidates: Sequence[Mapping[str, object]],
+                  transfer: np.ndarray | None = None) -> FeatureRows:
+    """Feature rows for `candidates` (knob dicts) competing at one fork: THE feature function.
+
+    `transfer`: the candidates' `tr.*` columns (`TransferTable.columns`, from the cards other than this
+    one); None: nobody else measured them, every transfer feature missing."""
     ctx = context(kernel, sizes, card, setting)
     n = len(candidates)
     columns = candidate_columns(ctx, candidates)
     names = [*HW_NAMES, *REGIME_NAMES, *ST_NAMES]
-    values = np.empty((n, len(names) + len(columns)))
+    values = np.empty((n, len(names) + len(TRANSFER_NAMES) + len(columns)))
     for j, name in enumerate(names):
         values[:, j] = ctx.shared.get(name, math.nan)
-    for j, col in enumerate(columns.values(), start=len(names)):
+    k = len(names)
+    values[:, k:k + len(TRANSFER_NAMES)] = math.nan if transfer is None else transfer
+    for j, col in enumerate(columns.values(), start=k + len(TRANSFER_NAMES)):
         values[:, j] = col
-    return FeatureRows((*names, *columns), values)
+    return FeatureRows((*names, *TRANSFER_NAMES, *columns), values)
+
+
+def with_transfer(rows: FeatureRows, transfer: np.ndarray) -> FeatureRows:
+    """`rows` with their `tr.*` columns replaced by `transfer` (a fit recomputes them per fold)."""
+    j = rows.names.index(TRANSFER_NAMES[0])
+    values = rows.values.copy()
+    values[:, j:j + len(TRANSFER_NAMES)] = transfer
+    return FeatureRows(rows.names, values)

@@ -1,17 +1,24 @@
-"""`emmy fit`: a CatBoost ranker fitted on a dataset export, cross-validated by kernel, tracked in MLflow.
+"""`emmy fit`: a CatBoost ranker fitted on a dataset export, validated on unseen cards and unseen kernels.
 
 `fit_prior(dataset_dir, out_path, ...)` reads the export's forks (`emmy_core.prior.dataset`),
 turns every pool into feature rows with the one feature function, and:
 
-1. cross-validates with scikit-learn's `GroupKFold` grouped by kernel (no kernel in both
-   the train and the validation side of any fold, asserted on the folds actually used and
-   recorded in `metrics.json`), scoring each validation fork's whole pool;
-2. fits the final model on every group, calibrates the price curves on the measured rows
-   (`emmy_core.prior.price`) and writes the artifact atomically;
-3. writes `_tune/fits/<time>-<digest>/metrics.json`: per fold and mean, top-1 and top-5
-   slowdown, Kendall's tau, failure rate of the pick, golden ranks, beside the first
-   option's and a random pick's slowdown on the same pools, each with its pool count;
-4. logs an MLflow run (`emmy_core.prior.tracking`) unless tracking is off.
+1. validates on the card split, the question a new machine asks: scikit-learn's `GroupKFold`
+   grouped by card (one card per fold up to `folds` cards: leave one card out; no card on both
+   sides of any fold, asserted on the folds actually used and recorded in `metrics.json`). The
+   transfer features (`tr.*`) of every fork come from the fold's training cards only, the fork's
+   own card left out, so a held-out card is scored from what the other cards measured;
+2. selects the ranking of a card it never saw on that split (`emmy_core.prior.ranking`): the
+   transfer orders, blends, the ranker, whichever picks best on the held-out cards (never
+   in-sample); a card the fit measured is ranked by the model alone (`Prior.seen`);
+3. validates on the kernel split as well (`GroupKFold` by kernel: a new shape on known cards);
+4. fits the final model on every group (transfer features from every other card of the dataset),
+   calibrates the price curves on the shipped scores (`emmy_core.prior.price`) and writes the
+   artifact atomically, with its transfer table and the selected ranking;
+5. writes `_tune/fits/<time>-<digest>/metrics.json`: the headline (`mean`) is the card split,
+   per fold, per card and per family, beside the baselines on the same pools (first option,
+   random pick, most similar card, transfer); the kernel split beside it, each with pool counts;
+6. logs an MLflow run (`emmy_core.prior.tracking`) unless tracking is off.
 
 Only this module and `training` import catboost; polars and scikit-learn are imported here.
 """
@@ -42,6 +49,7 @@ from emmy_core.prior.artifact import (
 from emmy_core.prior.dataset import Dataset, Fork, check_fittable, read_dataset
 from emmy_core.prior.features import FEATURE_VERSION, fork_features
 from emmy_core.prior.price import curve_key, fit_curve, scale_of
+from emmy_core.prior.ranking import choices, combine, mode_of, select
 from emmy_core.prior.training import (
     DEFAULT_POOLS,
     Params,
@@ -52,13 +60,15 @@ from emmy_core.prior.training import (
     model_json,
     train,
 )
+from emmy_core.prior.transfer import Held, card_split, score_forks, transfer_column, transfer_view
+from emmy_core.prior.transfer_features import TransferTable
 from emmy_core.prior.trees import parse_model
 from emmy_core.store.safefile import atomic_write_text, fresh_folder
 
 Progress = Callable[[str], None]
 FITS_DIR = Path("_tune") / "fits"
-HEADLINE = ("top1", "top5", "tau", "pick_failed", "first_slowdown", "random_slowdown", "golden_rank",
-            "golden_rank_ties")
+HEADLINE = ("top1", "top5", "tau", "pick_failed", "first_slowdown", "random_slowdown", "similar_slowdown",
+            "transfer_top1", "transfer_top5", "golden_rank", "golden_rank_ties")
 
 
 @dataclass(frozen=True)
@@ -85,7 +95,8 @@ def code_revision() -> str:
 
 
 def featurize(forks: Sequence[Fork], progress: Progress | None = None) -> list[str]:
-    """Fills every fork's feature rows (the one feature function); returns the union of column names."""
+    """Fills every fork's feature rows (the one feature function; transfer columns missing until a fold
+    fills them, `transfer_view`); returns the union of column names."""
     names: dict[str, None] = {}
     for i, fork in enumerate(forks):
         fork.features = fork_features(fork.kernel, fork.sizes, fork.card, fork.setting, fork.knobs)
@@ -96,41 +107,79 @@ def featurize(forks: Sequence[Fork], progress: Progress | None = None) -> list[s
     return [*fixed, *sorted(n for n in names if n.startswith("x."))]
 
 
-def score_forks(model: Any, forks: Sequence[Fork], names: Sequence[str]) -> list[np.ndarray]:
-    """Scores of every member of each fork's pool (CatBoost's own predict, as the fit sees it)."""
-    return [np.asarray(model.predict(f.features.matrix(names)), dtype=np.float64) for f in forks]
-
-
-def cross_validate(forks: Sequence[Fork], names: Sequence[str], pools: str, folds: int, seed: int,
-                   params: Params, progress: Progress | None = None) -> list[dict[str, Any]]:
-    """Per fold: the kernels on each side, its training groups, and the summary of its validation forks."""
+def kernel_split(forks: Sequence[Fork], names: Sequence[str], pools: str, folds: int, seed: int, params: Params,
+                 choice: tuple[str, float], progress: Progress | None = None) -> list[dict[str, Any]]:
+    """Validation grouped by kernel (a new shape on known cards): per fold the kernels on each side, its
+    training groups and the summary of its validation forks, ranked as the shipped prior ranks (`choice`)."""
     from sklearn.model_selection import GroupKFold
 
     kernels = np.array([f.kernel_id for f in forks])
-    distinct = sorted(set(kernels.tolist()))
-    n = min(folds, len(distinct))
+    n = min(folds, len(set(kernels.tolist())))
     if n < 2:
         return []
     out: list[dict[str, Any]] = []
     for k, (train_idx, val_idx) in enumerate(GroupKFold(n_splits=n).split(np.zeros(len(forks)), groups=kernels)):
         train_k, val_k = set(kernels[train_idx].tolist()), set(kernels[val_idx].tolist())
         assert not train_k & val_k, f"fold {k}: kernels in both train and validation: {sorted(train_k & val_k)}"
-        train_forks = [forks[i] for i in train_idx]
+        source = [forks[i] for i in train_idx]
+        train_forks = transfer_view(source, source)
         groups = groups_of(train_forks, pools, seed, params)
         if not groups:
             continue
         if progress is not None:
-            progress(f"fold {k + 1}/{n}: training on {len(groups)} forks")
+            progress(f"kernel fold {k + 1}/{n}: training on {len(groups)} groups")
         model = train(design(train_forks, groups, names, params.balance), params, seed)
-        val = [forks[i] for i in val_idx]
-        figures = [fork_figures(f, s) for f, s in zip(val, score_forks(model, val, names), strict=True)]
+        val = transfer_view([forks[i] for i in val_idx], source)
+        figures = [fork_figures(f, combine(s, transfer_column(f, choice[0]), choice[1]))
+                   for f, s in zip(val, score_forks(model, val, names), strict=True)]
         out.append({"fold": k, "train_kernels": sorted(train_k), "validation_kernels": sorted(val_k),
                     "train_groups": len(groups), "validation_forks": len(val), **metrics.summarize(figures)})
     return out
 
 
+def choice_figures(held: Sequence[Held]) -> list[dict[str, Any]]:
+    """Every choice of `ranking.choices()` with its top-1 and top-5 over `held`."""
+    rows = []
+    for src, w in choices():
+        summary = metrics.summarize([h.figures(src, w) for h in held])
+        rows.append({"source": src, "weight": w, "mode": mode_of(w), "top1": summary.get("top1"),
+                     "top5": summary.get("top5")})
+    return rows
+
+
+def select_choice(held: Sequence[Held]) -> tuple[str, float]:
+    """The (source, weight) `ranking.select` takes on these held-out forks (the ranker alone with none)."""
+    rows = choice_figures(held) if held else []
+    if not rows:
+        return choices()[0]
+    best = rows[select([(r["top1"], r["top5"]) for r in rows])]
+    return best["source"], best["weight"]
+
+
+def choose_ranking(held: Sequence[Held]) -> dict[str, Any]:
+    """The ranking that picks best on the held-out cards (`ranking.select`), with every choice's figures and
+    the margins to the ranker alone, the transfer order alone and the transfer baseline."""
+    if not held:
+        src, w = choices()[0]
+        return {"source": src, "weight": w, "mode": mode_of(w), "split": "none",
+                "why": "fewer than two cards: no card split", "candidates": []}
+    rows = choice_figures(held)
+    chosen = rows[select([(r["top1"], r["top5"]) for r in rows])]
+    order = next(r for r in rows if r["source"] == choices()[0][0] and r["weight"] == 1.0)
+    alone = next(r for r in rows if r["weight"] == 0.0)
+    base = metrics.summarize([h.baselines for h in held])
+
+    def margin(other: float | None) -> float | None:
+        return None if other is None or chosen["top1"] is None else chosen["top1"] / other - 1.0
+
+    return {"source": chosen["source"], "weight": chosen["weight"], "mode": chosen["mode"], "split": "card",
+            "top1": chosen["top1"], "top5": chosen["top5"], "candidates": rows,
+            "transfer_baseline_top1": base.get("transfer_top1"), "vs_ranker": margin(alone["top1"]),
+            "vs_transfer_order": margin(order["top1"]), "vs_transfer_baseline": margin(base.get("transfer_top1"))}
+
+
 def calibrate(forks: Sequence[Fork], scores: Sequence[np.ndarray], names: Sequence[str]) -> dict[str, Any]:
-    """Price curves per target (and `any`) on the measured working rows, from the final model's scores."""
+    """Price curves per target (and `any`) on the measured working rows, from the shipped scores."""
     per_key: dict[str, list[tuple[np.ndarray, ...]]] = {}
     for g, (fork, s) in enumerate(zip(forks, scores, strict=True)):
         ok = np.flatnonzero(fork.ok)
@@ -152,11 +201,36 @@ def _mean_of_folds(folds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in HEADLINE:
         values = [f[name] for f in folds if f.get(name) is not None]
-        if name.startswith("top") or name.endswith("slowdown"):
+        if metrics.is_slowdown(name):
             out[name] = metrics.geomean(values)
         else:
             out[name] = sum(values) / len(values) if values else None
     return out
+
+
+def _headline(summary: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: summary.get(k) for k in HEADLINE}
+
+
+def card_report(held: Sequence[Held], card_folds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The card split's figures beside the baselines: per fold, per card, per family, and over every held-out
+    pool (the headline). Each card is ranked with the choice selected on the other cards' held-out forks
+    (`choices`), so the selection never sees the card it is judged on."""
+    chosen: dict[str, tuple[str, float]] = {}
+    for card in sorted({h.fork.card_name for h in held}):
+        chosen[card] = select_choice([h for h in held if h.fork.card_name != card])
+    figures = [(h, h.figures(*chosen[h.fork.card_name])) for h in held]
+    for fold in card_folds:
+        fold.update(metrics.summarize([f for h, f in figures if h.fold == fold["fold"]]))
+    by_card: dict[str, list[dict[str, Any]]] = {}
+    by_family: dict[str, list[dict[str, Any]]] = {}
+    for h, f in figures:
+        by_card.setdefault(h.fork.card_name, []).append(f)
+        by_family.setdefault(h.fork.family, []).append(f)
+    return {"mean": metrics.summarize([f for _, f in figures]),
+            "choices": {c: {"source": src, "weight": w} for c, (src, w) in chosen.items()},
+            "by_card": {c: metrics.summarize(v) for c, v in sorted(by_card.items())},
+            "by_family": {c: metrics.summarize(v) for c, v in sorted(by_family.items())}}
 
 
 def fit_prior(dataset_dir: Path | str, out_path: Path | str, *, pools: str = DEFAULT_POOLS, folds: int = 5, seed: int = 0,
@@ -180,40 +254,56 @@ def fit_dataset(dataset: Dataset, out_path: Path | str, *, pools: str = DEFAULT_
     `install`: `out_path` may be the installed prior (only the install steps pass it)."""
     params = params or Params()
     check_pools(pools)
-    forks = dataset.forks
     check_fittable(dataset)
     check_artifact_out(out_path, install=install)
     if progress is not None:
-        progress(f"{len(forks)} forks; features")
-    names = featurize(forks, progress)
-    fold_figures = cross_validate(forks, names, pools, folds, seed, params, progress)
-    if not fold_figures:
+        progress(f"{len(dataset.forks)} forks; features")
+    names = featurize(dataset.forks, progress)
+    card_folds, held = card_split(dataset.forks, names, pools, folds, seed, params, progress)
+    ranking = choose_ranking(held)
+    choice = (str(ranking["source"]), float(ranking["weight"]))
+    cards = card_report(held, card_folds)
+    seen = choices()[-1]  # a card the fit measured is ranked by the model alone (Prior.seen)
+    kernel_folds = kernel_split(dataset.forks, names, pools, folds, seed, params, seen, progress)
+    if not card_folds and not kernel_folds:
         raise PriorError(f"dataset {dataset.digest[:16]}: no cross-validation fold had a pool to train on "
                          f"({pools} pools): a fit with 0 folds is not judged, so it is not written")
+    forks = transfer_view(dataset.forks, dataset.forks)
     groups = groups_of(forks, pools, seed, params)
     if progress is not None:
-        progress(f"final model on {len(groups)} forks")
+        progress(f"final model on {len(groups)} groups; ranking of unseen cards: {ranking['mode']} ({choice[0]}, "
+                 f"weight {choice[1]})")
     model = train(design(forks, groups, names, params.balance), params, seed)
-    scores = score_forks(model, forks, names)
+    ranker = score_forks(model, forks, names)
+    scores = ranker  # every fork of the dataset is on a card the fit measured: the model alone
     in_sample = metrics.summarize([fork_figures(f, s) for f, s in zip(forks, scores, strict=True)])
-    headline = {"cv": _mean_of_folds(fold_figures), "folds": len(fold_figures), "train_groups": len(groups),
-                "undescribed_pools": dataset.undescribed_pools}
+    split = "card" if held else "kernel"
+    mean = _headline(cards["mean"]) if held else _mean_of_folds(kernel_folds)
+    headline = {"split": split, "cv": mean, "folds": len(card_folds) if held else len(kernel_folds),
+                "kernel_cv": _mean_of_folds(kernel_folds), "kernel_folds": len(kernel_folds),
+                "train_groups": len(groups), "undescribed_pools": dataset.undescribed_pools}
     now = _dt.datetime.now(_dt.UTC).replace(microsecond=0)
+    table = TransferTable.from_forks(dataset.forks)
     doc: dict[str, Any] = {
         "format": ARTIFACT_FORMAT, "feature_version": FEATURE_VERSION, "features": list(names),
-        "provenance": {"dataset_digest": dataset.digest, "content_digest": dataset.content_digest(), "pools": pools, "folds": folds, "seed": seed,
-                       "params": params.to_json(), "code_revision": code_revision()},
-        "metrics": headline, "calibration": calibrate(forks, scores, names), "model": model_json(model)}
+        "provenance": {"dataset_digest": dataset.digest, "content_digest": dataset.content_digest(), "pools": pools,
+                       "folds": folds, "seed": seed, "params": params.to_json(), "code_revision": code_revision()},
+        "metrics": headline, "calibration": calibrate(forks, scores, names), "model": model_json(model),
+        "transfer": table.to_json(), "ranking": ranking}
     trees = parse_model(doc["model"], len(names))
-    for fork, s in zip(forks[:3], scores, strict=False):
+    for fork, s in zip(forks[:3], ranker, strict=False):
         if not np.allclose(trees.predict(fork.features.matrix(names)), s, rtol=0, atol=1e-9):
             raise RuntimeError(f"the numpy evaluator disagrees with CatBoost on fork {fork.key}: not written")
     digest = hashlib.sha256(artifact_text(doc).encode("utf-8")).hexdigest()[:12]
     fit_dir = Path(fits_dir) / f"{now.strftime('%Y%m%dT%H%M%SZ')}-{digest}"
     report = {"feature_version": FEATURE_VERSION, "dataset_digest": dataset.digest, "pools": pools, "seed": seed,
-              "params": params.to_json(), "folds": fold_figures, "mean": headline["cv"], "in_sample": in_sample,
-              "undescribed_pools": dataset.undescribed_pools, "undescribed_cards": dataset.undescribed_cards,
-              "train_groups": len(groups), "forks": len(forks)}
+              "params": params.to_json(), "split": split, "folds": card_folds if held else kernel_folds,
+              "mean": cards["mean"] if held else mean, "by_card": cards["by_card"], "by_family": cards["by_family"],
+              "card_choices": cards.get("choices", {}),
+              "kernel_folds": kernel_folds, "kernel_mean": _mean_of_folds(kernel_folds), "ranking": ranking,
+              "in_sample": in_sample, "undescribed_pools": dataset.undescribed_pools,
+              "undescribed_cards": dataset.undescribed_cards, "train_groups": len(groups),
+              "forks": len(dataset.forks)}
     artifact = write_artifact(doc, out_path, install=install)
     fit_dir = fresh_folder(fit_dir.parent, fit_dir.name)  # two identical fits in one second get two folders
     metrics_path = fit_dir / "metrics.json"

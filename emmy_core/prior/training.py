@@ -12,6 +12,9 @@ Groups (one per fork: kernel, sizes, card, setting):
 A measured pool larger than `max_group` members (Kernel Tuner caches hold up to 18k) is cut
 into seeded random chunks of at most that many, each its own group: every group still holds
 members of one fork only, and the listwise loss's cost grows with the group's size squared.
+A pool larger than `max_members` (0: no limit) first keeps its fastest quarter of that many
+working members and a seeded sample of the rest: the top of the order, where the pick is made,
+is taught in full, and a fit's cost stops growing with the largest caches.
 
 The ranker is CatBoost's QuerySoftMax (a query-level loss: a softmax over each group's
 scores fitted to its relevance, which puts the weight on the top of the order, where the
@@ -19,7 +22,10 @@ pick is made; YetiRank is the alternative `loss`) on float features with NaN as 
 (`nan_mode` Min); its JSON model is what the artifact keeps. The defaults were chosen by
 leaving one card out on the peer data (bench/prior.py): QuerySoftMax with relevance
 sharpened to the 4th power picked better on unseen cards than YetiRank, than a linear
-relevance and than shallower trees, and fits in a third of YetiRank's time.
+relevance and than shallower trees, and fits in a third of YetiRank's time. With the transfer
+features, training on at most MAX_MEMBERS members of a pool (its fastest quarter in full) keeps a
+fit on every peer cache within minutes on two cores; averaging rankers of several seeds
+(`ensemble`) did not pick better on held-out cards, so the fit trains one.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ DEFAULT_POOLS = "both"  # what every fit learns from unless told: the installed 
 GOLDEN_SAMPLE = 31  # other candidates drawn below a golden
 MIN_MEASURED = 2  # measured members a fork needs to teach an order
 MAX_GROUP = 256  # members of one training group at most (a larger measured pool is cut into chunks)
+MAX_MEMBERS = 2048  # measured members of one fork trained on at most (the fastest quarter, then a sample)
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,7 @@ class Params:
     thread_count: int = 2  # fixed, so the same seed gives the same trees on any machine
     golden_sample: int = GOLDEN_SAMPLE
     max_group: int = MAX_GROUP
+    max_members: int = MAX_MEMBERS  # measured members of one fork a fit trains on at most (0: all)
     balance: float = 0.0  # group weights: see `design`
     ensemble: int = 1  # rankers averaged into one model: see `train`
     sharpness: float = 4.0  # exponent of the measured relevance: see `relevance`
@@ -72,6 +80,7 @@ class Params:
         return {"loss": self.loss, "iterations": self.iterations, "depth": self.depth,
                 "learning_rate": self.learning_rate, "l2_leaf_reg": self.l2_leaf_reg,
                 "thread_count": self.thread_count, "golden_sample": self.golden_sample, "max_group": self.max_group,
+                "max_members": self.max_members,
                 "balance": self.balance, "ensemble": self.ensemble,
                 "sharpness": self.sharpness, **self.extra}
 
@@ -103,11 +112,23 @@ def _golden_group(i: int, fork: Fork, rng: np.random.Generator, sample: int) -> 
     return Group(i, members, rel)
 
 
+def _top_heavy(fork: Fork, members: np.ndarray, rng: np.random.Generator, limit: int) -> np.ndarray:
+    """At most `limit` of `members`: the fastest quarter of the limit, then a seeded sample of the rest."""
+    if not limit or len(members) <= limit:
+        return members
+    times = np.where(fork.ok[members], fork.times[members], np.inf)
+    ranked = members[np.argsort(times, kind="stable")]
+    top = ranked[: limit // 4]
+    rest = rng.choice(ranked[limit // 4:], size=limit - len(top), replace=False)
+    return np.sort(np.concatenate([top, rest]))
+
+
 def _measured_groups(i: int, fork: Fork, rng: np.random.Generator, max_group: int,
-                     sharpness: float) -> list[Group]:
+                     sharpness: float, max_members: int = 0) -> list[Group]:
     members = np.flatnonzero(fork.measured)
     if len(members) < MIN_MEASURED or not fork.ok[members].any():
         return []
+    members = _top_heavy(fork, members, rng, max_members)
     rel = relevance(fork, sharpness)
     if np.all(rel[members] == rel[members[0]]):
         return []
@@ -126,7 +147,7 @@ def check_pools(pools: str) -> None:
 
 
 def training_groups(forks: Sequence[Fork], pools: str, seed: int, sample: int = GOLDEN_SAMPLE,
-                    max_group: int = MAX_GROUP, sharpness: float = 1.0) -> list[Group]:
+                    max_group: int = MAX_GROUP, sharpness: float = 1.0, max_members: int = 0) -> list[Group]:
     """The groups a fit trains on (see the module's docstring); samples and chunks are drawn with `seed`."""
     check_pools(pools)
     rng = np.random.default_rng(seed)
@@ -134,7 +155,7 @@ def training_groups(forks: Sequence[Fork], pools: str, seed: int, sample: int = 
     for i, fork in enumerate(forks):
         groups: list[Group] = []
         if pools in ("measured", "both"):
-            groups = _measured_groups(i, fork, rng, max_group, sharpness)
+            groups = _measured_groups(i, fork, rng, max_group, sharpness, max_members)
         if not groups and pools in ("golden", "both"):
             golden = _golden_group(i, fork, rng, sample)
             groups = [golden] if golden is not None else []
@@ -154,7 +175,8 @@ class Rows:
 
 def groups_of(forks: Sequence[Fork], pools: str, seed: int, params: Params) -> list[Group]:
     """`training_groups` with the sample size, chunk size and sharpness of `params`."""
-    return training_groups(forks, pools, seed, params.golden_sample, params.max_group, params.sharpness)
+    return training_groups(forks, pools, seed, params.golden_sample, params.max_group, params.sharpness,
+                           params.max_members)
 
 
 def design(forks: Sequence[Fork], groups: Sequence[Group], names: Sequence[str], balance: float = 0.0) -> Rows:

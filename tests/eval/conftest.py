@@ -57,7 +57,8 @@ def artifact(path: Path, features: list[str], trees: list[dict], scale: float = 
     """A prior artifact with the trees given (CatBoost's JSON tree format), no price curves."""
     doc = {"format": ARTIFACT_FORMAT, "feature_version": FEATURE_VERSION, "features": features,
            "provenance": {"dataset_digest": "hand-written", "pools": "measured", "seed": 0, "time": "test"},
-           "metrics": {}, "calibration": {},
+           "metrics": {}, "calibration": {}, "transfer": {"version": 1, "cards": {}, "pools": []},
+           "ranking": {"weight": 0.0, "mode": "ranker", "source": "tr.score"},
            "model": {"features_info": {"float_features": [
                {"feature_index": i, "flat_feature_index": i, "nan_value_treatment": "AsFalse"}
                for i in range(len(features))]}, "oblivious_trees": trees, "scale_and_bias": [scale, [0.0]]}}

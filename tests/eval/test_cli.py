@@ -75,7 +75,7 @@ def test_a_file_that_is_not_a_report_is_refused_naming_the_file_and_field(tmp_pa
     assert result.exit_code == 2 and f"{bad}: $.format: missing: not an evaluation report" in result.output
     bad.write_text(json.dumps({"format": "emmy-eval", "version": 99}))
     result = CliRunner().invoke(app, ["eval", "compare", str(bad), str(bad)])
-    assert result.exit_code == 2 and "report version 99; this Emmy reads report version 1" in result.output
+    assert result.exit_code == 2 and "report version 99; this Emmy reads report version 2" in result.output
 
 
 def test_the_fit_keeps_its_evaluation_plots_in_its_mlflow_run(caches_export: Callable, tmp_path: Path,

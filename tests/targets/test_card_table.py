@@ -127,5 +127,5 @@ def test_duplicate_names_nan_and_bad_envelopes_are_refused(tmp_path: Path) -> No
         load_table(p)
     with pytest.raises(CardTableError, match="'version'"):
         load_table(_write(tmp_path, {**_raw(), "version": 2}))
-    with pytest.raises(CardTableError, match="absent.json: no such card table"):
+    with pytest.raises(CardTableError, match=r"absent\.json: no such card table"):
         load_table(tmp_path / "absent.json")

@@ -1,0 +1,74 @@
+"""The one ranking a prior computes: its ranker's scores blended with the transfer score of the pool.
+
+A fit compares, on the split that holds out whole cards, the ranker alone (weight 0), the transfer
+order alone (weight 1) and blends between them, and ships the weight that picked best (never a
+ranking worse than the lookup it could have been). `Prior.score` computes exactly this:
+
+    score = (1 - w) * ranker + w * TRANSFER_SCALE * transfer
+
+`transfer` is one of the pool's transfer columns (`SOURCES`): `tr.score`, the log of the geometric
+mean of best/time on the other cards, or `tr.sim`, the same weighted by hardware similarity; a candidate no other card measured takes the pool's lowest transfer score (it ranks with
+the worst known, and the ranker decides among them), and a pool nobody else measured is ranked by
+the ranker alone whatever the weight. At weight 1 the ranker still breaks ties (1e-9 of it).
+TRANSFER_SCALE puts log(best/time) on the ranker's scale: the ranker is fitted to a softmax of
+(best/time) ** sharpness, sharpness 4.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+TRANSFER_SCALE = 4.0
+WEIGHTS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)  # the blends a fit compares
+SOURCES: tuple[str, ...] = ("tr.score", "tr.sim")  # the transfer columns a blend may read
+TIE_BREAK = 1e-9
+
+
+SELECT_MARGIN = 0.01  # a later choice must pick this much better (top-1, relative) to replace an earlier one
+
+
+def choices() -> list[tuple[str, float]]:
+    """Every (source, weight) a fit compares, in the order ties are settled: the lookups alone first (the
+    transfer order, then the similarity-weighted one), then the blends, the ranker alone last. A model
+    must earn its place over the lookup it could have been."""
+    return [*((src, 1.0) for src in SOURCES), *((src, w) for src in SOURCES for w in WEIGHTS if 0 < w < 1),
+            (SOURCES[0], 0.0)]
+
+
+def mode_of(weight: float) -> str:
+    """`ranker` (0), `transfer` (1) or `blend` (between)."""
+    return "ranker" if weight <= 0 else "transfer" if weight >= 1 else "blend"
+
+
+def combine(ranker: np.ndarray, transfer: np.ndarray, weight: float) -> np.ndarray:
+    """The shipped score of one pool's candidates (see the module's docstring)."""
+    r = np.asarray(ranker, dtype=np.float64)
+    t = np.asarray(transfer, dtype=np.float64)
+    known = ~np.isnan(t)
+    if weight <= 0 or not known.any():
+        return r
+    filled = np.where(known, t, t[known].min())
+    if weight >= 1:
+        return TRANSFER_SCALE * filled + TIE_BREAK * r
+    return (1.0 - weight) * r + weight * TRANSFER_SCALE * filled
+
+
+def select(figures: Sequence[tuple[float | None, float | None]]) -> int:
+    """The index of the choice to ship among figures (top-1, top-5) listed in `choices()` order: the first
+    with a top-1, replaced by a later one only where that picks better by more than SELECT_MARGIN (top-5
+    settles an equal top-1). A selection is a function of its figures alone, and an earlier choice (a
+    lookup) is kept unless a later one (a model) clearly beats it on the held-out cards."""
+    best: int | None = None
+    for i, (t1, t5) in enumerate(figures):
+        if t1 is None:
+            continue
+        if best is None:
+            best = i
+            continue
+        b1, b5 = figures[best]
+        assert b1 is not None
+        if t1 < b1 * (1 - SELECT_MARGIN) or (t1 == b1 and t5 is not None and (b5 is None or t5 < b5)):
+            best = i
+    return 0 if best is None else best

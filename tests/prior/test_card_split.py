@@ -1,0 +1,193 @@
+"""The card split and the transfer features: a fit is validated and selected on cards it never saw, and
+what other cards measured reaches the model without the predicted card's own rows."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from emmy_core.ir import Extern, kernel_id
+from emmy_core.knobs.vocab import schedule_id
+from emmy_core.prior import load_prior
+from emmy_core.prior.dataset import Fork, read_dataset
+from emmy_core.prior.fit import choose_ranking, featurize
+from emmy_core.prior.ranking import SELECT_MARGIN, choices, combine, select
+from emmy_core.prior.training import Params
+from emmy_core.prior.transfer import card_split, transfer_column, transfer_view
+from emmy_core.prior.transfer_features import TRANSFER_NAMES, TransferTable, read_table
+from emmy_core.targets import load_table
+
+KERNEL = Extern("toy", (64, 64), "space")
+KNOBS = [{"block": b} for b in (1, 2, 4, 8, 16, 32)]
+
+
+def _fork(card: str, times: list[float | None]) -> Fork:
+    """A fork of the toy kernel on `card`: member i measured at times[i] (None: not measured; inf: failed)."""
+    n = len(KNOBS)
+    measured = np.array([i < len(times) and times[i] is not None for i in range(n)])
+    ok = np.array([bool(measured[i]) and math.isfinite(times[i]) for i in range(n)])  # type: ignore[arg-type]
+    t = np.array([float(times[i]) if ok[i] else math.nan for i in range(n)])  # type: ignore[arg-type]
+    described = load_table().get(card)
+    return Fork(kernel_id(KERNEL), "", card, "deploy", KERNEL, described, [dict(k) for k in KNOBS],
+                [schedule_id(k) for k in KNOBS], measured, ok, t)
+
+
+def _features(forks: list[Fork], source: list[Fork]) -> list[np.ndarray]:
+    featurize(forks + source)
+    return [f.features.matrix(TRANSFER_NAMES) for f in transfer_view(forks, source)]
+
+
+def test_no_card_is_in_both_train_and_validation_of_any_card_fold(small_fit: tuple) -> None:
+    result, dataset = small_fit
+    assert result.metrics["split"] == "card"
+    folds = result.metrics["folds"]
+    cards = {f.card_name for f in dataset.forks}
+    assert len(folds) == len(cards) >= 2  # one card per fold: leave one card out
+    validated: list[str] = []
+    for fold in folds:  # recorded from the index arrays each fold actually trained and validated on
+        assert not set(fold["train_cards"]) & set(fold["validation_cards"])
+        assert set(fold["train_cards"]) | set(fold["validation_cards"]) == cards
+        validated += fold["validation_cards"]
+    assert sorted(validated) == sorted(cards)  # every card validated exactly once
+    kernel_folds = result.metrics["kernel_folds"]
+    for fold in kernel_folds:  # the kernel split beside it
+        assert not set(fold["train_kernels"]) & set(fold["validation_kernels"])
+
+
+def test_card_split_folds_hold_out_whole_cards_in_the_forks_they_score(freeze_export: Path) -> None:
+    dataset = read_dataset(freeze_export)
+    names = featurize(dataset.forks)
+    folds, held = card_split(dataset.forks, names, "both", 5, 0, Params(iterations=10, depth=3))
+    for fold in folds:
+        scored = {h.fork.card_name for h in held if h.fold == fold["fold"]}
+        assert scored == set(fold["validation_cards"]) and not scored & set(fold["train_cards"])
+
+
+def test_transfer_features_of_a_predicted_card_are_computed_without_that_cards_rows() -> None:
+    a = _fork("NVIDIA H200", [1.0, 2.0, 4.0, None, 3.0])
+    b = _fork("NVIDIA H100 80GB HBM3", [2.0, 1.0, None, 8.0])
+    held = _fork("NVIDIA A100-SXM4-80GB", [8.0, 4.0, 2.0, 1.0, 1.5, 9.0])
+    (clean,) = _features([held], [a, b])
+    assert not np.isnan(clean[:2]).any()  # members 0 and 1: both other cards measured them
+    planted = replace(held, times=held.times[::-1].copy())  # a row of the validation card in the source
+    (again,) = _features([held], [a, b, planted])
+    np.testing.assert_array_equal(again, clean)
+    # the compile path: a table holding the card's own rows leaves them out by the card's name
+    table = TransferTable.from_forks([a, b, planted])
+    cols = table.columns(held.kernel_id, "", "deploy", held.card.numeric(), held.card_name, held.schedule_ids)
+    np.testing.assert_array_equal(cols, clean)
+    # and what the features say: member 0 is best/time 1 on H200 and 0.5 on H100
+    assert clean[0, 0] == pytest.approx((math.log(1.0) + math.log(0.5)) / 2)
+    assert clean[0, 3] == 2 and clean[2, 3] == 1
+
+
+def test_a_configuration_measured_on_no_other_card_has_missing_transfer_features() -> None:
+    a = _fork("NVIDIA H200", [1.0, 2.0, None, None, 3.0])
+    held = _fork("NVIDIA H100 80GB HBM3", [1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    (cols,) = _features([held], [a])
+    for member in (2, 3, 5):  # nobody but the held-out card measured these
+        assert np.isnan(cols[member]).all(), (member, cols[member])
+    for member in (0, 1, 4):
+        assert not np.isnan(cols[member]).any()
+    assert cols[0, 1] == 0.0 and cols[4, 1] == pytest.approx(2 / 3)  # the rank among the candidates
+    lone = _fork("NVIDIA H200", [1.0, 2.0])
+    (nothing,) = _features([lone], [lone])  # a card alone: no other card measured anything
+    assert np.isnan(nothing).all()
+
+
+def test_a_failure_on_another_card_counts_as_the_transfer_baselines_failed_ratio() -> None:
+    a = _fork("NVIDIA H200", [1.0, math.inf])
+    held = _fork("NVIDIA H100 80GB HBM3", [1.0, 2.0])
+    (cols,) = _features([held], [a])
+    assert cols[1, 0] == pytest.approx(math.log(1e-3)) and cols[0, 0] == 0.0
+
+
+def test_the_blend_selection_is_deterministic_for_a_seed(freeze_export: Path) -> None:
+    dataset = read_dataset(freeze_export)
+    names = featurize(dataset.forks)
+    params = Params(iterations=15, depth=3)
+
+    def chosen(seed: int) -> dict:
+        _, held = card_split(dataset.forks, names, "both", 5, seed, params)
+        return choose_ranking(held)
+
+    first = chosen(4)
+    assert json.dumps(chosen(4), sort_keys=True) == json.dumps(first, sort_keys=True)
+    assert [(c["source"], c["weight"]) for c in first["candidates"]] == choices()
+    assert (first["source"], first["weight"]) in choices()
+    winner = first["candidates"][select([(c["top1"], c["top5"]) for c in first["candidates"]])]
+    assert (first["source"], first["weight"], first["top1"]) == (winner["source"], winner["weight"], winner["top1"])
+    best = min(c["top1"] for c in first["candidates"])
+    assert first["top1"] <= best / (1 - SELECT_MARGIN)  # within the margin a lookup keeps its place
+    # the earlier choice (a lookup) stays unless a later one picks better by more than the margin
+    assert select([(1.1, 1.0), (1.1, 1.0), (1.2, 1.0)]) == 0
+    assert select([(1.1, 1.0), (1.095, 1.0), (1.05, 1.0)]) == 2
+    assert select([(1.1, 1.0), (1.1, 0.9)]) == 1  # top-5 settles an equal top-1
+    assert select([(None, None), (1.3, None)]) == 1
+
+
+def test_the_blend_ranks_unmeasured_candidates_with_the_worst_known_and_the_ranker_alone_without_any() -> None:
+    ranker = np.array([0.0, 1.0, 2.0, 3.0])
+    transfer = np.array([0.0, -1.0, np.nan, np.nan])
+    np.testing.assert_array_equal(combine(ranker, transfer, 0.0), ranker)
+    assert list(np.argsort(-combine(ranker, transfer, 1.0), kind="stable")) == [0, 3, 2, 1]
+    np.testing.assert_array_equal(combine(ranker, np.full(4, np.nan), 0.5), ranker)
+
+
+def test_the_artifact_carries_its_transfer_table_and_ranking_and_score_computes_that_blend(small_fit: tuple) -> None:
+    result, dataset = small_fit
+    prior = load_prior(result.artifact_path)
+    doc = json.loads(result.artifact_path.read_text())
+    assert doc["ranking"]["mode"] in ("ranker", "blend", "transfer") and doc["ranking"]["split"] == "card"
+    assert (prior.blend, prior.weight) == (doc["ranking"]["source"], doc["ranking"]["weight"])
+    assert sorted(prior.table.cards) == sorted({f.card_name for f in dataset.forks})
+    assert read_table(doc["transfer"], "$.transfer").pools == prior.table.pools
+    featurize(dataset.forks)
+    shared = 0
+    for fork in dataset.forks:
+        assert prior.seen(fork.card)  # a card the fit measured: the model alone
+        rows = prior.rows(fork.kernel, fork.sizes, fork.card, fork.setting, fork.knobs)
+        np.testing.assert_array_equal(prior.score(fork.kernel, fork.sizes, fork.card, fork.setting, fork.knobs),
+                                      prior.trees.predict(rows))
+        unseen = replace(fork.card, name="A CPU the fit never saw")  # the same hardware under a new name
+        assert not prior.seen(unseen)
+        rows = prior.rows(fork.kernel, fork.sizes, unseen, fork.setting, fork.knobs)
+        t = rows[:, prior.features.index(prior.blend)]
+        shared += int((~np.isnan(rows[:, prior.features.index("tr.score")])).any())
+        want = combine(prior.trees.predict(rows), t, prior.weight)
+        np.testing.assert_array_equal(prior.score(fork.kernel, fork.sizes, unseen, fork.setting, fork.knobs), want)
+    assert shared > 0, "the freeze's cards share pools: an unseen card must read their measurements"
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("transfer", {"version": 9, "cards": {}, "pools": []}, r"transfer table version"),
+    ("ranking", {"weight": 0.5, "mode": "ranker", "source": "tr.score"}, r"\$\.ranking\.mode"),
+    ("ranking", {"weight": 2, "mode": "transfer", "source": "tr.score"}, r"\$\.ranking\.weight"),
+    ("ranking", {"weight": 1, "mode": "transfer", "source": "k.tile"}, r"\$\.ranking\.source"),
+])
+def test_a_malformed_transfer_table_or_ranking_is_refused_naming_the_field(
+        small_fit: tuple, tmp_path: Path, field: str, value: object, message: str) -> None:
+    from emmy_core.prior import PriorError
+
+    doc = json.loads(small_fit[0].artifact_path.read_text())
+    doc[field] = value
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(PriorError, match=message):
+        load_prior(path)
+
+
+def test_the_fit_reports_the_card_split_as_its_headline_beside_the_baselines(small_fit: tuple) -> None:
+    result, _ = small_fit
+    m = result.metrics
+    assert m["mean"]["top1"] is not None and "transfer_top1" in m["mean"] and "similar_slowdown" in m["mean"]
+    for card, summary in m["by_card"].items():
+        assert summary["top1_pools"] > 0 and "transfer_top1" in summary and "similar_slowdown" in summary, card
+    assert set(m["by_family"]) <= {"matmul", "row", "elementwise", "extern"} and m["by_family"]
+    assert m["kernel_mean"]["top1"] is not None
+    assert transfer_column is not None
