@@ -38,7 +38,8 @@ def test_a_feature_version_written_as_text_is_refused_as_text_not_as_another_ver
     doc["feature_version"] = str(doc["feature_version"])
     with pytest.raises(PriorError) as info:
         load_prior(_write(tmp_path / "p.json", doc))
-    assert "must be an integer, not str '1'" in str(info.value) and "written with" not in str(info.value)
+    text = str(info.value)
+    assert f"must be an integer, not str '{doc['feature_version']}'" in text and "written with" not in text
 
 
 def test_a_prior_over_feature_names_this_emmy_does_not_compute_is_refused(tmp_path: Path) -> None:
@@ -112,7 +113,8 @@ def _report(tmp_path: Path, name: str, top1: object) -> Path:
 
     doc = {"format": REPORT_FORMAT, "version": REPORT_VERSION, "feature_version": 1, "dataset_digest": "d",
            "pools": "measured", "prior": {"source": "p", "provenance": {}}, "minimum_sizes": {},
-           "mean": {"tau": -0.5, "top1": 1.25}, "by_card": {"c / deploy": {"top1": 1.25}}, "forks": 1,
+           "mean": {"tau": -0.5, "top1": 1.25}, "by_card": {"c / deploy": {"top1": 1.25}},
+           "by_family": {"matmul": {"top1": 1.25}}, "forks": 1,
            "undescribed_pools": 0, "undescribed_cards": [], "extern_order": False, "per_pool": []}
     path = tmp_path / name
     path.write_text(json.dumps(doc).replace('"top1": 1.25}, "by_card"', f'"top1": {top1}}}, "by_card"'))

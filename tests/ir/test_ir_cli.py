@@ -43,7 +43,7 @@ def test_ir_refuses_bad_text_with_position_and_no_traceback() -> None:
 
 def test_ir_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     result = runner.invoke(app, ["ir", "id", str(tmp_path / "nope.emmy")])
-    assert result.exit_code == 2 and "cannot read" in result.output
+    assert result.exit_code == 2 and "nope.emmy: no such source file" in result.output
 
 
 def test_every_ir_command_has_help() -> None:
