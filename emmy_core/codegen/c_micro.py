@@ -76,6 +76,17 @@ def _fma_macro(g: MicroGeometry) -> str:
     return "\n".join(lines)
 
 
+def _broadcast(g: MicroGeometry, value: str) -> str:
+    """`value` in every lane, spelled lane by lane: the compiler loads it with one broadcast from memory.
+
+    (`(em_vec){0} + x` would add +0.0 in every lane, which it may not drop (-0.0 + 0.0 is +0.0): a
+    scalar add and a register shuffle per row, on the shuffle pipe an FMA also issues on.)
+    """
+    if g.lanes == 1:
+        return value
+    return "(em_vec){" + ", ".join([value] * g.lanes) + "}"
+
+
 def micro_kernel_c(g: MicroGeometry) -> str:
     """C declarations of the micro-kernel: its vector type, multiply-add and `em_micro` function."""
     t = C_TYPES[g.acc]
@@ -101,10 +112,9 @@ def micro_kernel_c(g: MicroGeometry) -> str:
             "    em_vec " + ", ".join(f"em_b{q}" for q in range(g.vpr)) + ";"]
     for q in range(g.vpr):
         out.append(f"    memcpy(&em_b{q}, em_b + {q * g.lanes}, sizeof em_b{q});")
-    bcast = "(em_vec){0} + " if g.lanes > 1 else ""
     for r in range(g.mr):
         fmas = " ".join(f"EM_FMA({acc[r][q]}, em_x, em_b{q});" for q in range(g.vpr))
-        out.append(f"    {{ const em_vec em_x = {bcast}em_a[{r}]; {fmas} }}")
+        out.append(f"    {{ const em_vec em_x = {_broadcast(g, f'em_a[{r}]')}; {fmas} }}")
     out.append("  }")
     for r in range(g.mr):
         for q in range(g.vpr):
