@@ -152,9 +152,19 @@ def _cpu_first_matmul(v: KernelView, card: Card) -> Knobs:
         shape = (min(16, v.cap("m") or 16, register_count(card.arch, simd) - 2), nr)
     mr, nr = shape
     tn = min(v.cap("n") or 1024, 1024)
-    return {"tile_m": min(CPU_FIRST_TILE_M, v.cap("m") or CPU_FIRST_TILE_M), "tile_n": tn,
-            "tile_k": _depth(v, card, nr), "vec": nr, "unroll": mr, "threads": card.cores or 1, "simd": simd,
-            "par_axis": "m", **_memory_rule(v, nr)}
+    tk = _depth(v, card, nr)
+    return {"tile_m": _rows(v, card, tk), "tile_n": tn, "tile_k": tk, "vec": nr, "unroll": mr,
+            "threads": card.cores or 1, "simd": simd, "par_axis": "m", **_memory_rule(v, nr)}
+
+
+def _rows(v: KernelView, card: Card, tk: int) -> int:
+    """The first option's row block: 64 rows (two per thread at 128), fewer where the packed A block
+    (rows x depth) would take more than half the L2, and at most a static M."""
+    l2 = (card.l2_kib or 256) * 1024
+    tm = CPU_FIRST_TILE_M
+    while tm > 8 and tm * tk * v.compute_bits // 8 > l2 // 2:
+        tm //= 2
+    return min(tm, v.cap("m") or tm)
 
 
 def _memory_rule(v: KernelView, nr: int) -> Knobs:

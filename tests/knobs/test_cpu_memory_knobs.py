@@ -109,3 +109,15 @@ def test_the_first_option_follows_the_probed_card_not_the_tuning_machine() -> No
     a2, a5 = first_option(view(LINEAR), AVX2), first_option(view(LINEAR), AVX512)
     assert (a2["unroll"], a2["vec"], a2["simd"]) == (6, 16, 256)
     assert (a5["unroll"], a5["vec"], a5["simd"]) == (6, 64, 512)
+
+
+def test_the_first_options_blocks_are_sized_from_the_cards_l2() -> None:
+    """The B micro-panel (depth x vec) and the packed A block (rows x depth) each within half the L2."""
+    deep = matmul(Dim("T", 64), 256, 1024, dtype="f32", b_transposed=True)
+    sizes = {}
+    for l2 in (64.0, 256.0, 512.0, 2048.0):
+        card = Card("AVX2 x2", "cpu", "x86_64", "", (), "test card", cores=2, simd_bits=256, l2_kib=l2)
+        k = first_option(view(deep), card)
+        assert k["tile_k"] * k["vec"] * 4 <= l2 * 1024 / 2 and k["tile_m"] * k["tile_k"] * 4 <= l2 * 1024 / 2
+        sizes[l2] = (k["tile_m"], k["tile_k"])
+    assert sizes == {64.0: (16, 512), 256.0: (32, 1024), 512.0: (64, 1024), 2048.0: (64, 1024)}
