@@ -16,6 +16,10 @@ The structure is BLIS's, written for loop programs:
   own lets and stores, bias, activation, residual, gate, scale) runs on the accumulator
   tile, a row at a time in a simd loop, before anything is stored. 16-bit epilogue inputs
   and outputs are converted a row of the tile at a time (F16C where the build has it).
+- Operands may stay where they lie instead (`pack_a` / `pack_b` false: the micro-kernel reads
+  M_r rows of A, or rows of a row-major B, in place), for small per-batch operands that a
+  packed copy would serve only a few times; `prefetch_c` prefetches a tile's output and
+  epilogue operand rows before the k loop of its last pass (`prefetch`: the A and B streams).
 - Every element's sum adds its products in increasing k (the reduction's window when it
   has one), one multiply-add per step, whatever the knobs: padding rows and columns take
   part in no real element's sum. Products are fused with the addition where the build
