@@ -10,9 +10,9 @@ B=1,S=128 and B=8,S=128) and data type (f32, f16), on this machine's CPU:
   `F.layer_norm`, with the epilogue as torch ops) and `torch.compile` of the same function.
 
 The four run interleaved (one call of each per round, `--rounds` rounds) and medians are printed,
-with GFLOP/s and the share of the machine's nominal f32 peak (cores x clock x two FMA pipes of the
-probed SIMD width: `IsaFeatures.f32_flops_per_cycle`; Zen 4 splits 512-bit operations, so its real
-peak is half of that) for the matrix products, and torch eager / Emmy (above 1: Emmy faster).
+with GFLOP/s and the share of the machine's nominal f32 peak (cores x clock x the probed FMA pipes:
+`emmy_core.targets.cpu.fma_pipes`, which knows Zen 4 runs 512-bit operations through 256-bit pipes)
+for the matrix products, and torch eager / Emmy (above 1: Emmy faster).
 Then the whole block: its kernels chained in graph order (layout steps in torch between them)
 with first options and with the tuned ones, against the eager module and `torch.compile` of it.
 Last, the Python cost of one launch: prepared, checked and the raw ctypes call of the same build.
@@ -48,7 +48,7 @@ from emmy_core.ir.facts import facts
 from emmy_core.ir.sizes import extents
 from emmy_core.knobs import candidates, sample_candidates
 from emmy_core.targets import local_card
-from emmy_core.targets.cpu import probe_isa
+from emmy_core.targets.cpu import probe_fma_pipes, probe_isa
 
 TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
 Fn = Callable[[], object]
@@ -269,10 +269,14 @@ def main() -> int:
     def first(program: object) -> dict[str, object]:
         return pinned(candidates(program, card)[0])  # type: ignore[arg-type]
 
-    peak = threads * (card.freq_mhz or float("nan")) / 1e3 * isa.f32_flops_per_cycle()
+    pipes = probe_fma_pipes()
+    peak = threads * (card.freq_mhz or float("nan")) / 1e3 * pipes.f32_flops_per_cycle(isa.fma)
     load0 = os.getloadavg()
     print(f"card {card.name}: {threads} cores at {card.freq_mhz} MHz, {isa.simd_bits}-bit SIMD, FMA {isa.fma}, "
-          f"F16C {isa.f16c}, {isa.vector_registers} vector registers; nominal f32 peak {peak:.0f} GFLOP/s")
+          f"F16C {isa.f16c}, {isa.vector_registers} vector registers; L1d {card.l1d_kib} KiB, L2 {card.l2_kib} KiB, "
+          f"L3 {card.l3_kib} KiB")
+    print(f"FMA pipes per core: {pipes.known}; nominal f32 peak {peak:.0f} GFLOP/s "
+          f"({pipes.f32_flops_per_cycle(isa.fma)} flops per cycle per core at the probed clock)")
     print(f"torch {torch.__version__} on {torch.get_num_threads()} threads; load average {load0[0]:.2f} "
           f"{load0[1]:.2f} on {os.cpu_count()} CPUs (timings are noisy above ~0.5)", flush=True)
     be = CBackend()

@@ -16,6 +16,10 @@ The structure is BLIS's, written for loop programs:
   own lets and stores, bias, activation, residual, gate, scale) runs on the accumulator
   tile, a row at a time in a simd loop, before anything is stored. 16-bit epilogue inputs
   and outputs are converted a row of the tile at a time (F16C where the build has it).
+- Operands may stay where they lie instead (`pack_a` / `pack_b` false: the micro-kernel reads
+  M_r rows of A, or rows of a row-major B, in place), for small per-batch operands that a
+  packed copy would serve only a few times; `prefetch_c` prefetches a tile's output and
+  epilogue operand rows before the k loop of its last pass (`prefetch`: the A and B streams).
 - Every element's sum adds its products in increasing k (the reduction's window when it
   has one), one multiply-add per step, whatever the knobs: padding rows and columns take
   part in no real element's sum. Products are fused with the addition where the build
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from emmy_core.codegen.backend import BuildError
 from emmy_core.codegen.c_emit import Emitter, affine_c, independent
 from emmy_core.codegen.c_expr import C_TYPES, HALF_RUNS, Staged, axis_c, buffer_c, cast_c, offset_c, var_c
 from emmy_core.codegen.c_micro import ELEMENT_BITS, MicroGeometry, micro_geometry, micro_kernel_c
@@ -37,6 +42,7 @@ from emmy_core.codegen.c_schedule import CSchedule
 from emmy_core.ir.errors import IRError
 from emmy_core.ir.family import MatmulShape, classify
 from emmy_core.ir.nodes import Binary, Cast, Expr, Load, Loop, Program, Reduce, Stmt
+from emmy_core.knobs.validity import epilogue_rows
 
 PACK_ENTRY = "emmy_pack"
 PACK_BYTES_ENTRY = "emmy_pack_bytes"
@@ -237,16 +243,19 @@ def pack_entries(program: Program, schedule: CSchedule) -> str:
     packer.header()
     _common_lines(packer, plan, g)
     packer.line(f"{at} *em_dst = ({at} *)(((uintptr_t)em_out + {ALIGN - 1}) & ~(uintptr_t){ALIGN - 1});")
-    if packer.parallel:
-        packer.line(f"#pragma omp parallel{packer.threads_clause()}")
-    with packer.block(""):
-        _pack_all_b(packer, plan, g, "em_dst")
+    if not g.pack_b:  # B is read in place: nothing to pack (the kernel ignores the packed slot)
+        packer.line("(void)em_dst;")
+    else:
+        if packer.parallel:
+            packer.line(f"#pragma omp parallel{packer.threads_clause()}")
+        with packer.block(""):
+            _pack_all_b(packer, plan, g, "em_dst")
     return "\n".join([
         "/* the bytes of B packed once, and that packing (constant operands) */",
         f"int64_t {PACK_BYTES_ENTRY}(const int64_t *em_dyn) {{",
         "  (void)em_dyn;",
         *sizes.lines,
-        f"  return {_packed_bytes(plan, g)};",
+        f"  return {_packed_bytes(plan, g) if g.pack_b else ALIGN};",
         "}",
         f"int {PACK_ENTRY}(void *const *em_bufs, const int64_t *em_dyn, void *em_out) {{",
         "  (void)em_bufs; (void)em_dyn;",
@@ -350,6 +359,24 @@ def _emit_epilogue(em: Emitter, plan: MatmulPlan, g: MicroGeometry, runs: Epilog
                 convert(name, False)
 
 
+def _prefetch_tile(em: Emitter, plan: MatmulPlan, g: MicroGeometry) -> None:
+    """Prefetches the rows of the tile's epilogue operands and outputs before its k loop, so that
+    the epilogue finds them in cache: they arrive while the micro-kernel computes."""
+    shape, p = plan.shape, em.program
+    rows = epilogue_rows(shape)
+    if not rows:
+        return
+    with em.block(""):
+        em.line(f"const int64_t {var_c(shape.n_var)} = em_jr;")
+        with em.block("for (int64_t em_r = 0; em_r < em_ra; ++em_r)"):
+            em.line(f"const int64_t {var_c(shape.m_var)} = em_ir + em_r;")
+            for name, index, written in rows:
+                ptr = f"{buffer_c(name)} + {offset_c(p, name, index)}"
+                em.line(f"__builtin_prefetch({ptr}, {int(written)}, 3); "
+                        f"__builtin_prefetch({ptr} + em_min64({g.nr - 1}, {axis_c(shape.n)} - em_jr - 1), "
+                        f"{int(written)}, 3);")
+
+
 # ---- the kernel ----------------------------------------------------------------------------------
 
 
@@ -364,28 +391,63 @@ def _block_body(em: Emitter, plan: MatmulPlan, bl: Blocking, runs: EpilogueRuns)
     shape, g = plan.shape, bl.micro
     at = C_TYPES[plan.red.dtype]
     nm, nk = axis_c(shape.m), axis_c(shape.k)
+    nn = axis_c(shape.n)
     with em.block(f"for (int64_t em_pc = em_kb; em_pc < em_ke; em_pc += {bl.kc})"):
         em.line(f"const int64_t em_kc = em_min64({bl.kc}, em_ke - em_pc);")
         em.line("const int em_first = em_pc == em_kb, em_last = em_pc + em_kc >= em_ke;")
-        with em.block("if (em_apk[0] != em_bi || em_apk[1] != em_m0 || em_apk[2] != em_pc || em_apk[3] != em_kc)"):
-            em.line(f"em_pack_a({buffer_c(shape.a)} + (em_bi * {nm} + em_m0) * {nk} + em_pc, {nk}, em_me - em_m0, "
-                    f"em_min64({bl.mc}, ({nm} - em_m0 + {g.mr - 1}) / {g.mr} * {g.mr}), em_kc, em_ap, em_atmp);")
-            em.line("em_apk[0] = em_bi; em_apk[1] = em_m0; em_apk[2] = em_pc; em_apk[3] = em_kc;")
+        if g.pack_a:
+            with em.block("if (em_apk[0] != em_bi || em_apk[1] != em_m0 || em_apk[2] != em_pc || "
+                          "em_apk[3] != em_kc)"):
+                em.line(f"em_pack_a({buffer_c(shape.a)} + (em_bi * {nm} + em_m0) * {nk} + em_pc, {nk}, "
+                        f"em_me - em_m0, em_min64({bl.mc}, ({nm} - em_m0 + {g.mr - 1}) / {g.mr} * {g.mr}), em_kc, "
+                        "em_ap, em_atmp);")
+                em.line("em_apk[0] = em_bi; em_apk[1] = em_m0; em_apk[2] = em_pc; em_apk[3] = em_kc;")
         with em.block(f"for (int64_t em_jr = em_n0; em_jr < em_ne; em_jr += {g.nr})"):
-            em.line(f"const {at} *em_bp = em_B + ((em_bi * em_np + em_jr / {g.nr}) * {nk} + em_pc) * {g.nr};")
+            if g.pack_b:
+                em.line(f"const {at} *em_bp = em_B + ((em_bi * em_np + em_jr / {g.nr}) * {nk} + em_pc) * {g.nr};")
+            else:  # row-major B read where it lies: row k of this batch, columns from em_jr
+                em.line(f"const {at} *em_bp = {buffer_c(shape.b)} + (em_bi * {nk} + em_pc) * {nn} + em_jr;")
             with em.block(f"for (int64_t em_ir = em_m0; em_ir < em_me; em_ir += {g.mr})"):
-                em.line(f"const {at} *em_ap1 = em_ap + (em_ir - em_m0) / {g.mr} * em_kc * {g.mr};")
+                if g.pack_a:
+                    em.line(f"const {at} *em_ap1 = em_ap + (em_ir - em_m0) / {g.mr} * em_kc * {g.mr};")
+                else:  # rows of A read where they lie
+                    em.line(f"const {at} *em_ap1 = {buffer_c(shape.a)} + (em_bi * {nm} + em_ir) * {nk} + em_pc;")
+                em.line(f"const int64_t em_ra = em_min64({g.mr}, {nm} - em_ir);")
+                if em.sched.prefetch_c:
+                    with em.block("if (em_last)"):
+                        _prefetch_tile(em, plan, g)
+                a_args = f"em_ap1, {nk}, em_ra, em_bp, {nn}"
                 em.line(f"const {at} *em_t;")
                 em.line("int64_t em_ld;")
                 with em.block("if (em_first && em_last)"):  # one pass: the tile stays in registers, then here
-                    em.line(f"em_micro(em_kc, em_ap1, em_bp, 0, 0, em_ct, {g.nr});")
+                    em.line(f"em_micro(em_kc, {a_args}, 0, 0, em_ct, {g.nr});")
                     em.line(f"em_t = em_ct; em_ld = {g.nr};")
                 with em.block("else"):  # partial sums wait in the block between passes
                     em.line(f"{at} *em_cw1 = em_cw + (em_ir - em_m0) * {bl.nc} + (em_jr - em_n0);")
-                    em.line(f"em_micro(em_kc, em_ap1, em_bp, em_first ? 0 : em_cw1, {bl.nc}, em_cw1, {bl.nc});")
+                    em.line(f"em_micro(em_kc, {a_args}, em_first ? 0 : em_cw1, {bl.nc}, em_cw1, {bl.nc});")
                     em.line("if (!em_last) continue;")
                     em.line(f"em_t = em_cw1; em_ld = {bl.nc};")
                 _emit_epilogue(em, plan, g, runs, "em_t", "em_ld")
+
+
+def in_place_problem(program: Program, plan: MatmulPlan, g: MicroGeometry) -> str | None:
+    """Why the schedule's operands read in place (`pack_a` / `pack_b` false) cannot be, or None.
+
+    An operand stays in place only when it is already of the accumulator type (packing is what
+    converts); B, only when row-major with a static N that is a multiple of N_r (no panel to pad).
+    """
+    shape, acc = plan.shape, plan.red.dtype
+    if not g.pack_a and program.buffer(shape.a).dtype != acc:
+        return f"pack_a=false needs A of the accumulator type {acc}, not {program.buffer(shape.a).dtype}"
+    if not g.pack_b:
+        n = program.axis(shape.n).extent
+        if program.buffer(shape.b).dtype != acc:
+            return f"pack_b=false needs B of the accumulator type {acc}, not {program.buffer(shape.b).dtype}"
+        if shape.b_transposed:
+            return "pack_b=false needs a row-major B (b[.., k, n]), not a transposed one"
+        if n is None or n % g.nr:
+            return f"pack_b=false needs a static N that vec={g.nr} divides (N is {n if n is not None else 'dynamic'})"
+    return None
 
 
 def emit_matmul(em: Emitter) -> bool:
@@ -396,6 +458,9 @@ def emit_matmul(em: Emitter) -> bool:
     shape, s = plan.shape, em.sched
     bl = blocking(em, plan)
     g = bl.micro
+    problem = in_place_problem(em.program, plan, g)
+    if problem is not None:
+        raise BuildError(f"{em.program.name}: {problem}")
     runs = epilogue_runs(em.program, plan)
     at = C_TYPES[plan.red.dtype]
     em.declare(micro_kernel_c(g))
@@ -411,7 +476,9 @@ def emit_matmul(em: Emitter) -> bool:
         _common_lines(em, plan, g)
         em.line(f"const {at} *em_B = (const {at} *)em_bufs[{nb}];")  # B packed beforehand, or NULL
         em.line(f"{at} *em_own = 0;")
-        with em.block("if (!em_B)"):
+        if not g.pack_b:
+            em.line("(void)em_B;")
+        with em.block("if (!em_B)" if g.pack_b else "if (0)"):
             em.line(f"em_own = ({at} *)aligned_alloc({ALIGN}, (size_t)(({_packed_bytes(plan, g)}) / {ALIGN} + 1)"
                     f" * {ALIGN});")
             em.line("if (!em_own) return 1;")
@@ -422,14 +489,19 @@ def emit_matmul(em: Emitter) -> bool:
         with em.block(""):
             with em.block("if (em_own)"):
                 _pack_all_b(em, plan, g, "em_own")
-            em.line(f"{at} *em_ap = ({at} *)aligned_alloc({ALIGN}, sizeof({at}) * {_round_up(bl.mc * bl.kc, 16)});")
-            em.line(f"{at} *em_atmp = ({at} *)malloc(sizeof({at}) * {bl.kc});")
+            if g.pack_a:
+                em.line(f"{at} *em_ap = ({at} *)aligned_alloc({ALIGN}, sizeof({at}) * "
+                        f"{_round_up(bl.mc * bl.kc, 16)});")
+                em.line(f"{at} *em_atmp = ({at} *)malloc(sizeof({at}) * {bl.kc});")
+            else:  # A read in place: no panels (two empty allocations keep the checks and frees below)
+                em.line(f"{at} *em_ap = ({at} *)malloc(1), *em_atmp = ({at} *)malloc(1);")
             em.line(f"{at} *em_cw = em_multipass ? ({at} *)aligned_alloc({ALIGN}, sizeof({at}) * "
                     f"{_round_up(bl.mc * bl.nc, 16)}) : 0;")
             em.line(f"{at} em_ct[{g.mr * g.nr}] __attribute__((aligned({ALIGN})));")
             for i in range(runs.runs):
                 em.line(f"float em_s{i}[{g.nr}];")
-            em.line("int64_t em_apk[4] = {-1, -1, -1, -1};")  # which block of A em_ap holds
+            if g.pack_a:
+                em.line("int64_t em_apk[4] = {-1, -1, -1, -1};")  # which block of A em_ap holds
             em.line("const int em_ok = em_ap && em_atmp && (em_cw || !em_multipass);")
             with em.block("if (!em_ok)"):
                 _fail(em)

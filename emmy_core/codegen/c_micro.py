@@ -41,6 +41,9 @@ class MicroGeometry:
     nr: int  # columns of the tile
     lanes: int  # elements per vector register
     vpr: int  # vector registers per row of the tile
+    pack_a: bool = True  # A from M_r-row panels (k-major); else M_r rows read in place (row stride em_lda)
+    pack_b: bool = True  # B from N_r-column panels; else rows of B read in place (row stride em_ldb)
+    prefetch: int = 0  # k steps ahead the A and B streams are prefetched (0: none)
 
     @property
     def register_bytes(self) -> int:
@@ -52,7 +55,7 @@ def micro_geometry(s: CSchedule, acc: str) -> MicroGeometry:
     bits = ELEMENT_BITS[acc]
     width = min(s.simd or LEGACY_SIMD_BITS, s.vec * bits)
     lanes = max(1, width // bits)
-    return MicroGeometry(acc, s.unroll, s.vec, lanes, s.vec // lanes)
+    return MicroGeometry(acc, s.unroll, s.vec, lanes, s.vec // lanes, s.pack_a, s.pack_b, s.prefetch)
 
 
 def _fma_macro(g: MicroGeometry) -> str:
@@ -76,18 +79,43 @@ def _fma_macro(g: MicroGeometry) -> str:
     return "\n".join(lines)
 
 
+def _broadcast(g: MicroGeometry, value: str) -> str:
+    """`value` in every lane, spelled lane by lane: the compiler loads it with one broadcast from memory.
+
+    (`(em_vec){0} + x` would add +0.0 in every lane, which it may not drop (-0.0 + 0.0 is +0.0): a
+    scalar add and a register shuffle per row, on the shuffle pipe an FMA also issues on.)
+    """
+    if g.lanes == 1:
+        return value
+    return "(em_vec){" + ", ".join([value] * g.lanes) + "}"
+
+
 def micro_kernel_c(g: MicroGeometry) -> str:
-    """C declarations of the micro-kernel: its vector type, multiply-add and `em_micro` function."""
+    """C declarations of the micro-kernel: its vector type, multiply-add and `em_micro` function.
+
+    `em_micro(kc, ap, lda, ra, bp, ldb, ci, ldi, co, ldo)`: `lda` and `ra` are read only when A
+    is read in place (row r of the tile at `ap + r * lda`, k contiguous; rows from `ra` on, past
+    the matrix, repeat its last row, whose sums the epilogue never stores), `ldb` only when B is
+    (row k at `bp + k * ldb`, the tile's columns contiguous); packed panels step by M_r and N_r.
+    """
     t = C_TYPES[g.acc]
     vec_type = (f"typedef {t} em_vec;" if g.lanes == 1 else
                 f"typedef {t} em_vec __attribute__((vector_size({g.register_bytes})));")
     acc = [[f"em_c{r}_{q}" for q in range(g.vpr)] for r in range(g.mr)]
-    out = [f"/* micro-kernel: {g.mr} x {g.nr} {g.acc} accumulators in {g.mr * g.vpr} registers of {g.lanes} lanes */",
+    how = ", ".join(["A packed" if g.pack_a else "A in place", "B packed" if g.pack_b else "B in place"]
+                    + ([f"prefetch {g.prefetch} steps ahead"] if g.prefetch else []))
+    out = [f"/* micro-kernel: {g.mr} x {g.nr} {g.acc} accumulators in {g.mr * g.vpr} registers of {g.lanes} lanes; "
+           f"{how} */",
            vec_type, _fma_macro(g),
-           f"static void em_micro(int64_t em_kc, const {t} *restrict em_ap, const {t} *restrict em_bp,",
-           f"                     const {t} *em_ci, int64_t em_ldi, {t} *em_co, int64_t em_ldo) {{",
-           "  em_vec " + ", ".join(v for row in acc for v in row) + ";",
-           "  if (em_ci) {"]
+           f"static void em_micro(int64_t em_kc, const {t} *restrict em_ap, int64_t em_lda, int64_t em_ra,",
+           f"                     const {t} *restrict em_bp, int64_t em_ldb, const {t} *em_ci, int64_t em_ldi,",
+           f"                     {t} *em_co, int64_t em_ldo) {{",
+           "  (void)em_lda; (void)em_ra; (void)em_ldb;",
+           "  em_vec " + ", ".join(v for row in acc for v in row) + ";"]
+    if not g.pack_a:
+        out.append("  const " + t + " *restrict " + ", *restrict ".join(
+            f"em_a{r} = em_ap + ({r} < em_ra ? {r} : em_ra - 1) * em_lda" for r in range(g.mr)) + ";")
+    out.append("  if (em_ci) {")
     for r in range(g.mr):
         for q in range(g.vpr):
             out.append(f"    memcpy(&{acc[r][q]}, em_ci + {r} * em_ldi + {q * g.lanes}, sizeof {acc[r][q]});")
@@ -95,16 +123,27 @@ def micro_kernel_c(g: MicroGeometry) -> str:
     zero = "(em_vec){0}" if g.lanes > 1 else "0"
     for r in range(g.mr):
         out.append("    " + " ".join(f"{v} = {zero};" for v in acc[r]))
+    b_step = str(g.nr) if g.pack_b else "em_ldb"
     out += ["  }", "  for (int64_t em_k = 0; em_k < em_kc; ++em_k) {",
-            f"    const {t} *restrict em_b = em_bp + em_k * {g.nr};",
-            f"    const {t} *restrict em_a = em_ap + em_k * {g.mr};",
-            "    em_vec " + ", ".join(f"em_b{q}" for q in range(g.vpr)) + ";"]
+            f"    const {t} *restrict em_b = em_bp + em_k * {b_step};"]
+    if g.pack_a:
+        out.append(f"    const {t} *restrict em_a = em_ap + em_k * {g.mr};")
+    if g.prefetch:
+        line_elems = 64 * 8 // ELEMENT_BITS[g.acc]
+        out += [f"    __builtin_prefetch(em_b + {g.prefetch} * {b_step} + {q}, 0, 3);"
+                for q in range(0, g.nr, line_elems)]
+        if g.pack_a:
+            out.append(f"    __builtin_prefetch(em_a + {g.prefetch * g.mr}, 0, 3);")
+        else:
+            out += [f"    if (((em_k + {g.prefetch}) & {line_elems - 1}) == 0) "
+                    + " ".join(f"__builtin_prefetch(em_a{r} + em_k + {g.prefetch}, 0, 3);" for r in range(g.mr))]
+    out.append("    em_vec " + ", ".join(f"em_b{q}" for q in range(g.vpr)) + ";")
     for q in range(g.vpr):
         out.append(f"    memcpy(&em_b{q}, em_b + {q * g.lanes}, sizeof em_b{q});")
-    bcast = "(em_vec){0} + " if g.lanes > 1 else ""
     for r in range(g.mr):
         fmas = " ".join(f"EM_FMA({acc[r][q]}, em_x, em_b{q});" for q in range(g.vpr))
-        out.append(f"    {{ const em_vec em_x = {bcast}em_a[{r}]; {fmas} }}")
+        a = f"em_a[{r}]" if g.pack_a else f"em_a{r}[em_k]"
+        out.append(f"    {{ const em_vec em_x = {_broadcast(g, a)}; {fmas} }}")
     out.append("  }")
     for r in range(g.mr):
         for q in range(g.vpr):

@@ -24,10 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from emmy_core.codegen.c_emit import Emitter, independent
-from emmy_core.codegen.c_expr import HALF_RUNS, Staged, axis_c, buffer_c, offset_of, var_c
+from emmy_core.codegen.c_expr import HALF_RUNS, Staged, axis_c, buffer_c, offset_of, value_c, var_c
 from emmy_core.ir.errors import IRError
 from emmy_core.ir.family import ElementwiseShape, RowShape, classify
-from emmy_core.ir.nodes import Binary, Expr, Let, Load, Loop, Reduce, Stmt, Store, Unary
+from emmy_core.ir.nodes import Binary, Cast, Expr, Let, Load, Loop, Reduce, Ref, Stmt, Store, Unary
 
 LIBRARY_CALLS = frozenset({"exp", "log", "tanh", "erf", "sigmoid"})  # unary ops that call libm
 
@@ -138,6 +138,89 @@ def row_plan(em: Emitter) -> RowPlan | None:
                    tuple(keep))
 
 
+# f16 rows with F16C: the conversion fused into the first pass when that pass takes the row's maximum,
+# and the rounding into the last when it scales a kept value (softmax's max and scale passes). A max
+# is the same whatever the order (em_maxf: a NaN wins); each element is rounded once either way.
+H2F_RUN_MAX = """/* halves to floats and their maximum (em_maxf's: a NaN wins) in one pass over the row */
+static inline float em_h2f_run_max(const uint16_t *restrict s, float *restrict d, int64_t n) {
+  float m = -INFINITY;
+  int64_t i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+  if (n >= 8) {
+    __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+#define EM_MAXV(acc, x) acc = _mm256_blendv_ps(acc, x, _mm256_or_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q), \\
+                                                              _mm256_cmp_ps(x, acc, _CMP_GT_OQ)))
+    for (; i + 32 <= n; i += 32) {
+      const __m256 x0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i)));
+      const __m256 x1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i + 8)));
+      const __m256 x2 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i + 16)));
+      const __m256 x3 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i + 24)));
+      _mm256_storeu_ps(d + i, x0); _mm256_storeu_ps(d + i + 8, x1);
+      _mm256_storeu_ps(d + i + 16, x2); _mm256_storeu_ps(d + i + 24, x3);
+      EM_MAXV(m0, x0); EM_MAXV(m1, x1); EM_MAXV(m2, x2); EM_MAXV(m3, x3);
+    }
+    for (; i + 8 <= n; i += 8) {
+      const __m256 x0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i)));
+      _mm256_storeu_ps(d + i, x0);
+      EM_MAXV(m0, x0);
+    }
+    EM_MAXV(m0, m1); EM_MAXV(m2, m3); EM_MAXV(m0, m2);  /* lanes folded in vectors: no scalar chain */
+    EM_MAXV(m0, _mm256_permute2f128_ps(m0, m0, 1));
+    EM_MAXV(m0, _mm256_shuffle_ps(m0, m0, 0x4e));
+    EM_MAXV(m0, _mm256_shuffle_ps(m0, m0, 0xb1));
+#undef EM_MAXV
+    m = _mm256_cvtss_f32(m0);
+  }
+#endif
+  for (; i < n; ++i) { d[i] = em_h2f(s[i]); m = em_maxf(m, d[i]); }
+  return m;
+}"""
+SCALE_F2H_RUN = """/* a run of floats times c, each product rounded once to a half (round to nearest even) */
+static inline void em_scale_f2h_run(const float *restrict s, float c, uint16_t *restrict d, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+  const __m256 cv = _mm256_set1_ps(c);
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(s + i), cv),
+                                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+  for (; i < n; ++i) d[i] = em_f2h(s[i] * c);
+}"""
+
+
+def _max_pass(plan: RowPlan, em: Emitter) -> Reduce | None:
+    """The row's first statement when it takes the maximum of an f16 row input converted per row."""
+    first = plan.body[0] if plan.body else None
+    if not (isinstance(first, Reduce) and first.op == "max" and first.dtype == "f32" and first.window is None
+            and first.axis == plan.row and isinstance(first.body, Cast) and first.body.dtype == "f32"
+            and isinstance(first.body.x, Load) and first.body.x.buffer in plan.per_row
+            and first.body.x.index == (*plan.rows_vars, first.var)
+            and em.program.buffer(first.body.x.buffer).dtype == "f16"):
+        return None
+    return first
+
+
+def _scale_pass(plan: RowPlan, em: Emitter) -> tuple[str, Expr, str] | None:
+    """(output, kept value, scale) when the row's last statement stores an f16 output as a kept value
+    times a scalar f32 value: `y[.., j] = f16(kept[j] * s)`."""
+    last = plan.body[-1] if plan.body else None
+    if not (isinstance(last, Loop) and last.axis == plan.row and len(last.body) == 1):
+        return None
+    st = last.body[0]
+    if not (isinstance(st, Store) and st.buffer in plan.outputs and st.index == (*plan.rows_vars, last.var)
+            and em.program.buffer(st.buffer).dtype == "f16" and isinstance(st.value, Cast)
+            and st.value.dtype == "f16" and isinstance(st.value.x, Binary) and st.value.x.op == "mul"):
+        return None
+    kept = {e for e, t in plan.keep if t == "f32"}
+    a, b = st.value.x.a, st.value.x.b
+    for value, scale in ((a, b), (b, a)):
+        if value in kept and isinstance(scale, Ref):
+            scalars = {s.name: s.dtype for s in plan.body if isinstance(s, Let | Reduce)}
+            if scalars.get(scale.name) == "f32":
+                return st.buffer, value, scale.name
+    return None
+
+
 def emit_rows(em: Emitter) -> bool:
     """Emits the row form when `row_plan` finds something to convert once or keep; False otherwise."""
     plan = row_plan(em)
@@ -176,21 +259,40 @@ def emit_rows(em: Emitter) -> bool:
             em.line(f"#pragma omp for collapse({len(plan.rows)}) schedule(static)")
         for v, a in zip(plan.rows_vars[:-1], plan.rows[:-1], strict=True):
             em.line(em.for_head(v, a))
+        fused = em.sched.vec > 1  # vec 1 asks for sequential order: passes as written
+        max_pass = _max_pass(plan, em) if fused else None
+        scale_pass = _scale_pass(plan, em) if fused else None
+        body = plan.body[1 if max_pass else 0:len(plan.body) - (1 if scale_pass else 0)]
+        if max_pass:
+            em.declare(H2F_RUN_MAX)
+        if scale_pass:
+            em.declare(SCALE_F2H_RUN)
         with em.block(em.for_head(plan.rows_vars[-1], plan.rows[-1])):
             em.line("if (!em_ok) continue;")
             start = (*(var_c(v) for v in plan.rows_vars), "0")
             for name in plan.per_row:
                 at = offset_of(p, name, start)
+                if max_pass is not None and name == max_pass.body.x.buffer:  # type: ignore[attr-defined]
+                    em.line(f"const float {value_c(max_pass.name)} = em_h2f_run_max({buffer_c(name)} + {at}, "
+                            f"{staged[name].scratch}, {n_row});")
+                    em.x.values[max_pass.name] = "f32"
+                    continue
                 em.line(f"{HALF_RUNS[p.buffer(name).dtype][0]}({buffer_c(name)} + {at}, {staged[name].scratch}, "
                         f"{n_row});")
             em.x.staged = {n: staged[n] for n in (*plan.per_row, *plan.per_thread)}
             em.staged_out = {n: staged[n] for n in plan.outputs}
             try:
-                em.stmts(plan.body, True)
+                em.stmts(body, True)
+                if scale_pass is not None:
+                    out, value, scale = scale_pass
+                    em.line(f"em_scale_f2h_run({em.keep[value]}, {value_c(scale)}, {buffer_c(out)} + "
+                            f"{offset_of(p, out, start)}, {n_row});")
             finally:
                 em.x.staged, em.staged_out, em.keep = {}, {}, {}
                 em.x.reuse = {}
             for name in plan.outputs:
+                if scale_pass is not None and name == scale_pass[0]:
+                    continue
                 at = offset_of(p, name, start)
                 em.line(f"{HALF_RUNS[p.buffer(name).dtype][1]}({staged[name].scratch}, {buffer_c(name)} + {at}, "
                         f"{n_row});")

@@ -13,7 +13,16 @@ A knob the kernel's family does not use is ignored; a missing one takes its defa
     multiple of `vec`), and the depth of the packed panels one pass of the micro-kernel
     streams; tiles past an axis's extent are clipped to it;
   - `par_axis` "m": the threads share out row blocks (each sweeps every column); "n":
-    column blocks (each sweeps every row), for matmuls with few rows.
+    column blocks (each sweeps every row), for matmuls with few rows;
+  - `pack_a` true, `pack_b` true: A's rows of a block are packed into M_r-row panels per
+    pass, B into N_r-column panels; false reads the operand where it lies (A: M_r row
+    streams broadcast in place; B: N_r columns of a row-major B with N a multiple of N_r),
+    for small operands that packing would only copy (the batched attention matmuls). Only
+    an operand already of the accumulator type can stay in place;
+  - `prefetch` 0: how many k steps ahead the micro-kernel prefetches its B and A streams
+    (0: none, the hardware prefetcher alone);
+  - `prefetch_c` false: true prefetches the rows of a tile's output and epilogue operands
+    (a residual, a gate) before the k loop of its last pass, so the epilogue finds them in cache.
 - row reductions and elementwise chains: `vec` 1 is the `simdlen` of `#pragma omp simd` on
   innermost independent loops and row reductions (1: no simd pragma, so a reduction adds
   in sequential order; above 1 a float row reduction is a simd reduction, reassociated);
@@ -34,7 +43,9 @@ from emmy_core.codegen.backend import BuildError
 from emmy_core.knobs.vocab import SCHEDULE_KNOBS, knobs_problem
 
 DEFAULTS: dict[str, int | str | None] = {"tile_m": 32, "tile_n": 64, "tile_k": 256, "vec": 1, "unroll": 1,
-                                         "threads": None, "simd": None, "par_axis": "m"}
+                                         "threads": None, "simd": None, "par_axis": "m",
+                                         "pack_a": True, "pack_b": True, "prefetch": 0,
+                                         "prefetch_c": False}
 LEGACY_SIMD_BITS = 512  # the widest single vector variable when `simd` is not decided
 
 
@@ -48,6 +59,10 @@ class CSchedule:
     threads: int | None
     simd: int | None
     par_axis: str
+    pack_a: bool
+    pack_b: bool
+    prefetch: int
+    prefetch_c: bool
 
 
 def schedule_of(knobs: dict[str, object]) -> CSchedule:

@@ -11,14 +11,16 @@ CPU (C + OpenMP): nothing unbuildable: threads within the usable cores, tiles wi
 extents, a vector width that divides the tile it runs over; for a matmul, registers no
 wider than the card's SIMD width (`simd`: a build for an instruction set the card lacks)
 and a micro-kernel whose accumulators, B row and broadcast fit the card's vector
-registers (more would spill every step).
+registers (more would spill every step); an operand read in place (`pack_a` / `pack_b`
+false) only where the generator can (`in_place_problem`).
 A limit that only a build can reveal is found by the build: the option is blocked and
 the fork resolved again (DESIGN 4).
 """
 
 from __future__ import annotations
 
-from emmy_core.ir.nodes import Kernel
+from emmy_core.ir.family import MatmulShape
+from emmy_core.ir.nodes import Kernel, Load
 from emmy_core.knobs.instructions import instruction_problem, tile_instruction
 from emmy_core.knobs.view import FAMILY_KNOBS, OPTIONAL_KNOBS, KernelView, view
 from emmy_core.knobs.vocab import SCHEDULE_KNOBS, knobs_problem
@@ -122,7 +124,7 @@ def _cpu_problem(v: KernelView, card: Card, k: dict[str, object]) -> str | None:
                 return p
         if tn % vec:
             return f"vec={vec} does not divide tile_n={tn}"
-        return _micro_problem(v, card, k)
+        return _micro_problem(v, card, k) or in_place_problem(v, k)
     return _within("vec", vec, v.cap("row" if v.family == "row" else "inner"), "innermost")
 
 
@@ -149,6 +151,56 @@ def _micro_problem(v: KernelView, card: Card, k: dict[str, object]) -> str | Non
         return (f"micro-kernel {unroll}x{vec} needs {need} vector registers of {width} bits (accumulators, a B row "
                 f"and a broadcast); {card.name} has {have}: it would spill")
     return None
+
+
+ACC_BITS = {"f32": 32, "f64": 64}  # accumulator types the packed matmul reads operands in place for
+
+
+def in_place_problem(v: KernelView, k: dict[str, object]) -> str | None:
+    """An operand a matmul cannot read in place (`pack_a` / `pack_b` false), as the generator refuses it.
+
+    Packing is what converts: an operand stays in place only when already of the accumulator type;
+    B only when row-major, with a static N that `vec` divides (no partial panel to pad with zeros).
+    """
+    assert isinstance(v.shape, MatmulShape)
+    acc_bits = ACC_BITS.get(v.shape.acc_dtype)
+    if k.get("pack_a") is False and (acc_bits is None or v.a_bytes * 8 != acc_bits
+                                     or v.operand_dtype != v.shape.acc_dtype):
+        return f"pack_a=false needs A of the accumulator type {v.shape.acc_dtype}, not {v.operand_dtype}"
+    if k.get("pack_b") is False:
+        vec = k["vec"]
+        assert isinstance(vec, int)
+        if acc_bits is None or v.b_bytes * 8 != acc_bits:
+            return f"pack_b=false needs B of the accumulator type {v.shape.acc_dtype}"
+        if v.shape.b_transposed:
+            return "pack_b=false needs a row-major B (b[.., k, n]), not a transposed one"
+        if v.n_extent is None or v.n_extent % vec:
+            n = "dynamic" if v.n_extent is None else v.n_extent
+            return f"pack_b=false needs a static N that vec={vec} divides (N is {n})"
+    return None
+
+
+def epilogue_rows(shape: MatmulShape) -> tuple[tuple[str, tuple[str, ...], bool], ...]:
+    """(buffer, index, written) of each operand a matmul's epilogue reads, and each output it writes,
+    by rows of the tile: indexed by the row (m) and ending in the column (n). What `prefetch_c`
+    prefetches; the rule prefetches where one is read (a residual, a gate)."""
+    found: dict[tuple[str, tuple[str, ...]], bool] = {}
+
+    def loads(e: object) -> None:
+        if isinstance(e, Load):
+            if e.index and e.index[-1] == shape.n_var and shape.m_var in e.index:
+                found.setdefault((e.buffer, e.index), False)
+        for f in ("x", "a", "b"):
+            sub = getattr(e, f, None)
+            if sub is not None:
+                loads(sub)
+
+    for st in (*shape.epilogue, *shape.stores):
+        loads(st.value)
+    for st in shape.stores:
+        if st.index and st.index[-1] == shape.n_var and shape.m_var in st.index:
+            found[(st.buffer, st.index)] = True
+    return tuple((b, i, w) for (b, i), w in sorted(found.items()))
 
 
 def option_problem(kernel: Kernel, card: Card, knobs: dict[str, object],

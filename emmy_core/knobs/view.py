@@ -18,17 +18,19 @@ from emmy_core.ir.vocab import DTYPES, dtype_bytes
 
 # Which knobs each (target, family) decides. `mma` is optional: the first option leaves it
 # to the compiler; `acc` is absent for f64 operands (the vocabulary has no f64 accumulator);
-# `simd` and `par_axis` came later than the rest of the CPU matmul's knobs: rows measured
-# before them leave them out and build with the generator's defaults (every option decides them).
+# `simd` and `par_axis`, then `pack_a`, `pack_b`, `prefetch` and `prefetch_c`, came later than the rest of the
+# CPU matmul's knobs: rows measured before them leave them out and build with the generator's
+# defaults (the behaviour they measured); every option enumerated now decides them.
 FAMILY_KNOBS: dict[tuple[str, str], tuple[str, ...]] = {
     ("cuda", "matmul"): ("block_m", "block_n", "block_k", "num_warps", "num_stages", "group_m", "acc", "mma"),
     ("cuda", "row"): ("block", "num_warps"),
     ("cuda", "elementwise"): ("block", "num_warps"),
-    ("cpu", "matmul"): ("tile_m", "tile_n", "tile_k", "vec", "unroll", "threads", "simd", "par_axis"),
+    ("cpu", "matmul"): ("tile_m", "tile_n", "tile_k", "vec", "unroll", "threads", "simd", "par_axis", "pack_a",
+                        "pack_b", "prefetch", "prefetch_c"),
     ("cpu", "row"): ("vec", "unroll", "threads"),
     ("cpu", "elementwise"): ("vec", "threads"),
 }
-OPTIONAL_KNOBS = frozenset({"mma", "acc", "simd", "par_axis"})
+OPTIONAL_KNOBS = frozenset({"mma", "acc", "simd", "par_axis", "pack_a", "pack_b", "prefetch", "prefetch_c"})
 
 
 def pow2ceil(x: int) -> int:
@@ -44,6 +46,7 @@ class KernelView:
     b_bytes: int
     operand_dtype: str  # the matmul's a operand; the widest float buffer elsewhere
     compute_bits: int  # width of the arithmetic: 64 when any buffer is f64, else 32
+    n_extent: int | None = None  # a matmul's static N (exact, not rounded), None when dynamic
 
     def cap(self, key: str, floor: int = 1) -> int | None:
         c = self.caps.get(key)
@@ -76,7 +79,8 @@ def view(kernel: Kernel, sizes: dict[str, int] | None = None) -> KernelView:
         caps = {"m": capped(_extent(kernel, shape.m, ext)), "n": capped(_extent(kernel, shape.n, ext)),
                 "k": capped(k)}
         a, b = kernel.buffer(shape.a), kernel.buffer(shape.b)
-        return KernelView("matmul", shape, caps, dtype_bytes(a.dtype), dtype_bytes(b.dtype), a.dtype, compute_bits)
+        return KernelView("matmul", shape, caps, dtype_bytes(a.dtype), dtype_bytes(b.dtype), a.dtype, compute_bits,
+                          _extent(kernel, shape.n, ext))
     if isinstance(shape, RowShape):
         caps = {"row": capped(_extent(kernel, shape.row, ext))}
     else:

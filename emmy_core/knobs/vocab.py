@@ -89,6 +89,17 @@ SCHEDULE_KNOBS: dict[str, KnobSpec] = {
                "(128 SSE/NEON, 256 AVX2, 512 AVX-512); more than the card's SIMD width is refused"),
         _k("par_axis", "cpu", "enum", choices=("m", "n"),
            doc="which blocks of a matmul the threads share out: m (row blocks) or n (column blocks)"),
+        # appended: whether a matmul packs its operands or reads them in place, and its prefetch distance
+        _k("pack_a", "cpu", "bool",
+           doc="whether a matmul packs A's rows into micro-panels (true) or broadcasts them in place (false; "
+               "A of the accumulator type only)"),
+        _k("pack_b", "cpu", "bool",
+           doc="whether a matmul packs B into column panels (true) or reads it in place (false; a row-major B of "
+               "the accumulator type whose N is a static multiple of vec)"),
+        _k("prefetch", "cpu", "int", 0, 64,
+           doc="k steps ahead a matmul micro-kernel prefetches its A and B streams (0: none)"),
+        _k("prefetch_c", "cpu", "bool",
+           doc="whether a matmul prefetches each tile's output and epilogue operand rows before its k loop"),
     )
 }
 

@@ -192,6 +192,53 @@ def isa_features(flags: str, machine: str = "x86_64") -> IsaFeatures:
     )
 
 
+@dataclass(frozen=True)
+class FmaPipes:
+    """A core's fused multiply-add units, as far as the machine lets them be known.
+
+    /proc/cpuinfo names no execution ports: the count and width come from a small table of
+    x86 families where the vendor's family and model numbers settle them (AMD's Zen
+    generations), else they are assumed (two pipes of the SIMD width) and `known` says so.
+    """
+
+    pipes: int
+    bits: int  # width of one pipe: a wider operation takes several passes (Zen 4's 512-bit ones, two)
+    known: str  # where the figures come from
+
+    def f32_flops_per_cycle(self, fma: bool = True) -> int:
+        """f32 flops one core issues per cycle through these pipes (an FMA counting two)."""
+        return self.pipes * (2 if fma else 1) * self.bits // 32
+
+
+# AMD family -> ((first model, last model, pipes, bits, generation), ...): the FP units of each Zen core.
+_AMD_FMA = {
+    0x17: ((0x00, 0x2F, 2, 128, "Zen/Zen+"), (0x30, 0xFF, 2, 256, "Zen 2")),
+    0x19: ((0x00, 0x0F, 2, 256, "Zen 3"), (0x10, 0x1F, 2, 256, "Zen 4"), (0x20, 0x5F, 2, 256, "Zen 3"),
+           (0x60, 0xAF, 2, 256, "Zen 4")),
+    0x1A: ((0x00, 0xFF, 2, 512, "Zen 5"),),
+}
+
+
+def fma_pipes(info: dict[str, str], isa: IsaFeatures) -> FmaPipes:
+    """The FMA pipes of the core `info` (cpuinfo's first processor) describes; see `FmaPipes`."""
+    try:
+        family, model = int(info.get("cpu family", "")), int(info.get("model", ""))
+    except ValueError:
+        family = model = -1
+    if info.get("vendor_id") == "AuthenticAMD":
+        for low, high, pipes, bits, name in _AMD_FMA.get(family, ()):
+            if low <= model <= high:
+                return FmaPipes(pipes, min(bits, isa.simd_bits),
+                                f"AMD family {family:#x} model {model:#x} ({name}): {pipes} x {bits}-bit FMA")
+    return FmaPipes(2, isa.simd_bits, f"assumed: 2 x {isa.simd_bits}-bit FMA (not readable on this CPU)")
+
+
+def probe_fma_pipes() -> FmaPipes:
+    """This machine's FMA pipes (`fma_pipes` of its first processor)."""
+    info = parse_cpuinfo(_read(Path("/proc/cpuinfo")) or "")
+    return fma_pipes(info, probe_isa())
+
+
 def register_count(machine: str, simd: int) -> int:
     """Vector registers the compiler can use: 32 on AVX-512 (any width, with AVX-512VL) and on Arm, else 16."""
     if machine in ("aarch64", "arm64"):
