@@ -132,7 +132,7 @@ def next_steps_section(data: Path) -> None:
     group = " GROUP BY ALL ORDER BY ALL"
     typer.echo("\n== where to look further")
     typer.echo("  the asset graph, its runs and checks (then open http://127.0.0.1:3000):")
-    typer.echo("    .venv/bin/dagster dev -m pipelines.definitions -h 127.0.0.1 -p 3000")
+    typer.echo("    DAGSTER_HOME=\"$PWD\" .venv/bin/dagster dev -m pipelines.definitions -h 127.0.0.1 -p 3000")
     typer.echo("  every fit, its parameters, metrics and plots (then open http://127.0.0.1:5000):")
     typer.echo(f"    .venv/bin/mlflow ui --backend-store-uri sqlite:///{MLFLOW_DB} --host 127.0.0.1 --port 5000")
     typer.echo("  the dataset, with DuckDB:")

@@ -45,7 +45,7 @@ def test_a_row_that_does_not_set_them_builds_what_it_measured() -> None:
     assert option_problem(LINEAR, AVX2, BASE) is None
 
 
-@pytest.mark.parametrize("freeze", ["amd-epyc-x2.json", "intel-r-xeon-r-processor-x2.json"])
+@pytest.mark.parametrize("freeze", ["amd-epyc-avx-512-x2.json", "intel-r-xeon-r-processor-avx-512-x2.json"])
 def test_the_committed_freezes_rows_stay_valid(freeze: str) -> None:
     data = json.loads((ROOT / "freezes" / freeze).read_text(encoding="utf-8"))
     nums = data["card"]["numbers"]

@@ -44,7 +44,9 @@ def test_the_fit_writes_the_artifact_a_fresh_metrics_folder_and_an_mlflow_run(sm
         assert mean[name] is not None, name
     assert mean["top1"] >= 1.0 and on_disk["split"] == "card"  # the headline: cards the fit never saw
     kernel = on_disk["kernel_mean"]
-    assert 1.0 <= kernel["top1"] < kernel["first_slowdown"]  # on known cards the prior beats the first option
+    # on known cards the prior beats a random pick; the first option's figure covers only the pools where the
+    # (card-sized) first option was measured, a different set of pools, so it is no yardstick here
+    assert 1.0 <= kernel["top1"] < kernel["random_slowdown"]
     for fold in on_disk["folds"] + on_disk["kernel_folds"]:
         assert fold["top1_pools"] == fold["validation_forks"] and fold["tau_pools"] > 0
     run = client(mlflow_uri).get_run(result.run_id)
