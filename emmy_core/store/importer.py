@@ -21,6 +21,7 @@ from emmy_core.store.batch import Batch
 from emmy_core.store.errors import StoreError, VersionMismatchError
 from emmy_core.store.interface import Store
 from emmy_core.store.rows import WriteSummary
+from emmy_core.store.runlock import alive
 from emmy_core.store.safefile import ensure_folder, fsync_folder, shown
 from emmy_core.store.sourcefile import MAX_SOURCE_BYTES, SourceError, gc_paused, load_json_file
 from emmy_core.store.versions import move_aside, stale_versions
@@ -133,16 +134,6 @@ def import_into(store: Store, sources: Iterable[Path | str], *, card: str | None
     return out
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _fresh_name(path: Path) -> Path:
     """The file a fresh import builds beside `path` (named by this process, so a killed one's is found)."""
     return path.with_name(f".{path.name}.fresh-{os.getpid()}")
@@ -153,7 +144,7 @@ def _remove_stale_fresh(path: Path) -> None:
     pattern = re.compile(re.escape(f".{path.name}.fresh-") + r"([0-9]{1,10})(\.wal)?\Z")
     for p in path.parent.glob(f".{glob.escape(path.name)}.fresh-*"):
         m = pattern.match(p.name)
-        if m is not None and not _pid_alive(int(m.group(1))):
+        if m is not None and not alive(int(m.group(1))):
             p.unlink(missing_ok=True)
 
 
