@@ -1,27 +1,42 @@
-"""Super-linear time, measured by comparing sizes rather than wall clocks against constants: an input
-`factor` times larger must take less than `limit` times longer (linear work: about `factor`; quadratic:
-its square). Best of a few runs, so a busy machine inflates both sizes alike."""
+"""Super-linear work, measured by comparing sizes with sizes: an input `factor` times larger must cost less
+than `limit` times more (linear work: about `factor`; quadratic: its square).
+
+The cost is counted, not timed: every Python line executed and every Python call made while the work runs
+(`sys.settrace`). The count is the same on an idle laptop and on a loaded 2-core CI runner, so the guard
+cannot flake; what it cannot see is work done inside C (a quadratic loop in Python code, ours or a
+library's, is what it catches)."""
 
 from __future__ import annotations
 
-import time
+import sys
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 FACTOR = 8
 LIMIT = 24.0  # a linear cost gives about 8; a quadratic one 64
 
 
-def best_time(fn: Callable[[], Any], repeats: int = 3) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+def work(fn: Callable[[], Any]) -> int:
+    """How many Python lines and calls `fn()` executes, in this thread."""
+    count = 0
+
+    def trace(frame: FrameType, event: str, arg: Any) -> Callable[..., Any]:
+        nonlocal count
+        count += 1
+        return trace
+
+    previous = sys.gettrace()
+    sys.settrace(trace)
+    try:
         fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    finally:
+        sys.settrace(previous)
+    return count
 
 
 def growth(make: Callable[[int], Any], run: Callable[[Any], Any], n: int, factor: int = FACTOR) -> float:
-    """How many times longer `run` takes on `make(n * factor)` than on `make(n)`."""
+    """How many times more work `run` does on `make(n * factor)` than on `make(n)`."""
     small, large = make(n), make(n * factor)
-    return best_time(lambda: run(large)) / max(best_time(lambda: run(small)), 1e-6)
+    run(small), run(large)  # warm: one-time costs (lazy imports, first-call caches) belong to neither size
+    return work(lambda: run(large)) / max(work(lambda: run(small)), 1)

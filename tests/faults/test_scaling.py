@@ -1,5 +1,5 @@
-"""No super-linear time in the parser or any importer: each family of inputs, eight times larger, takes
-less than 24 times longer (sizes compared with sizes in the same run, never wall clocks with constants)."""
+"""No super-linear work in the parser or any importer: each family of inputs, eight times larger, costs
+less than 24 times more (work counted in executed Python lines and calls, never timed: see `scaling`)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def program_text(stores: int) -> str:
 
 def test_the_loop_program_parser_is_linear() -> None:
     ratio = growth(program_text, parse, 60)
-    assert ratio < LIMIT, f"{FACTOR}x the statements took {ratio:.1f}x the time"
+    assert ratio < LIMIT, f"{FACTOR}x the statements took {ratio:.1f}x the work"
 
 
 def _freeze_doc(rows: int, kernels: int = 1, duplicate: bool = False) -> dict:
@@ -69,11 +69,11 @@ def _kt(n: int) -> dict:
 ])
 def test_every_importer_is_linear(tmp_path: Path, family: str, make_doc, n: int) -> None:  # type: ignore[no-untyped-def]
     ratio = growth(_writer(tmp_path, family, make_doc), _import, n)
-    assert ratio < LIMIT, f"{family}: {FACTOR}x the input took {ratio:.1f}x the time"
+    assert ratio < LIMIT, f"{family}: {FACTOR}x the input took {ratio:.1f}x the work"
 
 
 def test_the_measure_tells_quadratic_work_from_linear() -> None:
-    """The guard of the tests above can fail: quadratic work, eight times larger, takes ~64 times longer."""
+    """The guard of the tests above can fail: quadratic work, eight times larger, costs ~64 times more."""
     def quadratic(n: int) -> int:
         return sum(1 for i in range(n) for j in range(n) if i == j)
 
