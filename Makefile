@@ -20,8 +20,10 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/python -m pipelines
 
+# One worker per core, a test file's tests kept on one worker (module fixtures such as the in-process
+# chain are built once); every test is bounded so a hang fails the run instead of stalling it.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
