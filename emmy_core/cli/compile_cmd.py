@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from emmy_core.cli.common import fail, shape_of
+from emmy_core.dtypes import MODEL_DTYPES, torch_dtype
 
 Opt = typer.Option
 ModelOpt = Annotated[str, Opt("--model", help="a reference model (emmy graph models) or package.module:Class")]
@@ -35,21 +36,18 @@ NoPriorOpt = Annotated[bool, Opt("--no-prior", help="compile without the prior")
 JsonOpt = Annotated[bool, Opt("--json", help="print one JSON object")]
 StrictOpt = Annotated[bool, Opt("--strict-evidence", help="fail when a fork falls past the measured tiers")]
 
-DTYPES = ("f32", "f16", "bf16")
 SMALL = {"B": 1, "S": 1}  # the example the model is compiled from; its own sizes are never run
 
 
 def model_and_inputs(model: str, dtype: str, inputs: list[str] | None) -> tuple[Any, Any]:
     """The module and its inputs function; CLI errors for an unknown model or a bad input spec."""
-    import torch
-
     from emmy_core.graph.errors import GraphError
     from emmy_core.graph.user_models import load_model
 
-    if dtype not in DTYPES:
-        fail(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if dtype not in MODEL_DTYPES:
+        fail(f"--dtype must be one of {', '.join(MODEL_DTYPES)}, got {dtype!r}")
     try:
-        return load_model(model, getattr(torch, {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[dtype]),
+        return load_model(model, torch_dtype(dtype),
                           inputs or ())
     except GraphError as exc:
         fail(str(exc))

@@ -8,11 +8,9 @@ from typing import Annotated
 import typer
 
 from emmy_core.cli.common import fail, shape_of
+from emmy_core.dtypes import MODEL_DTYPES, torch_dtype
 
 app = typer.Typer(help="Model graphs: capture, passes, kernels, forks; the serving matrix.", no_args_is_help=True)
-
-_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
-
 
 @app.command("show")
 def show(
@@ -29,7 +27,6 @@ def show(
 
     The model is captured at small sizes and specialised to --shape: no tensor of that shape is made.
     """
-    import torch
 
     from emmy_core.graph.errors import GraphError
     from emmy_core.graph.forks import forks
@@ -39,8 +36,8 @@ def show(
 
     if model not in MODEL_NAMES:
         fail(f"unknown model {model!r}; known models: {', '.join(MODEL_NAMES)}")
-    if dtype not in _DTYPES:
-        fail(f"--dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
+    if dtype not in MODEL_DTYPES:
+        fail(f"--dtype must be one of {', '.join(MODEL_DTYPES)}, got {dtype!r}")
     sizes = shape_of(shape)
     resolved = None
     if card is not None:
@@ -51,7 +48,7 @@ def show(
         except UnknownCard as exc:
             fail(str(exc))
     try:
-        lowered = compile_model(model, sizes, getattr(torch, _DTYPES[dtype]))
+        lowered = compile_model(model, sizes, torch_dtype(dtype))
         fks = forks(lowered, resolved)
     except (GraphError, IRError) as exc:
         fail(str(exc))

@@ -27,10 +27,11 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
+from emmy_core.dtypes import model_dtypes_by_torch
 from emmy_core.graph.ops import Dim, Graph, Node, TensorType
 from emmy_core.graph.passes.fuse_elementwise import bcast_kind
 
-DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+DTYPES = model_dtypes_by_torch()
 
 BINARY: dict[object, str] = {
     operator.add: "add", torch.add: "add", "add": "add", operator.sub: "sub", torch.sub: "sub", "sub": "sub",
