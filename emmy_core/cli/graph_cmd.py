@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from emmy_core.cli.common import fail, shape_of
+from emmy_core.cli.common import fail
+from emmy_core.cli.options import DtypeOpt, JsonOpt, ShapeOpt, shape_of
 from emmy_core.dtypes import MODEL_DTYPES, torch_dtype
 
 app = typer.Typer(help="Model graphs: capture, passes, kernels, forks; the serving matrix.", no_args_is_help=True)
@@ -15,13 +16,13 @@ app = typer.Typer(help="Model graphs: capture, passes, kernels, forks; the servi
 @app.command("show")
 def show(
     model: Annotated[str, typer.Option("--model", help="a reference model (see `emmy graph models`)")],
-    shape: Annotated[str, typer.Option("--shape", help="dynamic axis sizes, e.g. B=8,S=128")] = "B=8,S=128",
+    shape: ShapeOpt = "B=8,S=128",
     card: Annotated[str | None, typer.Option("--card", help="card for schedule forks: local or a table name")] = None,
-    dtype: Annotated[str, typer.Option("--dtype", help="model data type: f32, f16 or bf16")] = "f16",
+    dtype: DtypeOpt = "f16",
     stage: Annotated[str | None, typer.Option("--stage", help="the graph after this pass (capture, canonicalize, "
                                                               "...; 'all' for every one); default: the final graph")]
     = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Print the graph (after the last pass, or --stage), the kernels (deduped, with counts) and each fork.
 
