@@ -67,7 +67,7 @@ def _bits(t: Any) -> bytes:
 
 
 @dataclass
-class Unit:
+class LoadedUnit:
     program: Program
     sizes: dict[str, int]
     shapes: dict[str, tuple[int, ...]]
@@ -82,7 +82,7 @@ class Worker:
         self.backend: Any = None
         self.device = "cpu"
         self.can_time = True
-        self.unit: Unit | None = None
+        self.unit: LoadedUnit | None = None
 
     # ---- requests ------------------------------------------------------------------------------
 
@@ -112,7 +112,7 @@ class Worker:
         for b in program.inputs:
             t = torch.from_numpy(arrays[b.name]).to(torch_dtype(b.dtype))
             inputs[b.name] = t.to(self.device).contiguous()
-        self.unit = Unit(program, sizes, {b.name: tuple(ext[a] for a in b.shape) for b in program.buffers},
+        self.unit = LoadedUnit(program, sizes, {b.name: tuple(ext[a] for a in b.shape) for b in program.buffers},
                          inputs, {n: _bits(t) for n, t in inputs.items()}, ref, tolerance(program))
         return {"prepared": True}
 
