@@ -3,12 +3,11 @@
 import dagster as dg
 
 from assets.dataset import dataset
+from emmy_core.prior.fit import HEADLINE_FIGURES
 from emmy_core.prior.training import DEFAULT_POOLS
 from pipelines.resources import EmmyPaths, MLflowTracking
 
 GROUP = "prior"
-HEADLINE = ("top1", "top5", "tau", "pick_failed", "golden_rank", "golden_rank_ties", "first_slowdown",
-            "random_slowdown")
 
 
 class FitConfig(dg.Config):
@@ -24,7 +23,7 @@ class FitConfig(dg.Config):
 @dg.asset(deps=[dataset], group_name=GROUP, description=(
     "A candidate prior (`_tune/fits/candidate.json`): a CatBoost ranker fitted on the dataset, validated "
     "on held-out cards (the headline) and held-out kernels; metrics in a fresh folder under `_tune/fits/`; the run, its "
-    "parameters, metrics and artifacts in MLflow (experiment `emmy-prior`). Its data version is the "
+    "parameters, metrics and artifacts in MLflow (experiment `emmy-prior-fits`). Its data version is the "
     "artifact's content digest: the same dataset and recipe fit the same prior."))
 def prior(context: dg.AssetExecutionContext, config: FitConfig, paths: EmmyPaths,
           mlflow: MLflowTracking) -> dg.MaterializeResult:
@@ -44,7 +43,7 @@ def prior(context: dg.AssetExecutionContext, config: FitConfig, paths: EmmyPaths
         "content digest": digest,
         "artifact": dg.MetadataValue.path(str(result.artifact_path)),
         "fit folder": dg.MetadataValue.path(str(result.fit_dir)),
-        **{f"cv {k}": float(cv[k]) for k in HEADLINE if isinstance(cv.get(k), int | float)},
+        **{f"cv {k}": float(cv[k]) for k in HEADLINE_FIGURES if isinstance(cv.get(k), int | float)},
         "folds": len(result.metrics["folds"]),
         "train groups": result.metrics["train_groups"],
         "mlflow_run_id": result.run_id or "none",

@@ -47,6 +47,7 @@ import torch.nn.functional as F
 
 import emmy_core
 from emmy_core.compiler.compare import compare
+from emmy_core.dtypes import torch_dtype
 from emmy_core.evidence.context import load_prior_best_effort
 from emmy_core.evidence.freeze import card_files, shipped_freeze_dir
 from emmy_core.evidence.measured import LocalSource
@@ -59,7 +60,6 @@ from emmy_core.ir.sizes import extents
 from emmy_core.targets import local_card
 
 ROOT = Path(__file__).resolve().parents[1]
-DTYPES = {"f32": torch.float32, "f16": torch.float16}
 
 
 def _median_us(fn, repeats: int) -> float:  # type: ignore[no-untyped-def]
@@ -176,7 +176,7 @@ def models_vs_torch(args: argparse.Namespace) -> None:
     losers: dict[str, list[str]] = {}
     for model in args.models.split(","):
         for dt in args.dtypes.split(","):
-            dtype = DTYPES[dt]
+            dtype = torch_dtype(dt)
             for b in (int(x) for x in args.batches.split(",")):
                 sizes = {"B": b, "S": args.seq}
                 module, inputs = build_model(model, dtype)
@@ -320,9 +320,9 @@ def backend_vs_torch(args: argparse.Namespace) -> None:
     for b in (int(x) for x in args.batches.split(",")):  # the small batch of each type first: the cheap figures
         for dt in args.dtypes.split(","):
             torch.manual_seed(0)
-            layer = LlamaLayer(_llama_cfg(2048, 32, 4, 5632)).to(DTYPES[dt]).eval()
+            layer = LlamaLayer(_llama_cfg(2048, 32, 4, 5632)).to(torch_dtype(dt)).eval()
             cases.append((f"llama layer 2048 {dt} B={b},S={args.seq}", layer,
-                          (torch.randn(b, args.seq, 2048, dtype=DTYPES[dt]),)))
+                          (torch.randn(b, args.seq, 2048, dtype=torch_dtype(dt)),)))
     losers: list[str] = []
     for what, module, x in cases:
         torch._dynamo.reset()

@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from emmy_core.codegen.c import CBackend
+from emmy_core.dtypes import torch_dtype
 from emmy_core.graph.lower import KernelStep, LayoutStep, Lowered
 from emmy_core.graph.models import build_model
 from emmy_core.graph.pipeline import compile_model
@@ -50,7 +51,6 @@ from emmy_core.knobs import candidates, sample_candidates
 from emmy_core.targets import local_card
 from emmy_core.targets.cpu import probe_fma_pipes, probe_isa
 
-TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
 Fn = Callable[[], object]
 
 
@@ -88,7 +88,7 @@ def kernel_tensors(step: KernelStep, dyn: dict[str, int], seed: int) -> dict[str
     for b in prog.buffers:
         shape = [ext[a] for a in b.shape]
         t = torch.randn(shape, generator=g) if b.role == "in" else torch.empty(shape)
-        out[b.name] = t.to(TORCH[b.dtype])
+        out[b.name] = t.to(torch_dtype(b.dtype))
     return out
 
 
@@ -186,7 +186,7 @@ def chained(be: CBackend, lowered: Lowered, x: torch.Tensor, shape: dict[str, in
         outs = {}
         for buf, value in step.outputs:
             b = step.program.buffer(buf)
-            outs[buf] = torch.empty([ext[a] for a in b.shape], dtype=TORCH[b.dtype])
+            outs[buf] = torch.empty([ext[a] for a in b.shape], dtype=torch_dtype(b.dtype))
             if value in index:
                 env[value] = outs[buf].reshape(index[value].type.concrete(shape))
         consts = {buf: params[v].reshape([ext[a] for a in step.program.buffer(buf).shape])
@@ -286,7 +286,7 @@ def main() -> int:
             shape = {k: int(v) for k, v in (p.split("=") for p in shape_text.split(","))}
             for dtype in args.dtypes.split(","):
                 t0 = time.monotonic()
-                lowered = compile_model(model, shape, TORCH[dtype])
+                lowered = compile_model(model, shape, torch_dtype(dtype))
                 index = lowered.graph.index()
                 print(f"\n== {model} {shape_text} {dtype}  (lowered in {time.monotonic() - t0:.1f} s)")
                 print(f"{'kernel':<42} {'sizes':<13} {'first us':>9} {'tuned us':>9} {'eager us':>9} "
@@ -323,7 +323,7 @@ def main() -> int:
                           f"{ratio:11.2f} {first_ratio:11.2f}{note}")
                     summary.append((f"{model} {shape_text} {dtype} {step.family}", ratio))
                 tuned_of = {k[0]: v for k, v in seen.items()}
-                module, example = build_model(model, TORCH[dtype])
+                module, example = build_model(model, torch_dtype(dtype))
                 (x,) = example(shape)
                 fns = {"emmy first": chained(be, lowered, x, shape, lambda s: first(s.program)),
                        "emmy tuned": chained(be, lowered, x, shape, lambda s, t=tuned_of: t[s.kernel_id]),

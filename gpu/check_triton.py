@@ -179,7 +179,7 @@ def build_cases(quick: bool, smoke: bool = False) -> list[Case]:
 
 def tensors(case: Case, seed: int, device: str) -> dict[str, torch.Tensor]:
     """Fresh random inputs on the GPU for every buffer a program reads that no earlier piece writes."""
-    from emmy_core.codegen.triton_expr import TORCH_DTYPES
+    from emmy_core.dtypes import torch_dtype
     from emmy_core.ir.sizes import extents
 
     gen = torch.Generator(device=device).manual_seed(seed)
@@ -192,7 +192,7 @@ def tensors(case: Case, seed: int, device: str) -> dict[str, torch.Tensor]:
                 shape = [ext[a] for a in b.shape]
                 scale = 1.0 / math.sqrt(ext[b.shape[-1]]) if b.name in ("a", "b") else 1.0
                 env[b.name] = (torch.randn(shape, generator=gen, device=device) * scale).to(
-                    getattr(torch, TORCH_DTYPES[b.dtype]))
+                    torch_dtype(b.dtype))
         written |= {b.name for b in p.outputs}
     return env
 
@@ -201,8 +201,8 @@ def run_variant(case: Case, knobs: list[dict[str, object]], env: dict[str, torch
                 timed: bool = True) -> dict[str, object]:
     """Builds, runs, checks and (timed) times one variant; failures come back as rows with a status."""
     from emmy_core.codegen.backend import BuildError, LaunchError
-    from emmy_core.codegen.triton_expr import TORCH_DTYPES
     from emmy_core.codegen.triton_gen import TritonBackend
+    from emmy_core.dtypes import torch_dtype
     from emmy_core.ir.sizes import extents
 
     row: dict[str, object] = {"case": case.label, "knobs": knobs, "sizes": case.sizes}
@@ -219,7 +219,7 @@ def run_variant(case: Case, knobs: list[dict[str, object]], env: dict[str, torch
             ext = extents(p, sz)
             for b in p.outputs:
                 bufs_all[b.name] = torch.full([ext[a] for a in b.shape], float("nan"), device=device,
-                                              dtype=getattr(torch, TORCH_DTYPES[b.dtype]))
+                                              dtype=torch_dtype(b.dtype))
             built = backend.build(p, kn, "deploy")
             launches.append(built.prepare({b.name: bufs_all[b.name] for b in p.buffers}, sz))
         for launch in launches:  # first run compiles

@@ -9,16 +9,18 @@ the evidence answering each, and the three ways to look further.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Annotated
 
 import dagster as dg
+import typer
 
 from emmy_core.cli.main_job import DEFAULT_MODEL, DEFAULT_SHAPE, report
+from emmy_core.cli.options import Opt, SettingOpt, ShapeOpt, shape_of
 from pipelines.definitions import chain_assets, defs
 from pipelines.jobs import CHAIN, run_chain
 
@@ -87,29 +89,23 @@ def failure_cause(result: dg.ExecuteInProcessResult) -> str:
     return ""
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="reference model whose forks are shown")
-    parser.add_argument("--shape", default=DEFAULT_SHAPE, help="model shape, e.g. B=1,S=128")
-    parser.add_argument("--setting", default="deploy", help="compile setting of the forks shown")
-    parser.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
-                        help="when another chain runs in this workspace, wait this long for it (default: refuse)")
-    args = parser.parse_args(argv)
-    from emmy_core.ir import IRError, parse_sizes
-
-    try:
-        dims = parse_sizes(args.shape)
-    except IRError as exc:
-        parser.error(f"--shape {args.shape!r}: {exc}")
-    if not 0 <= args.wait <= 24 * 3600:
-        parser.error("--wait must be 0..86400 seconds")
+def main(
+    model: Annotated[str, Opt("--model", help="reference model whose forks are shown")] = DEFAULT_MODEL,
+    shape: ShapeOpt = DEFAULT_SHAPE,
+    setting: SettingOpt = "deploy",
+    wait: Annotated[float, Opt("--wait", min=0.0, max=24 * 3600.0, metavar="SECONDS", help="when another chain "
+                               "runs in this workspace, wait this long for it (default: refuse)")] = 0.0,
+) -> None:
+    """Materialize the whole chain in this process, then print what it found (exit 1 when a step failed,
+    3 when another chain holds the workspace)."""
+    dims = shape_of(shape)
     from emmy_core.store.chainstatus import write_status
     from emmy_core.store.runlock import RunLockedError, run_lock
 
     root = Path.cwd()
     data = Path(defs.resources["paths"].data_dir)  # type: ignore[union-attr]
     try:
-        with run_lock(data / LOCK_FILE, wait_s=args.wait, say=lambda m: print(m, flush=True)):
+        with run_lock(data / LOCK_FILE, wait_s=wait, say=lambda m: print(m, flush=True)):
             started = time.monotonic()
             print(f"== the chain, in this process: {' -> '.join(CHAIN)}", flush=True)
             with repository_instance(root) as instance:
@@ -119,12 +115,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_status(data, result.run_id, result.success, cause)
             print(f"  {'done' if result.success else 'STOPPED: ' + cause} in {time.monotonic() - started:.0f} s "
                   f"(Dagster run {result.run_id})\n", flush=True)
-            report(args.model, dims, data, args.setting)
+            report(model, dims, data, setting)
     except RunLockedError as exc:
         print(f"python -m pipelines: {exc}", file=sys.stderr, flush=True)
-        return 3
-    return 0 if result.success else 1
+        raise typer.Exit(3) from None
+    if not result.success:
+        raise typer.Exit(1)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    typer.run(main)

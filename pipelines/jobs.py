@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import dagster as dg
 
+from assets.dataset import dataset_consistent
+from assets.evaluation import candidate_no_worse
 from assets.tune import KEY as TUNE
+from assets.tuning_db import tuning_db_consistent
 
 CHAIN = ("freeze_files", "refreshed_freeze", "tuning_db", "dataset", "prior", "evaluation")
 """What `make run` materializes: tune files -> freeze -> import -> export -> fit -> evaluation (no install)."""
+
+CHECKS = (tuning_db_consistent, dataset_consistent, candidate_no_worse)
+"""The asset checks that run with the assets they check (a failed blocking check stops what follows)."""
 
 NIGHTLY = (*CHAIN, "installed_prior")
 FIT_AND_EVALUATE = ("tuning_db", "dataset", "prior", "evaluation", "installed_prior")
@@ -39,8 +45,6 @@ def run_chain(assets: list, resources: dict, instance: dg.DagsterInstance, keys:
 
     The console shows the assets' own progress lines (INFO) and any error, not Dagster's event stream.
     """
-    from pipelines.definitions import CHECKS
-
     return dg.materialize([*assets, *CHECKS], selection=dg.AssetSelection.assets(*keys), resources=resources,
                           instance=instance, raise_on_error=False,
                           run_config={"ops": ops or {}, "loggers": {"console": {"config": {"log_level": log_level}}}})

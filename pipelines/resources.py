@@ -15,8 +15,9 @@ from typing import Any
 
 import dagster as dg
 
+from emmy_core.prior.tracking import EXPERIMENT
+
 DEFAULT_TRACKING_URI = "sqlite:///_tune/mlflow.db"
-DEFAULT_EXPERIMENT = "emmy-prior"
 
 
 class EmmyPaths(dg.ConfigurableResource):
@@ -80,7 +81,7 @@ class DuckDBStore(dg.ConfigurableResource):
         return Path(self.path)
 
     def open(self, mode: str = "r") -> Any:
-        """An open `emmy_core.store.Store` on the file ('r' or 'w'); close it (or use `with`)."""
+        """An open `emmy_core.store.MeasurementStore` on the file ('r' or 'w'); close it (or use `with`)."""
         from emmy_core.store import open_store
 
         return open_store(self.file, mode, lock_timeout=self.lock_timeout_s)
@@ -90,7 +91,7 @@ class MLflowTracking(dg.ConfigurableResource):
     """Where fits are tracked: a tracking URI (empty: `MLFLOW_TRACKING_URI` at run time, else local SQLite)."""
 
     tracking_uri: str = ""
-    experiment: str = DEFAULT_EXPERIMENT
+    experiment: str = EXPERIMENT
 
     def uri(self) -> str:
         return self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI

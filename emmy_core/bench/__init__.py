@@ -12,12 +12,12 @@ from emmy_core.bench.harness import (
     BenchReport,
     Outcome,
     Planned,
+    Recorder,
     Unit,
     bench,
     dedupe,
 )
 from emmy_core.bench.integrity import FLAGS, Stats, summarize, timing_flags
-from emmy_core.bench.record import Recorder
 
 __all__ = [
     "BACKENDS", "FLAGS", "PLACEHOLDER_US", "BenchConfig", "BenchError", "BenchReport", "Outcome", "Planned",

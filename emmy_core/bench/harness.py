@@ -37,7 +37,6 @@ from emmy_core.bench.load import (
     busy_between,
 )
 from emmy_core.bench.progress import BenchProgress
-from emmy_core.bench.record import Recorder
 from emmy_core.bench.watchdog import PLACEHOLDER_US, WorkerCrashed, WorkerProcess, WorkerTimeout
 from emmy_core.codegen.backend import get_setting
 from emmy_core.graph.forks import ForkKey
@@ -45,7 +44,7 @@ from emmy_core.ir import Program, facts, format_sizes, kernel_id, render, resolv
 from emmy_core.knobs.vocab import canonical_knobs, knobs_problem, schedule_id
 from emmy_core.targets import Card, min_time_us
 
-FAILURE_KINDS = ("build_error", "launch_error", "timeout", "crash", "runtime")
+BENCH_FAILURE_KINDS = ("build_error", "launch_error", "timeout", "crash", "runtime")  # what a bench can report
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_PREPARE_TIMEOUT_S = 600.0
 START_TIMEOUT_S = 180.0  # a fresh worker imports torch and the backend
@@ -120,6 +119,23 @@ class Outcome:
         if self.status == "failed":
             return PLACEHOLDER_US
         return self.stats.median_us if self.stats is not None else None
+
+
+class Recorder(Protocol):
+    """Where a bench's rows go, as an interface: the bench never imports the store (a higher layer).
+
+    A `Recorder` answers the dedupe question (which schedules of a kernel at sizes on a card
+    and setting are already measured ok) and takes one kernel's recordable outcomes (ok and
+    failed; flagged ones never get here) at a time, so a bench that stops half-way has
+    written whole kernels only. Implementations: `emmy_core.store.recorders.StoreRecorder` (the
+    store's one writer) and `TuneFileRecorder` (a tune file, the store's format), beside it.
+    """
+
+    def measured_ok(self, key: ForkKey) -> set[str]:
+        """Schedule ids of the variants of a pool (a fork's key) already measured ok (skipped by a bench)."""
+
+    def record_kernel(self, program: Program, card: Card, outcomes: Sequence[Outcome]) -> None:
+        """Writes one kernel's recordable outcomes (with the kernel and the card) in one transaction."""
 
 
 @dataclass
@@ -283,7 +299,7 @@ def _outcome(unit: Unit, knobs: dict[str, object], reply: dict[str, Any], card: 
     message = str(reply.get("message", ""))
     if status == "failed":
         failure = str(reply.get("failure"))
-        return out("failed", failure=failure if failure in FAILURE_KINDS else "runtime", message=message)
+        return out("failed", failure=failure if failure in BENCH_FAILURE_KINDS else "runtime", message=message)
     samples = [float(x) for x in reply.get("samples_us") or []]
     stats = summarize(samples) if samples else None
     if status == "flagged":
@@ -400,7 +416,7 @@ def bench(plan: Iterable[tuple[Unit, Sequence[Mapping[str, object]]]], card: Car
                     if on_outcome is not None:
                         on_outcome(out)
                 if rows and recorder is not None and config.time:
-                    recorder.record(unit.program, card, rows)
+                    recorder.record_kernel(unit.program, card, rows)
                     report.rows_recorded += len(rows)
     finally:
         report.worker_starts = session.proc.starts

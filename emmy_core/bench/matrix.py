@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from emmy_core.bench.harness import BenchConfig, BenchError, BenchReport, Unit, bench
+from emmy_core.bench.harness import BenchConfig, BenchError, BenchReport, Recorder, Unit, bench
 from emmy_core.bench.plan import model_units, tune_plan
-from emmy_core.bench.record import Recorder
 from emmy_core.graph.serving import ServingMatrix, load_serving_matrix
 from emmy_core.targets import LOCAL, Card, local_card
 

@@ -13,24 +13,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from emmy_core.bench.harness import BenchError, Unit, dedupe
+from emmy_core.dtypes import MODEL_DTYPES, torch_dtype
 from emmy_core.ir import Program
 from emmy_core.knobs import FAMILY_KNOBS, candidates, sample_candidates, view
 from emmy_core.knobs.vocab import SCHEDULE_KNOBS
 from emmy_core.targets import Card
 
-MODEL_DTYPES = ("f16", "bf16", "f32")
-
 
 def model_units(model: str, shape: Mapping[str, int], dtype: str = "f16") -> list[Unit]:
     """One unit per kernel the model lowers to at `shape` in `dtype` (graph order; repeats kept for dedupe)."""
-    import torch
-
     from emmy_core.graph.pipeline import compile_model
 
     if dtype not in MODEL_DTYPES:
         raise ValueError(f"model dtype {dtype!r} is not one of {', '.join(MODEL_DTYPES)}")
-    torch_dtype = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[dtype]
-    lowered = compile_model(model, dict(shape), torch_dtype)
+    lowered = compile_model(model, dict(shape), torch_dtype(dtype))
     return [Unit(k.program, k.sizes(dict(shape)), label=f"{model}:{k.node}") for k in lowered.kernels]
 
 

@@ -31,6 +31,7 @@ from emmy_core.bench.protocol import read_frame, write_frame
 from emmy_core.bench.reference import make_inputs, mismatch, reference, tolerance
 from emmy_core.bench.timing import time_cpu, time_cuda
 from emmy_core.codegen.backend import BuildError, LaunchError, get_setting
+from emmy_core.dtypes import torch_dtype
 from emmy_core.ir import Program, extents, parse, parse_sizes, resolve_sizes
 
 TRITON_INTERPRET = "TRITON_INTERPRET"
@@ -50,13 +51,6 @@ def load_backend(spec: str) -> Any:
     return backend
 
 
-def _torch_dtype(dtype: str) -> Any:
-    import torch
-
-    return {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "f64": torch.float64,
-            "i32": torch.int32, "i64": torch.int64}[dtype]
-
-
 def _to_numpy(t: Any) -> np.ndarray:
     import torch
 
@@ -73,7 +67,7 @@ def _bits(t: Any) -> bytes:
 
 
 @dataclass
-class Unit:
+class LoadedUnit:
     program: Program
     sizes: dict[str, int]
     shapes: dict[str, tuple[int, ...]]
@@ -88,7 +82,7 @@ class Worker:
         self.backend: Any = None
         self.device = "cpu"
         self.can_time = True
-        self.unit: Unit | None = None
+        self.unit: LoadedUnit | None = None
 
     # ---- requests ------------------------------------------------------------------------------
 
@@ -116,9 +110,9 @@ class Worker:
         ext = extents(program, sizes)
         inputs = {}
         for b in program.inputs:
-            t = torch.from_numpy(arrays[b.name]).to(_torch_dtype(b.dtype))
+            t = torch.from_numpy(arrays[b.name]).to(torch_dtype(b.dtype))
             inputs[b.name] = t.to(self.device).contiguous()
-        self.unit = Unit(program, sizes, {b.name: tuple(ext[a] for a in b.shape) for b in program.buffers},
+        self.unit = LoadedUnit(program, sizes, {b.name: tuple(ext[a] for a in b.shape) for b in program.buffers},
                          inputs, {n: _bits(t) for n, t in inputs.items()}, ref, tolerance(program))
         return {"prepared": True}
 
@@ -129,7 +123,7 @@ class Worker:
         assert u is not None
         outs = {}
         for b in u.program.outputs:
-            dt = _torch_dtype(b.dtype)
+            dt = torch_dtype(b.dtype)
             fill = float("nan") if dt.is_floating_point else torch.iinfo(dt).min
             outs[b.name] = torch.full(u.shapes[b.name], fill, dtype=dt, device=self.device)
         return outs

@@ -30,16 +30,3 @@ def read_source(path: str) -> tuple[bytes, str]:
 def fail(message: str, code: int = 2) -> NoReturn:
     typer.echo(f"emmy: error: {message}", err=True)
     raise typer.Exit(code)
-
-
-def shape_of(text: str) -> dict[str, int]:
-    """`--shape` text as {B, S} sizes; a CLI error unless it gives exactly B and S."""
-    from emmy_core.ir import IRError, parse_sizes
-
-    try:
-        sizes = parse_sizes(text)
-    except IRError as exc:
-        fail(f"--shape: {exc}")
-    if set(sizes) != {"B", "S"}:
-        fail(f"--shape must give exactly B and S (e.g. B=8,S=128), got {text!r}")
-    return sizes

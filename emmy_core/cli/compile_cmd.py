@@ -16,40 +16,39 @@ from typing import Annotated, Any
 
 import typer
 
-from emmy_core.cli.common import fail, shape_of
+from emmy_core.cli.common import fail
+from emmy_core.cli.options import (
+    CardOpt,
+    DbOpt,
+    DtypeOpt,
+    FreezesOpt,
+    JsonOpt,
+    NoPriorOpt,
+    Opt,
+    PriorOpt,
+    SettingOpt,
+    ShapeOpt,
+    shape_of,
+)
+from emmy_core.dtypes import MODEL_DTYPES, torch_dtype
 
-Opt = typer.Option
 ModelOpt = Annotated[str, Opt("--model", help="a reference model (emmy graph models) or package.module:Class")]
-ShapeOpt = Annotated[str, Opt("--shape", help="sizes of B and S, e.g. B=8,S=128")]
-CardOpt = Annotated[str, Opt("--card", help="'local' (this machine's), or a card of the GPU table")]
-SettingOpt = Annotated[str, Opt("--setting", help="compile setting: deploy or rank")]
-DtypeOpt = Annotated[str, Opt("--dtype", help="model data type: f32, f16 or bf16")]
 InputOpt = Annotated[list[str] | None, Opt("--input", help="for package.module:Class: one shape per input, "
                                                            "e.g. --input B,S,256")]
-DbOpt = Annotated[Path | None, Opt("--db", help="local tuning database (default: EMMY_TUNING_DB or "
-                                               "~/.cache/emmy/autotune.db)")]
-FreezesOpt = Annotated[Path | None, Opt("--freezes", help="freeze folder or file (default: EMMY_FREEZES or the "
-                                                          "freeze shipped with the package)")]
-PriorOpt = Annotated[Path | None, Opt("--prior", help="a prior artifact (default: the installed prior)")]
-NoPriorOpt = Annotated[bool, Opt("--no-prior", help="compile without the prior")]
-JsonOpt = Annotated[bool, Opt("--json", help="print one JSON object")]
 StrictOpt = Annotated[bool, Opt("--strict-evidence", help="fail when a fork falls past the measured tiers")]
 
-DTYPES = ("f32", "f16", "bf16")
 SMALL = {"B": 1, "S": 1}  # the example the model is compiled from; its own sizes are never run
 
 
 def model_and_inputs(model: str, dtype: str, inputs: list[str] | None) -> tuple[Any, Any]:
     """The module and its inputs function; CLI errors for an unknown model or a bad input spec."""
-    import torch
-
     from emmy_core.graph.errors import GraphError
     from emmy_core.graph.user_models import load_model
 
-    if dtype not in DTYPES:
-        fail(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if dtype not in MODEL_DTYPES:
+        fail(f"--dtype must be one of {', '.join(MODEL_DTYPES)}, got {dtype!r}")
     try:
-        return load_model(model, getattr(torch, {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[dtype]),
+        return load_model(model, torch_dtype(dtype),
                           inputs or ())
     except GraphError as exc:
         fail(str(exc))

@@ -9,13 +9,11 @@ from typing import Annotated
 import typer
 
 from emmy_core.cli.common import fail
+from emmy_core.cli.options import DbOpt, JsonOpt
 from emmy_core.store.promote import DEFAULT_MIN_POOL
 
 app = typer.Typer(help="The measurement store (DuckDB): check, stats, import, export, freeze, promote, refresh-freeze.", no_args_is_help=True)
 
-DbOption = Annotated[Path | None, typer.Option(
-    "--db", help="store file (default: $EMMY_TUNING_DB, else ~/.cache/emmy/autotune.db)")]
-JsonOption = Annotated[bool, typer.Option("--json", help="print one JSON object")]
 LockOption = Annotated[float, typer.Option("--lock-timeout", help="seconds to wait for another process's lock")]
 
 
@@ -26,7 +24,7 @@ def _path(db: Path | None) -> Path:
 
 
 @app.command("check")
-def check(db: DbOption = None, as_json: JsonOption = False, lock_timeout: LockOption = 30.0) -> None:
+def check(db: DbOpt = None, as_json: JsonOpt = False, lock_timeout: LockOption = 30.0) -> None:
     """Count the rows that break the store's own rules, per kind; exit 1 when any count is non-zero. A
     dataset export folder as --db is checked as an export (its content, then its tables)."""
     from emmy_core.store import StoreError
@@ -52,7 +50,7 @@ def check(db: DbOption = None, as_json: JsonOption = False, lock_timeout: LockOp
 
 
 @app.command("stats")
-def stats(db: DbOption = None, as_json: JsonOption = False, lock_timeout: LockOption = 30.0) -> None:
+def stats(db: DbOpt = None, as_json: JsonOpt = False, lock_timeout: LockOption = 30.0) -> None:
     """Rows per table, per card and per setting; failures by kind; goldens."""
     from emmy_core.store import StoreError
     from emmy_core.store.stats import db_stats
@@ -80,7 +78,7 @@ def stats(db: DbOption = None, as_json: JsonOption = False, lock_timeout: LockOp
 
 
 @app.command("promote")
-def promote(db: DbOption = None,
+def promote(db: DbOpt = None,
             card: Annotated[str | None, typer.Option("--card", help="only this card (full name)")] = None,
             setting: Annotated[str | None, typer.Option("--setting", help="only this compile setting")] = None,
             min_pool: Annotated[int, typer.Option("--min-pool", help="skip pools with fewer ok rows (the golden "

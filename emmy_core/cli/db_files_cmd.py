@@ -11,9 +11,7 @@ from typing import Annotated
 import typer
 
 from emmy_core.cli.common import fail
-
-DbOption = Annotated[Path | None, typer.Option(
-    "--db", help="store file (default: $EMMY_TUNING_DB, else ~/.cache/emmy/autotune.db)")]
+from emmy_core.cli.options import DbOpt
 
 
 def _path(db: Path | None) -> Path:
@@ -35,7 +33,7 @@ def _progress(what: str) -> Iterator[Callable[[str], None]]:
         yield lambda item: bar.update(task, description=f"{what} {item}")
 
 
-def freeze(db: DbOption = None,
+def freeze(db: DbOpt = None,
            out: Annotated[Path, typer.Option("--out", help="folder to write <card-slug>.json files into")] = Path(
                "freezes"),
            card: Annotated[str | None, typer.Option("--card", help="freeze this card only (full name)")] = None,
@@ -57,7 +55,7 @@ def freeze(db: DbOption = None,
 def import_(sources: Annotated[list[Path], typer.Argument(
                 help="freeze or tune files, golden records, Kernel Tuner caches (.json/.json.gz), another "
                      "tuning database, or a dataset export folder", show_default=False)],
-            db: DbOption = None,
+            db: DbOpt = None,
             fresh: Annotated[bool, typer.Option("--fresh", help="start from an empty database: a new one is built "
                                                 "beside the old and swapped in only when every source went in")] = False,
             card: Annotated[str | None, typer.Option(
@@ -88,7 +86,7 @@ def import_(sources: Annotated[list[Path], typer.Argument(
 
 
 def export(out_dir: Annotated[Path, typer.Argument(help="dataset folder to write", show_default=False)],
-           db: DbOption = None) -> None:
+           db: DbOpt = None) -> None:
     """Write a Parquet file per table, the candidate pools and manifest.json (versions, counts, digest)."""
     from emmy_core.store import StoreError
     from emmy_core.store.export import export_db

@@ -10,24 +10,27 @@ import json
 
 import typer
 
-from emmy_core.cli.common import fail, shape_of
+from emmy_core.cli.common import fail
 from emmy_core.cli.compile_cmd import (
     SMALL,
-    CardOpt,
-    DbOpt,
-    DtypeOpt,
-    FreezesOpt,
     InputOpt,
-    JsonOpt,
     ModelOpt,
-    NoPriorOpt,
-    PriorOpt,
-    SettingOpt,
-    ShapeOpt,
     StrictOpt,
     backend_coverage,
     model_and_inputs,
     prior_arg,
+)
+from emmy_core.cli.options import (
+    CardOpt,
+    DbOpt,
+    DtypeOpt,
+    FreezesOpt,
+    JsonOpt,
+    NoPriorOpt,
+    PriorOpt,
+    SettingOpt,
+    ShapeOpt,
+    shape_of,
 )
 
 COVERAGE_SIZES = {"B": 2, "S": 3}  # small, not 1 (Dynamo specialises 1), so the trace is cheap at any --shape

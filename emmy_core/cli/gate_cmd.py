@@ -10,7 +10,8 @@ from typing import Annotated
 import typer
 
 from emmy_core.cli.common import fail
-from emmy_core.cli.compile_cmd import DbOpt, FreezesOpt, JsonOpt, NoPriorOpt, PriorOpt, prior_arg
+from emmy_core.cli.compile_cmd import prior_arg
+from emmy_core.cli.options import DbOpt, FreezesOpt, JsonOpt, NoPriorOpt, PriorOpt
 
 
 def gate_command(

@@ -7,29 +7,27 @@ from typing import Annotated
 
 import typer
 
-from emmy_core.cli.common import fail, shape_of
+from emmy_core.cli.common import fail
+from emmy_core.cli.options import DtypeOpt, JsonOpt, ShapeOpt, shape_of
+from emmy_core.dtypes import MODEL_DTYPES, torch_dtype
 
 app = typer.Typer(help="Model graphs: capture, passes, kernels, forks; the serving matrix.", no_args_is_help=True)
-
-_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
-
 
 @app.command("show")
 def show(
     model: Annotated[str, typer.Option("--model", help="a reference model (see `emmy graph models`)")],
-    shape: Annotated[str, typer.Option("--shape", help="dynamic axis sizes, e.g. B=8,S=128")] = "B=8,S=128",
+    shape: ShapeOpt = "B=8,S=128",
     card: Annotated[str | None, typer.Option("--card", help="card for schedule forks: local or a table name")] = None,
-    dtype: Annotated[str, typer.Option("--dtype", help="model data type: f32, f16 or bf16")] = "f16",
+    dtype: DtypeOpt = "f16",
     stage: Annotated[str | None, typer.Option("--stage", help="the graph after this pass (capture, canonicalize, "
                                                               "...; 'all' for every one); default: the final graph")]
     = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Print the graph (after the last pass, or --stage), the kernels (deduped, with counts) and each fork.
 
     The model is captured at small sizes and specialised to --shape: no tensor of that shape is made.
     """
-    import torch
 
     from emmy_core.graph.errors import GraphError
     from emmy_core.graph.forks import forks
@@ -39,8 +37,8 @@ def show(
 
     if model not in MODEL_NAMES:
         fail(f"unknown model {model!r}; known models: {', '.join(MODEL_NAMES)}")
-    if dtype not in _DTYPES:
-        fail(f"--dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
+    if dtype not in MODEL_DTYPES:
+        fail(f"--dtype must be one of {', '.join(MODEL_DTYPES)}, got {dtype!r}")
     sizes = shape_of(shape)
     resolved = None
     if card is not None:
@@ -51,7 +49,7 @@ def show(
         except UnknownCard as exc:
             fail(str(exc))
     try:
-        lowered = compile_model(model, sizes, getattr(torch, _DTYPES[dtype]))
+        lowered = compile_model(model, sizes, torch_dtype(dtype))
         fks = forks(lowered, resolved)
     except (GraphError, IRError) as exc:
         fail(str(exc))

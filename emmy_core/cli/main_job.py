@@ -16,6 +16,8 @@ from typing import Annotated
 
 import typer
 
+from emmy_core.cli.options import SettingOpt, ShapeOpt, shape_of
+
 DEFAULT_MODEL = "llama_block"
 DEFAULT_SHAPE = "B=1,S=128"
 MLFLOW_DB = Path("_tune/mlflow.db")
@@ -23,20 +25,13 @@ MLFLOW_DB = Path("_tune/mlflow.db")
 
 def main_job(
     model: Annotated[str, typer.Option("--model", help="reference model of the serving matrix")] = DEFAULT_MODEL,
-    shape: Annotated[str, typer.Option("--shape", help="model shape, e.g. B=1,S=128")] = DEFAULT_SHAPE,
+    shape: ShapeOpt = DEFAULT_SHAPE,
     data: Annotated[Path, typer.Option("--data", help="folder the chain wrote (tuning database, dataset, "
                                                       "evaluation)")] = Path("_data"),
-    setting: Annotated[str, typer.Option("--setting", help="compile setting")] = "deploy",
+    setting: SettingOpt = "deploy",
 ) -> None:
     """Print what the chain left: the evaluation, the model's forks and their evidence, where to look further."""
-    from emmy_core.cli.common import fail
-    from emmy_core.ir import IRError, parse_sizes
-
-    try:
-        dims = parse_sizes(shape)
-    except IRError as exc:
-        fail(f"--shape {shape!r}: {exc}")
-    report(model, dims, data, setting)
+    report(model, shape_of(shape), data, setting)
 
 
 def report(model: str, dims: dict[str, int], data: Path, setting: str = "deploy") -> None:

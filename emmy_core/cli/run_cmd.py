@@ -15,20 +15,15 @@ import typer
 
 from emmy_core.bench.load import DEFAULT_MAX_BUSY
 from emmy_core.cli.common import fail, read_source
+from emmy_core.cli.options import CardOpt, DbOpt, DtypeOpt, Opt, SettingOpt, shape_of
 from emmy_core.cli.tune_cmd import (
     BackendOpt,
-    CardOpt,
-    DbOpt,
-    DtypeOpt,
     MaxBusyOpt,
-    Opt,
-    SettingOpt,
     SpreadOpt,
     TimeoutOpt,
     any_card_named,
     db_recorder,
     local_card_named,
-    parse_shape,
     run_bench,
     warn_if_busy,
 )
@@ -40,7 +35,7 @@ def _units(model: str | None, kernel: Path | None, shape: str, dtype: str) -> li
 
     if (model is None) == (kernel is None):
         fail("give exactly one of --model and --kernel")
-    sizes = parse_shape(shape) if shape else {}
+    sizes = shape_of(shape, model=model is not None) if shape else {}
     if model is not None:
         from emmy_core.bench.plan import model_units
         from emmy_core.graph.errors import GraphError
@@ -65,7 +60,8 @@ def run(
     bench_: Annotated[bool, Opt("--bench", help="also time the result and record a clean one (source hand)")] = False,
     model: Annotated[str | None, Opt("--model", help="reference model whose kernels to run")] = None,
     kernel: Annotated[Path | None, Opt("--kernel", help="loop-program file to run")] = None,
-    shape: Annotated[str, Opt("--shape", help="sizes of the dynamic axes, e.g. B=8,S=128")] = "",
+    shape: Annotated[str, Opt("--shape", help="sizes: a model's B and S, or the kernel's dynamic "
+                                         "axes, e.g. B=8,S=128")] = "",
     dtype: DtypeOpt = "f16",
     knob: Annotated[list[str] | None, Opt("--knob", help="a forced knob value NAME=VALUE (repeatable); knobs "
                                           "not forced keep the kernel's first option")] = None,

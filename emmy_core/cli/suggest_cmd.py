@@ -7,29 +7,27 @@ Thin: lower the model, read the tuning database's rows and the installed prior, 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from emmy_core.cli.common import fail
-
-Opt = typer.Option
+from emmy_core.cli.options import CardOpt, DbOpt, DtypeOpt, Opt, SettingOpt, ShapeOpt, shape_of
 
 
 def suggest_command(
     model: Annotated[str, Opt("--model", help="reference model (llama_block, llama_stack, mlp)")],
-    shape: Annotated[str, Opt("--shape", help="sizes of the dynamic axes, e.g. B=8,S=128")],
-    card: Annotated[str, Opt("--card", help="'local' or a card Emmy knows (the GPU table, a card file)")] = "local",
-    setting: Annotated[str, Opt("--setting", help="compile setting: deploy or rank")] = "deploy",
-    dtype: Annotated[str, Opt("--dtype", help="data type the model is compiled in: f16, bf16 or f32")] = "f16",
+    shape: ShapeOpt,
+    card: CardOpt = "local",
+    setting: SettingOpt = "deploy",
+    dtype: DtypeOpt = "f16",
     top: Annotated[int, Opt("--top", min=1, max=1000, help="suggestions per fork")] = 5,
-    db: Annotated[Path | None, Opt("--db", help="tuning database whose rows count (default: the local one)")] = None,
+    db: DbOpt = None,
     json_out: Annotated[bool, Opt("--json", help="print JSON instead of text")] = False,
 ) -> None:
     """Per fork, the candidates most worth measuring next (prior score, uncertainty, no row yet); uncovered forks."""
     from emmy_core.bench.plan import model_units
-    from emmy_core.cli.tune_cmd import any_card_named, parse_shape
+    from emmy_core.cli.tune_cmd import any_card_named
     from emmy_core.codegen.backend import SETTINGS
     from emmy_core.graph.errors import GraphError
     from emmy_core.prior import PriorError, load_installed_prior
@@ -38,7 +36,7 @@ def suggest_command(
 
     if setting not in SETTINGS:
         fail(f"--setting {setting!r}: known settings: {', '.join(SETTINGS)}")
-    sizes = parse_shape(shape)
+    sizes = shape_of(shape)
     the_card = any_card_named(card)
     try:
         units = model_units(model, sizes, dtype)

@@ -9,7 +9,6 @@ into a tune file (`--tune-file`, the store's format), by the recorders of
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -17,21 +16,13 @@ import typer
 from emmy_core.bench.harness import BenchConfig, BenchError, BenchReport, Outcome, dedupe
 from emmy_core.bench.load import DEFAULT_MAX_BUSY
 from emmy_core.cli.common import fail
+from emmy_core.cli.options import BenchCardOpt, DbOpt, DtypeOpt, Opt, SettingOpt, ShapeOpt, shape_of
 from emmy_core.store.recorders import StoreRecorder, TuneFileRecorder, db_recorder
 from emmy_core.targets import Card
 
 __all__ = ["StoreRecorder", "TuneFileRecorder", "db_recorder", "tune"]
 
 DEFAULT_BUDGET = 16  # candidates per kernel by default: a tune of the reference models takes minutes, not hours
-
-
-def parse_shape(text: str) -> dict[str, int]:
-    from emmy_core.ir import IRError, parse_sizes
-
-    try:
-        return parse_sizes(text)
-    except IRError as exc:
-        fail(f"--shape {text!r}: {exc}")
 
 
 def any_card_named(name: str) -> Card:
@@ -176,19 +167,12 @@ def parse_budget(text: str) -> int | None:
     return value
 
 
-Opt = typer.Option
-CardOpt = Annotated[str, Opt("--card", help="card to bench on: 'local' or this machine's card name")]
-SettingOpt = Annotated[str, Opt("--setting", help="compile setting: deploy or rank")]
-ShapeOpt = Annotated[str, Opt("--shape", help="sizes of the dynamic axes, e.g. B=8,S=128")]
-DbOpt = Annotated[Path | None, Opt("--db", help="tuning database to record into (default: the local one)")]
 TimeoutOpt = Annotated[float, Opt("--timeout", min=0.1, help="watchdog seconds per variant")]
 SpreadOpt = Annotated[float, Opt("--spread-limit", min=0.0, help="flag a result whose (p90-p10)/median exceeds this")]
 ProgressOpt = Annotated[bool, Opt("--progress/--no-progress", help="show progress on stderr: a bar on a "
                                    "terminal, else a line every few seconds")]
 MaxBusyOpt = Annotated[float, Opt("--max-busy", min=0.0, help="re-measure, then flag (not record), a variant timed "
                                   "while other processes used more than this share of the CPUs (1: never)")]
-DtypeOpt = Annotated[str, Opt("--dtype", help="data type the model is compiled in: f16 (the serving "
-                                "matrix's), bf16 or f32")]
 BackendOpt = Annotated[str | None, Opt("--backend", help="code generator as module:attr (default: the card "
                                        "target's; for testing a backend)")]
 
@@ -197,7 +181,7 @@ def tune(
     model: Annotated[str, Opt("--model", help="reference model to tune (llama_block, llama_stack, mlp)")],
     shape: ShapeOpt,
     dtype: DtypeOpt = "f16",
-    card: CardOpt = "local",
+    card: BenchCardOpt = "local",
     setting: SettingOpt = "deploy",
     budget: Annotated[str, Opt("--budget", help="candidates measured per kernel (failures count), the first "
                                "option always among them; or 'all' (hours for a large model)")] = str(DEFAULT_BUDGET),
@@ -230,7 +214,7 @@ def tune(
         fail("give --db or --tune-file, not both")
     if setting not in SETTINGS:
         fail(f"--setting {setting!r}: known settings: {', '.join(SETTINGS)}")
-    sizes = parse_shape(shape)
+    sizes = shape_of(shape)
     the_card = local_card_named(card)
     try:
         units = model_units(model, sizes, dtype)

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 from emmy_core.codegen.backend import BuildError, get_setting
 from emmy_core.codegen.c_build import CBuilt, CCompiler
-from emmy_core.codegen.c_emit import kernel_source
 from emmy_core.codegen.c_schedule import schedule_of
+from emmy_core.codegen.c_source import kernel_source
 from emmy_core.ir.check import validate
 from emmy_core.ir.nodes import Program
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from emmy_core.codegen.backend import BuildError, LaunchError
 from emmy_core.codegen.c_emit import ENTRY
 from emmy_core.codegen.c_matmul import PACK_BYTES_ENTRY, PACK_ENTRY, packed_operand
+from emmy_core.dtypes import torch_dtype
 from emmy_core.ir.nodes import Buffer, Program
 from emmy_core.ir.sizes import MAX_SIZE, extents
 
@@ -116,10 +117,6 @@ class CCompiler:
 
 # ---- launching -----------------------------------------------------------------------------------
 
-TORCH_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64", "i32": "int32",
-                "i64": "int64"}
-
-
 class Launch:
     """A prepared launch: `launch(buffers)` runs the kernel at the sizes `CBuilt.prepare` checked.
 
@@ -201,7 +198,7 @@ class CBuilt:
             raise LaunchError(f"{name}: missing {b.role} buffer {b.name!r}")
         if not isinstance(t, torch.Tensor):
             raise LaunchError(f"{name}: buffer {b.name!r} must be a torch tensor, not {type(t).__name__}")
-        want = getattr(torch, TORCH_DTYPES[b.dtype])
+        want = torch_dtype(b.dtype)
         shape = tuple(ext[a] for a in b.shape)
         if t.device.type != "cpu":
             raise LaunchError(f"{name}: buffer {b.name!r} is on {t.device}, the cpu backend needs cpu tensors")

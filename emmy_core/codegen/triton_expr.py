@@ -27,10 +27,6 @@ TL_DTYPES = {
     "f16": "tl.float16", "bf16": "tl.bfloat16", "f32": "tl.float32", "f64": "tl.float64",
     "i32": "tl.int32", "i64": "tl.int64",
 }
-# torch dtype names for the launcher's argument checks
-TORCH_DTYPES = {
-    "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64", "i32": "int32", "i64": "int64",
-}
 # Ops computed in at least f32: half-precision inputs are widened, and the result narrowed back.
 _WIDEN = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid"})
 _TL_UNARY = {"exp": "tl.exp", "log": "tl.log", "sqrt": "tl.sqrt", "rsqrt": "tl.rsqrt", "abs": "tl.abs",

@@ -37,7 +37,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from emmy_core.codegen.backend import BuildError, LaunchError, get_setting
-from emmy_core.codegen.triton_expr import TORCH_DTYPES, Writer, ext_name, kernel_fn_name
+from emmy_core.codegen.triton_expr import Writer, ext_name, kernel_fn_name
 from emmy_core.codegen.triton_templates import (
     LaunchPlan,
     MatmulKnobs,
@@ -47,6 +47,7 @@ from emmy_core.codegen.triton_templates import (
     matmul,
     row,
 )
+from emmy_core.dtypes import TORCH_NAMES
 from emmy_core.ir import Program, kernel_id, validate
 from emmy_core.ir.family import ElementwiseShape, MatmulShape, RowShape, classify
 from emmy_core.ir.sizes import extents
@@ -284,7 +285,7 @@ class TritonBuilt:
         for b in self.program.buffers:
             t = buffers[b.name]
             want = tuple(ext[a] for a in b.shape)
-            if tuple(t.shape) != want or str(t.dtype) != f"torch.{TORCH_DTYPES[b.dtype]}":
+            if tuple(t.shape) != want or str(t.dtype) != f"torch.{TORCH_NAMES[b.dtype]}":
                 raise LaunchError(f"{self.program.name}: buffer {b.name!r} must be {b.dtype}{list(want)}, "
                                   f"got {str(t.dtype).removeprefix('torch.')}{list(t.shape)}")
             if not t.is_contiguous():

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from emmy_core.compiler.launch import Launcher
+from emmy_core.dtypes import torch_dtype
 from emmy_core.evidence.model import KernelPlan
 from emmy_core.graph.errors import GraphError
 from emmy_core.graph.lower import KernelStep, LayoutStep, Lowered
@@ -31,7 +32,6 @@ from emmy_core.ir.check import MAX_EXTENT
 from emmy_core.ir.nodes import Program
 from emmy_core.ir.sizes import extents
 
-TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 WIDTH = {"f32": 4, "f16": 2, "bf16": 2}
 
 Ref = tuple[str, str]  # ("env", value) changes per call; ("pool", name) is allocated once; ("weight", path)
@@ -192,11 +192,11 @@ class Runner:
         self.layout = layout
         self.device = device
         pool: dict[str, torch.Tensor] = {
-            name: torch.empty(spec.shape, dtype=TORCH_DTYPES[spec.dtype], device=device)
+            name: torch.empty(spec.shape, dtype=torch_dtype(spec.dtype), device=device)
             for name, spec in layout.pool.items()}
         for name, (src, shape) in layout.aliases.items():
             pool[name] = self._fixed(src, pool, weights).view(shape)
-        self._fresh = [(v, s.shape, TORCH_DTYPES[s.dtype]) for v, s in layout.fresh.items()]
+        self._fresh = [(v, s.shape, torch_dtype(s.dtype)) for v, s in layout.fresh.items()]
         self._ops: list[Callable[[dict[str, torch.Tensor]], None]] = []
         self.labels: list[tuple[str, str]] = []  # (kernel | copy | view, what) of each op, for profiles
         launchers: dict[int, Launcher] = {}

@@ -27,7 +27,7 @@ import numpy as np
 
 from emmy_core.ir import Extern
 from emmy_core.prior import baselines, metrics
-from emmy_core.prior.dataset import Fork
+from emmy_core.prior.dataset import DatasetFork
 from emmy_core.prior.transfer import fork_baselines
 
 KS = (1, 5, 10)
@@ -39,7 +39,7 @@ MEASURED_BASELINES = ("first_slowdown", "random_slowdown", "similar_slowdown", "
 Figures = dict[str, float | None]
 
 
-def rule_order(fork: Fork, order: Mapping[str, int] | None) -> np.ndarray | None:
+def rule_order(fork: DatasetFork, order: Mapping[str, int] | None) -> np.ndarray | None:
     """Scores that rank the pool in the rule's order (higher first): for an Emmy kernel the pool's own
     order (the rule's options by rank, then schedules it does not emit); for an extern kernel its cache
     file's order (`order`, schedule_id -> position; a member the file lacks after every listed one).
@@ -52,7 +52,7 @@ def rule_order(fork: Fork, order: Mapping[str, int] | None) -> np.ndarray | None
     return -np.array([order.get(sid, n + i) for i, sid in enumerate(fork.schedule_ids)], dtype=np.float64)
 
 
-def golden_view(fork: Fork, scores: np.ndarray, others: Sequence[Fork], order: Mapping[str, int] | None) -> Figures:
+def golden_view(fork: DatasetFork, scores: np.ndarray, others: Sequence[DatasetFork], order: Mapping[str, int] | None) -> Figures:
     """The golden-view figures of a fork with a golden (`scores`: the prior's, over the whole pool)."""
     assert fork.golden is not None
     g = fork.golden
@@ -72,7 +72,7 @@ def golden_view(fork: Fork, scores: np.ndarray, others: Sequence[Fork], order: M
     return out
 
 
-def measured_view(fork: Fork, scores: np.ndarray, others: Sequence[Fork], order: Mapping[str, int] | None) -> Figures:
+def measured_view(fork: DatasetFork, scores: np.ndarray, others: Sequence[DatasetFork], order: Mapping[str, int] | None) -> Figures:
     """The measured-view figures of a fork (`scores`: the prior's, over its measured members only)."""
     m = np.flatnonzero(fork.measured)
     times, ok = fork.times[m], fork.ok[m]

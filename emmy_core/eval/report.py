@@ -27,7 +27,7 @@ from emmy_core.eval import figures as fg
 from emmy_core.eval.extern_order import FileOrder
 from emmy_core.ir import Extern
 from emmy_core.prior import FEATURE_VERSION, Prior, load_prior, metrics
-from emmy_core.prior.dataset import Dataset, Fork
+from emmy_core.prior.dataset import Dataset, DatasetFork
 
 REPORT_FORMAT = "emmy-eval"
 REPORT_VERSION = 2  # 2: by_family
@@ -41,7 +41,7 @@ class EvalError(ValueError):
     """An evaluation that cannot be made or a report that cannot be read; the message says which and why."""
 
 
-def group_key(fork: Fork) -> str:
+def group_key(fork: DatasetFork) -> str:
     return f"{fork.card_name} / {fork.setting}"
 
 
@@ -147,7 +147,7 @@ def write_json(doc: Mapping[str, Any], out: Path | str) -> Path:
     return out
 
 
-def kernel_label(fork: Fork) -> str:
+def kernel_label(fork: DatasetFork) -> str:
     """The kernel's name as a person knows it (an extern kernel with its problem size)."""
     k = fork.kernel
     if isinstance(k, Extern):
@@ -155,15 +155,15 @@ def kernel_label(fork: Fork) -> str:
     return k.name
 
 
-def _others_index(forks: Sequence[Fork]) -> dict[tuple[str, str, str], list[Fork]]:
+def _others_index(forks: Sequence[DatasetFork]) -> dict[tuple[str, str, str], list[DatasetFork]]:
     """Forks by (kernel, sizes, setting): where the baselines look for other cards' measurements."""
-    out: dict[tuple[str, str, str], list[Fork]] = {}
+    out: dict[tuple[str, str, str], list[DatasetFork]] = {}
     for f in forks:
         out.setdefault((f.kernel_id, f.sizes, f.setting), []).append(f)
     return out
 
 
-def _price_sample(prior: Prior, fork: Fork, into: PricePoints) -> None:
+def _price_sample(prior: Prior, fork: DatasetFork, into: PricePoints) -> None:
     ok = np.flatnonzero(fork.ok)
     if not len(ok):
         return

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-HEADLINE = "top1"
+VERDICT_FIGURE = "top1"
 DEFAULT_TOLERANCE = 0.02  # a candidate may be up to 2 % slower (geometric mean of top-1 slowdowns)
 
 
@@ -29,27 +29,27 @@ class Verdict:
 
     def to_json(self) -> dict[str, Any]:
         return {"passed": self.passed, "reason": self.reason, "candidate": self.candidate,
-                "installed": self.installed, "tolerance": self.tolerance, "headline": HEADLINE}
+                "installed": self.installed, "tolerance": self.tolerance, "headline": VERDICT_FIGURE}
 
 
 def verdict(candidate: Mapping[str, Any], installed: Mapping[str, Any] | None,
             tolerance: float = DEFAULT_TOLERANCE) -> Verdict:
     """The verdict on two evaluation reports (`EvalReport.to_json()`) of the same dataset; `installed`
     None: there is no installed prior, and the candidate passes."""
-    cand = candidate["mean"].get(HEADLINE)
+    cand = candidate["mean"].get(VERDICT_FIGURE)
     if installed is None:
         return Verdict(True, "no installed prior to compare against", cand, None, tolerance)
-    inst = installed["mean"].get(HEADLINE)
+    inst = installed["mean"].get(VERDICT_FIGURE)
     if inst is None:
-        return Verdict(True, f"the installed prior has no {HEADLINE} figure on this dataset", cand, None, tolerance)
+        return Verdict(True, f"the installed prior has no {VERDICT_FIGURE} figure on this dataset", cand, None, tolerance)
     if cand is None:
-        return Verdict(False, f"the candidate has no {HEADLINE} figure where the installed prior has {inst:.4f}",
+        return Verdict(False, f"the candidate has no {VERDICT_FIGURE} figure where the installed prior has {inst:.4f}",
                        None, inst, tolerance)
-    pools = candidate["mean"].get(f"{HEADLINE}_pools", 0)
+    pools = candidate["mean"].get(f"{VERDICT_FIGURE}_pools", 0)
     limit = inst * (1.0 + tolerance)
     if cand > limit:
-        return Verdict(False, f"candidate {HEADLINE} slowdown {cand:.4f} is worse than the installed prior's "
+        return Verdict(False, f"candidate {VERDICT_FIGURE} slowdown {cand:.4f} is worse than the installed prior's "
                               f"{inst:.4f} beyond the tolerance of {tolerance:.1%} (limit {limit:.4f}; {pools} pools)",
                        cand, inst, tolerance)
-    return Verdict(True, f"candidate {HEADLINE} slowdown {cand:.4f} against the installed prior's {inst:.4f} "
+    return Verdict(True, f"candidate {VERDICT_FIGURE} slowdown {cand:.4f} against the installed prior's {inst:.4f} "
                          f"(tolerance {tolerance:.1%}; {pools} pools)", cand, inst, tolerance)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from emmy_core.dtypes import torch_dtype
 from emmy_core.evidence.context import PriorArg, open_sources
 from emmy_core.evidence.freeze import FreezesArg
 from emmy_core.evidence.model import ModelResolver, resolutions_of, stale_recordings
@@ -67,13 +68,10 @@ def run_gate(matrix: ServingMatrix, *, tuning_db: Path | str | None = None, free
              prior: PriorArg = None, checker: Checker | None = None,
              progress: Callable[[str], None] | None = None) -> GateResult:
     """Resolves every case of `matrix` under strict evidence; builds only for this machine's card."""
-    import torch
-
     from emmy_core.graph.pipeline import compile_model
     from emmy_core.targets import UnknownCard, local_card, resolve_card
 
     here = local_card().name
-    dtypes = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
     contexts: dict[tuple[str, str], tuple[Sources, ModelResolver]] = {}
     result = GateResult()
     for case in matrix.cases():
@@ -98,7 +96,7 @@ def run_gate(matrix: ServingMatrix, *, tuning_db: Path | str | None = None, free
         for note in sources.notes:
             record.add_note(note)
         try:
-            lowered = compile_model(case.model, shape, dtypes[case.dtype])
+            lowered = compile_model(case.model, shape, torch_dtype(case.dtype))
             plans = resolver.model(lowered, shape)
         except (ResolutionError, GraphError, IRError) as exc:  # the case fails, with its reason
             gate_case.error = f"{type(exc).__name__}: {str(exc)[:500]}"

@@ -27,10 +27,11 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
+from emmy_core.dtypes import model_dtypes_by_torch
 from emmy_core.graph.ops import Dim, Graph, Node, TensorType
 from emmy_core.graph.passes.fuse_elementwise import bcast_kind
 
-DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+TORCH_DTYPE_NAMES = model_dtypes_by_torch()
 
 BINARY: dict[object, str] = {
     operator.add: "add", torch.add: "add", "add": "add", operator.sub: "sub", torch.sub: "sub", "sub": "sub",
@@ -123,7 +124,7 @@ def refusal(node: fx.Node, device: str = "cpu") -> str | None:
         return f"a {node.op} node"
     if not isinstance(out, torch.Tensor):
         return "does not compute one tensor"
-    if out.dtype not in DTYPES:
+    if out.dtype not in TORCH_DTYPE_NAMES:
         return f"computes {out.dtype}; Emmy's kernels take f32, f16, bf16"
     if out.device.type != device:
         return f"on {out.device}; this compile's card runs on {device}"
@@ -321,7 +322,7 @@ def to_graph(sub: fx.GraphModule, params: Mapping[str, object], name: str) -> Tr
             continue
         if not isinstance(v, torch.Tensor):
             continue
-        if v.dtype not in DTYPES:
+        if v.dtype not in TORCH_DTYPE_NAMES:
             raise Refused(ph.name, f"an input of {v.dtype}")
         for d, size in enumerate(v.shape):
             e = sym_key(size)
@@ -329,10 +330,10 @@ def to_graph(sub: fx.GraphModule, params: Mapping[str, object], name: str) -> Tr
                 symbols.setdefault(e, (pos, d))
         shape = names.shape(v)
         if ph.name in params and all(isinstance(s, int) for s in shape):
-            nodes.append(Node(ph.name, "param", (), TensorType(shape, DTYPES[v.dtype]), (("path", ph.name),)))
+            nodes.append(Node(ph.name, "param", (), TensorType(shape, TORCH_DTYPE_NAMES[v.dtype]), (("path", ph.name),)))
             param_pos.append((ph.name, pos))
         else:
-            nodes.append(Node(ph.name, "input", (), TensorType(shape, DTYPES[v.dtype])))
+            nodes.append(Node(ph.name, "input", (), TensorType(shape, TORCH_DTYPE_NAMES[v.dtype])))
             inputs.append(pos)
         env[ph] = ph.name
     outputs: tuple[str, ...] = ()
@@ -371,7 +372,7 @@ def _one(n: fx.Node, env: dict[fx.Node, str], names: SizeNames) -> Node | list[N
         raise Refused(n.name, why)
     out = value(n)
     k = _key(n)
-    ttype = TensorType(names.shape(out), DTYPES[out.dtype])
+    ttype = TensorType(names.shape(out), TORCH_DTYPE_NAMES[out.dtype])
 
     def t(x: object) -> str:
         if not isinstance(x, fx.Node) or x not in env:

@@ -15,14 +15,13 @@ from math import prod
 import numpy as np
 import torch
 
+from emmy_core.dtypes import torch_dtype
 from emmy_core.graph.decisions import Decision, run_pieces
 from emmy_core.graph.errors import GraphError
 from emmy_core.graph.lower import KernelStep, LayoutStep, Lowered
 from emmy_core.graph.ops import Graph, TensorType
 from emmy_core.ir import interpret
 from emmy_core.ir.sizes import extents
-
-_TORCH = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
 
 def graph_sizes(graph: Graph, inputs: Sequence[torch.Tensor]) -> dict[str, int]:
@@ -34,7 +33,7 @@ def graph_sizes(graph: Graph, inputs: Sequence[torch.Tensor]) -> dict[str, int]:
     for n, t in zip(nodes, inputs, strict=True):
         if not isinstance(t, torch.Tensor) or t.dim() != len(n.type.shape):
             raise GraphError(f"input {n.name} must be a tensor of rank {len(n.type.shape)} ({n.type.text()})")
-        if t.dtype != _TORCH[n.type.dtype]:
+        if t.dtype != torch_dtype(n.type.dtype):
             raise GraphError(f"input {n.name} is {t.dtype}, the graph expects {n.type.dtype}")
         for d, s in zip(n.type.shape, t.shape, strict=True):
             if (isinstance(d, int) and d != s) or (isinstance(d, str) and sizes.setdefault(d, int(s)) != s):
@@ -49,7 +48,7 @@ def to_numpy(t: torch.Tensor, dtype: str) -> np.ndarray:
 
 
 def from_numpy(a: np.ndarray, type_: TensorType, sizes: dict[str, int]) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(a)).to(_TORCH[type_.dtype]).reshape(type_.concrete(sizes))
+    return torch.from_numpy(np.ascontiguousarray(a)).to(torch_dtype(type_.dtype)).reshape(type_.concrete(sizes))
 
 
 def run_kernel(step: KernelStep, env: dict[str, torch.Tensor], sizes: dict[str, int],

@@ -12,9 +12,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from emmy_core.dtypes import MODEL_DTYPES
+
 SERVING_MATRIX_VERSION = 1
 MATRIX_SETTINGS = ("deploy", "rank")
-DTYPES = ("f32", "f16", "bf16")
 MAX_BYTES = 1 << 20
 MAX_SIZE = 1 << 20
 DEFAULT_PATH = Path(__file__).with_name("serving_matrix.json")
@@ -114,8 +115,8 @@ def parse_serving_matrix(text: bytes | str, source: str = "<serving matrix>") ->
                                      f"{', '.join(MODEL_NAMES)}")
         if any(x.name == m["name"] for x in models):
             raise ServingMatrixError(f"{where}: field name: model {m['name']!r} listed twice")
-        if m["dtype"] not in DTYPES:
-            raise ServingMatrixError(f"{where}: field dtype: must be one of {', '.join(DTYPES)}")
+        if m["dtype"] not in MODEL_DTYPES:
+            raise ServingMatrixError(f"{where}: field dtype: must be one of {', '.join(MODEL_DTYPES)}")
         shapes: list[tuple[tuple[str, int], ...]] = []
         for j, s in enumerate(_list(m["shapes"], f"{where}: field shapes")):
             sw = f"{where}: shapes[{j}]"

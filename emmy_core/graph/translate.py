@@ -17,10 +17,11 @@ import torch.fx as fx
 import torch.nn.functional as F
 from torch import nn
 
+from emmy_core.dtypes import model_dtypes_by_torch, torch_dtype
 from emmy_core.graph.errors import GraphError, UnsupportedOp
 from emmy_core.graph.ops import Dim, Node, TensorType, broadcast
 
-_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+_DTYPES = model_dtypes_by_torch()
 
 _FUNCTIONS: dict[object, str] = {
     operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.truediv: "div",
@@ -384,7 +385,7 @@ def _default_eps(op: str, dtype: str) -> float:
     """torch's default: 1e-5 for layer_norm, the machine epsilon of the input's type for rms_norm."""
     if op == "layernorm":
         return 1e-5
-    return float(torch.finfo({"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]).eps)
+    return float(torch.finfo(torch_dtype(dtype)).eps)
 
 
 def _norm_last(dim: object, rank: int, what: str, src: str) -> None:

@@ -128,12 +128,12 @@ class Prior:
 def computed_feature(name: str) -> bool:
     """Whether this Emmy computes the feature `name` (the fixed names of this feature version, or an
     extern knob's `x.*`): a prior over names it does not compute would see only missing values."""
-    from emmy_core.prior.features import EXTERN_PREFIX, HW_NAMES, REGIME_NAMES, ST_NAMES
-    from emmy_core.prior.geometry import GEOMETRY_NAMES, KNOB_NAMES
+    from emmy_core.prior.features import HW_NAMES, REGIME_NAMES, ST_NAMES
+    from emmy_core.prior.geometry import EXTERN_FEATURE_PREFIX, GEOMETRY_NAMES, KNOB_NAMES
     from emmy_core.prior.transfer_features import TRANSFER_NAMES
 
-    if name.startswith(EXTERN_PREFIX):
-        return len(name) > len(EXTERN_PREFIX)
+    if name.startswith(EXTERN_FEATURE_PREFIX):
+        return len(name) > len(EXTERN_FEATURE_PREFIX)
     return name in {*HW_NAMES, *REGIME_NAMES, *ST_NAMES, *KNOB_NAMES, *GEOMETRY_NAMES, *TRANSFER_NAMES}
 
 

@@ -19,20 +19,20 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from emmy_core.prior.dataset import Fork
+from emmy_core.prior.dataset import DatasetFork
 from emmy_core.targets.card import Card
 
 FAILED_RATIO = 1e-3  # best/time a failure on another card counts as (a thousand times slower than its best)
 UNSEEN = -1e300  # score of a member no other card measured: after every measured one, in emitted order
 
 
-def same_kernel_elsewhere(fork: Fork, forks: Sequence[Fork]) -> list[Fork]:
+def same_kernel_elsewhere(fork: DatasetFork, forks: Sequence[DatasetFork]) -> list[DatasetFork]:
     """The forks of the same kernel, sizes and setting on other cards."""
     return [f for f in forks if f.kernel_id == fork.kernel_id and f.sizes == fork.sizes
             and f.setting == fork.setting and f.card_name != fork.card_name]
 
 
-def _ratios(other: Fork) -> dict[str, float]:
+def _ratios(other: DatasetFork) -> dict[str, float]:
     best = float(np.nanmin(other.times)) if other.ok.any() else math.nan
     out = {}
     for sid, measured, ok, t in zip(other.schedule_ids, other.measured, other.ok, other.times, strict=True):
@@ -41,7 +41,7 @@ def _ratios(other: Fork) -> dict[str, float]:
     return out
 
 
-def transfer_scores(fork: Fork, others: Sequence[Fork]) -> np.ndarray:
+def transfer_scores(fork: DatasetFork, others: Sequence[DatasetFork]) -> np.ndarray:
     """Per member: mean log(best/time) over the other cards that measured it (UNSEEN where none did)."""
     total = np.zeros(len(fork.schedule_ids))
     count = np.zeros(len(fork.schedule_ids))
@@ -66,7 +66,7 @@ def card_distance(a: Card | None, b: Card | None) -> float:
     return sum((math.log(na[k]) - math.log(nb[k])) ** 2 for k in shared) / len(shared)
 
 
-def most_similar_scores(fork: Fork, others: Sequence[Fork]) -> np.ndarray | None:
+def most_similar_scores(fork: DatasetFork, others: Sequence[DatasetFork]) -> np.ndarray | None:
     """The nearest other card's own order (by its measured times) over this fork's members; None: no other card."""
     if not others:
         return None

@@ -28,7 +28,7 @@ Progress = Callable[[str], None]
 
 
 @dataclass
-class Fork:
+class DatasetFork:
     """One fork of the dataset and its whole pool (arrays in the pool's order)."""
 
     kernel_id: str
@@ -69,7 +69,7 @@ class Dataset:
     """The forks of an export, its digest, and counts of what could not be described."""
 
     digest: str
-    forks: list[Fork]
+    forks: list[DatasetFork]
     undescribed_pools: int
     undescribed_cards: list[str]
 
@@ -162,7 +162,7 @@ def read_dataset(export_dir: Path | str, cards_file: Path | str | None = None,
     parsed: dict[str, Program | Extern] = {}
     pools = pools.sort(["kernel_id", "sizes", "card", "setting", pl.col("candidate_rank").fill_null(2**31 - 1),
                         "schedule_id"])
-    forks: list[Fork] = []
+    forks: list[DatasetFork] = []
     undescribed = 0
     keys = ["kernel_id", "sizes", "card", "setting"]
     for key, group in pools.group_by(keys, maintain_order=True):
@@ -180,7 +180,7 @@ def read_dataset(export_dir: Path | str, cards_file: Path | str | None = None,
         sids = group["schedule_id"].to_list()
         ranks = group["candidate_rank"].to_list()
         golden_sid = golden_of.get((kid, sizes, card_name, setting))
-        fork = Fork(kid, sizes, card_name, setting, parsed[kid], card, [json.loads(k) for k in group["knobs"]],
+        fork = DatasetFork(kid, sizes, card_name, setting, parsed[kid], card, [json.loads(k) for k in group["knobs"]],
                     sids, measured, ok, times,
                     golden=sids.index(golden_sid) if golden_sid in sids else None,
                     first=ranks.index(0) if 0 in ranks else None)

@@ -35,13 +35,13 @@ from emmy_core.ir import Extern, Program, facts, parse_sizes
 from emmy_core.ir.family import ElementwiseShape, MatmulShape, RowShape, classify
 from emmy_core.ir.sizes import extents
 from emmy_core.ir.vocab import dtype_bytes
-from emmy_core.prior.geometry import candidate_columns, text_code
+from emmy_core.prior.geometry import Context, candidate_columns, text_code
 from emmy_core.prior.transfer_features import TRANSFER_NAMES
 from emmy_core.targets.card import INSTRUCTION_FLAGS, NUMERIC_FIELDS, Card
 
 FEATURE_VERSION = 2  # 2: the transfer columns (`tr.*`, `emmy_core.prior.transfer_features`)
 
-SETTINGS = {"deploy": 0.0, "rank": 1.0}
+SETTING_FEATURE = {"deploy": 0.0, "rank": 1.0}
 FAMILY_CODES = {"matmul": 0.0, "row": 1.0, "elementwise": 2.0, "extern": 3.0}
 HW_NAMES: tuple[str, ...] = (
     *(f"hw.{n}" for n in NUMERIC_FIELDS), "hw.compute_capability", "hw.is_amd",
@@ -52,22 +52,6 @@ ST_NAMES: tuple[str, ...] = (
     "st.log2_m", "st.log2_n", "st.log2_k", "st.log2_batch", "st.log2_rows", "st.log2_row", "st.log2_flat",
     "st.log2_inner", "st.name_code", "st.problem_dims", "st.log2_p0", "st.log2_p1", "st.log2_p2")
 REGIME_NAMES: tuple[str, ...] = ("setting.rank",)
-EXTERN_PREFIX = "x."
-
-
-@dataclass(frozen=True)
-class Context:
-    """What every candidate of one fork shares: the kernel at its sizes, the card, the setting."""
-
-    kernel: Program | Extern
-    family: str
-    dims: dict[str, float]  # m, n, k, batch (matmul); rows, row (row); flat, inner (elementwise); p0.. (extern)
-    operand_bytes: float  # width of the operands (matmul a) or the widest buffer, bytes
-    compute_bits: int
-    card: Card | None
-    hw: dict[str, float]
-    shared: dict[str, float]  # hardware, regime and structure features
-
 
 def _log2(x: float | None) -> float:
     return math.log2(x) if x is not None and x > 0 else math.nan
@@ -102,7 +86,7 @@ def context(kernel: Program | Extern, sizes: Mapping[str, int] | str | None, car
     shared: dict[str, float] = {}
     hw = hardware(card)
     shared.update(hw)
-    shared["setting.rank"] = SETTINGS.get(setting, math.nan)
+    shared["setting.rank"] = SETTING_FEATURE.get(setting, math.nan)
     if isinstance(kernel, Extern):
         p = [float(d) for d in kernel.problem]
         dims = {f"p{i}": v for i, v in enumerate(p)}

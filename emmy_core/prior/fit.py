@@ -46,7 +46,7 @@ from emmy_core.prior.artifact import (
     check_artifact_out,
     write_artifact,
 )
-from emmy_core.prior.dataset import Dataset, Fork, check_fittable, read_dataset
+from emmy_core.prior.dataset import Dataset, DatasetFork, check_fittable, read_dataset
 from emmy_core.prior.features import FEATURE_VERSION, fork_features
 from emmy_core.prior.price import curve_key, fit_curve, scale_of
 from emmy_core.prior.ranking import choices, combine, mode_of, select
@@ -67,8 +67,8 @@ from emmy_core.store.safefile import atomic_write_text, fresh_folder
 
 Progress = Callable[[str], None]
 FITS_DIR = Path("_tune") / "fits"
-HEADLINE = ("top1", "top5", "tau", "pick_failed", "first_slowdown", "random_slowdown", "similar_slowdown",
-            "transfer_top1", "transfer_top5", "golden_rank", "golden_rank_ties")
+HEADLINE_FIGURES = ("top1", "top5", "tau", "pick_failed", "first_slowdown", "random_slowdown",
+                    "similar_slowdown", "transfer_top1", "transfer_top5", "golden_rank", "golden_rank_ties")
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def code_revision() -> str:
         return "unknown"
 
 
-def featurize(forks: Sequence[Fork], progress: Progress | None = None) -> list[str]:
+def featurize(forks: Sequence[DatasetFork], progress: Progress | None = None) -> list[str]:
     """Fills every fork's feature rows (the one feature function; transfer columns missing until a fold
     fills them, `transfer_view`); returns the union of column names."""
     names: dict[str, None] = {}
@@ -107,7 +107,7 @@ def featurize(forks: Sequence[Fork], progress: Progress | None = None) -> list[s
     return [*fixed, *sorted(n for n in names if n.startswith("x."))]
 
 
-def kernel_split(forks: Sequence[Fork], names: Sequence[str], pools: str, folds: int, seed: int, params: Params,
+def kernel_split(forks: Sequence[DatasetFork], names: Sequence[str], pools: str, folds: int, seed: int, params: Params,
                  choice: tuple[str, float], progress: Progress | None = None) -> list[dict[str, Any]]:
     """Validation grouped by kernel (a new shape on known cards): per fold the kernels on each side, its
     training groups and the summary of its validation forks, ranked as the shipped prior ranks (`choice`)."""
@@ -178,7 +178,7 @@ def choose_ranking(held: Sequence[Held]) -> dict[str, Any]:
             "vs_transfer_order": margin(order["top1"]), "vs_transfer_baseline": margin(base.get("transfer_top1"))}
 
 
-def calibrate(forks: Sequence[Fork], scores: Sequence[np.ndarray], names: Sequence[str]) -> dict[str, Any]:
+def calibrate(forks: Sequence[DatasetFork], scores: Sequence[np.ndarray], names: Sequence[str]) -> dict[str, Any]:
     """Price curves per target (and `any`) on the measured working rows, from the shipped scores."""
     per_key: dict[str, list[tuple[np.ndarray, ...]]] = {}
     for g, (fork, s) in enumerate(zip(forks, scores, strict=True)):
@@ -199,7 +199,7 @@ def calibrate(forks: Sequence[Fork], scores: Sequence[np.ndarray], names: Sequen
 
 def _mean_of_folds(folds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for name in HEADLINE:
+    for name in HEADLINE_FIGURES:
         values = [f[name] for f in folds if f.get(name) is not None]
         if metrics.is_slowdown(name):
             out[name] = metrics.geomean(values)
@@ -209,7 +209,7 @@ def _mean_of_folds(folds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def _headline(summary: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: summary.get(k) for k in HEADLINE}
+    return {k: summary.get(k) for k in HEADLINE_FIGURES}
 
 
 def card_report(held: Sequence[Held], card_folds: list[dict[str, Any]]) -> dict[str, Any]:

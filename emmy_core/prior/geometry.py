@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -34,9 +35,11 @@ from emmy_core.knobs.instructions import INSTRUCTIONS, tile_instruction
 from emmy_core.knobs.vocab import EXTERN_PREFIX, SCHEDULE_KNOBS
 
 if TYPE_CHECKING:
-    from emmy_core.prior.features import Context
+    from emmy_core.ir import Extern, Program
+    from emmy_core.targets.card import Card
 
 NAN = math.nan
+EXTERN_FEATURE_PREFIX = "x."  # an extern knob `extern.<name>` is the feature `x.<name>`
 MMA_PROPS = ("none", "m", "n", "k", "group_threads", "async")
 KNOB_NAMES: tuple[str, ...] = (
     *(f"k.{n}" for n in SCHEDULE_KNOBS if n != "mma"), *(f"k.mma_{p}" for p in MMA_PROPS))
@@ -47,6 +50,20 @@ GEOMETRY_NAMES: tuple[str, ...] = (
 REG_OVERHEAD = 48  # per-thread registers beyond the accumulator, as emmy_core.knobs.validity counts them
 MAX_RESIDENT = 32.0
 ACC_CODES = {"f32": 0.0, "f16": 1.0}  # programs resident per SM at most (no card in the table allows more)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every candidate of one fork shares: the kernel at its sizes, the card, the setting."""
+
+    kernel: Program | Extern
+    family: str
+    dims: dict[str, float]  # m, n, k, batch (matmul); rows, row (row); flat, inner (elementwise); p0.. (extern)
+    operand_bytes: float  # width of the operands (matmul a) or the widest buffer, bytes
+    compute_bits: int
+    card: Card | None
+    hw: dict[str, float]
+    shared: dict[str, float]  # hardware, regime and structure features (built by emmy_core.prior.features)
 
 
 def text_code(text: str) -> float:
@@ -98,7 +115,7 @@ def knob_columns(candidates: Sequence[Mapping[str, object]]) -> dict[str, np.nda
         elif key == "acc":
             cols["k.acc"] = np.array([ACC_CODES.get(v, NAN) for v in values], dtype=np.float64)  # type: ignore[arg-type]
         elif key.startswith(EXTERN_PREFIX):
-            extern["x." + key[len(EXTERN_PREFIX):]] = _column(values)
+            extern[EXTERN_FEATURE_PREFIX + key[len(EXTERN_PREFIX):]] = _column(values)
         elif f"k.{key}" in cols:
             cols[f"k.{key}"] = _column(values)
     cols.update(sorted(extern.items()))

@@ -1,4 +1,4 @@
-"""MLflow tracking of fits: one run per fit in experiment `emmy-prior`, and two runs side by side.
+"""MLflow tracking of fits: one run per fit in experiment `emmy-prior-fits`, and two runs side by side.
 
 The tracking URI is the one given, else `$MLFLOW_TRACKING_URI`, else `sqlite:///_tune/mlflow.db`
 with artifacts in `_tune/mlartifacts/` (MLflow 3 refuses a bare file store). A run holds the
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-EXPERIMENT = "emmy-prior"
+EXPERIMENT = "emmy-prior-fits"  # not "emmy-prior": that is the artifact's file format
 DEFAULT_URI = "sqlite:///_tune/mlflow.db"
 
 

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from emmy_core.prior import metrics
-from emmy_core.prior.dataset import Fork
+from emmy_core.prior.dataset import DatasetFork
 
 POOL_KINDS = ("golden", "measured", "both")
 DEFAULT_POOLS = "both"  # what every fit learns from unless told: the installed prior's recipe, so a chain fit
@@ -94,14 +94,14 @@ class Group:
     relevance: np.ndarray
 
 
-def relevance(fork: Fork, sharpness: float = 1.0) -> np.ndarray:
+def relevance(fork: DatasetFork, sharpness: float = 1.0) -> np.ndarray:
     """The measured order as relevance: (best/time)**sharpness of the fork for a working row, 0 for a failed
     one. A sharper target spends the model on the top of the order, where the pick is made."""
     best = np.nanmin(fork.times) if fork.ok.any() else math.nan
     return np.where(fork.ok, (best / np.where(fork.ok, fork.times, 1.0)) ** sharpness, 0.0)
 
 
-def _golden_group(i: int, fork: Fork, rng: np.random.Generator, sample: int) -> Group | None:
+def _golden_group(i: int, fork: DatasetFork, rng: np.random.Generator, sample: int) -> Group | None:
     if fork.golden is None or len(fork.knobs) < 2:
         return None
     others = np.array([j for j in range(len(fork.knobs)) if j != fork.golden])
@@ -112,7 +112,7 @@ def _golden_group(i: int, fork: Fork, rng: np.random.Generator, sample: int) -> 
     return Group(i, members, rel)
 
 
-def _top_heavy(fork: Fork, members: np.ndarray, rng: np.random.Generator, limit: int) -> np.ndarray:
+def _top_heavy(fork: DatasetFork, members: np.ndarray, rng: np.random.Generator, limit: int) -> np.ndarray:
     """At most `limit` of `members`: the fastest quarter of the limit, then a seeded sample of the rest."""
     if not limit or len(members) <= limit:
         return members
@@ -123,7 +123,7 @@ def _top_heavy(fork: Fork, members: np.ndarray, rng: np.random.Generator, limit:
     return np.sort(np.concatenate([top, rest]))
 
 
-def _measured_groups(i: int, fork: Fork, rng: np.random.Generator, max_group: int,
+def _measured_groups(i: int, fork: DatasetFork, rng: np.random.Generator, max_group: int,
                      sharpness: float, max_members: int = 0) -> list[Group]:
     members = np.flatnonzero(fork.measured)
     if len(members) < MIN_MEASURED or not fork.ok[members].any():
@@ -146,7 +146,7 @@ def check_pools(pools: str) -> None:
         raise ValueError(f"pools must be one of {', '.join(POOL_KINDS)}, not {str(pools)[:20]!r}")
 
 
-def training_groups(forks: Sequence[Fork], pools: str, seed: int, sample: int = GOLDEN_SAMPLE,
+def training_groups(forks: Sequence[DatasetFork], pools: str, seed: int, sample: int = GOLDEN_SAMPLE,
                     max_group: int = MAX_GROUP, sharpness: float = 1.0, max_members: int = 0) -> list[Group]:
     """The groups a fit trains on (see the module's docstring); samples and chunks are drawn with `seed`."""
     check_pools(pools)
@@ -173,13 +173,13 @@ class Rows:
     weights: np.ndarray | None = None
 
 
-def groups_of(forks: Sequence[Fork], pools: str, seed: int, params: Params) -> list[Group]:
+def groups_of(forks: Sequence[DatasetFork], pools: str, seed: int, params: Params) -> list[Group]:
     """`training_groups` with the sample size, chunk size and sharpness of `params`."""
     return training_groups(forks, pools, seed, params.golden_sample, params.max_group, params.sharpness,
                            params.max_members)
 
 
-def design(forks: Sequence[Fork], groups: Sequence[Group], names: Sequence[str], balance: float = 0.0) -> Rows:
+def design(forks: Sequence[DatasetFork], groups: Sequence[Group], names: Sequence[str], balance: float = 0.0) -> Rows:
     """The rows of `groups`; with `balance` b each group of a fork cut into k chunks weighs k**-b
     (0: every group alike; 1: every fork alike, however many chunks its pool made)."""
     xs = [forks[g.fork].features.matrix(names)[g.members] for g in groups]
@@ -235,7 +235,7 @@ def model_json(model: Any) -> dict[str, Any]:
             "scale_and_bias": doc.get("scale_and_bias", [1.0, [0.0]])}
 
 
-def fork_figures(fork: Fork, scores: np.ndarray) -> dict[str, float | None]:
+def fork_figures(fork: DatasetFork, scores: np.ndarray) -> dict[str, float | None]:
     """What one fork says of a ranking of its whole pool: the measured figures over its measured
     members, the golden's ranks, and the baselines (first option, random) on the same members."""
     out: dict[str, float | None] = {}

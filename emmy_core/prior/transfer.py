@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from emmy_core.prior import baselines, metrics
-from emmy_core.prior.dataset import Fork
+from emmy_core.prior.dataset import DatasetFork
 from emmy_core.prior.features import with_transfer
 from emmy_core.prior.ranking import combine
 from emmy_core.prior.training import Params, design, fork_figures, groups_of, train
@@ -26,7 +26,7 @@ from emmy_core.prior.transfer_features import TRANSFER_NAMES, TransferTable
 Progress = Callable[[str], None]
 
 
-def fork_baselines(fork: Fork, others: Sequence[Fork]) -> dict[str, float | None]:
+def fork_baselines(fork: DatasetFork, others: Sequence[DatasetFork]) -> dict[str, float | None]:
     """The baselines' figures on one fork's measured members, from the other cards' forks of its kernel."""
     m = np.flatnonzero(fork.measured)
     times, ok = fork.times[m], fork.ok[m]
@@ -44,7 +44,7 @@ def fork_baselines(fork: Fork, others: Sequence[Fork]) -> dict[str, float | None
     return out
 
 
-def transfer_view(forks: Sequence[Fork], source: Sequence[Fork]) -> list[Fork]:
+def transfer_view(forks: Sequence[DatasetFork], source: Sequence[DatasetFork]) -> list[DatasetFork]:
     """Copies of `forks` whose `tr.*` columns come from `source`'s cards, each fork's own card left out
     (the arrays are shared; only the feature rows are new)."""
     table = TransferTable.from_forks(source)
@@ -56,12 +56,12 @@ def transfer_view(forks: Sequence[Fork], source: Sequence[Fork]) -> list[Fork]:
     return out
 
 
-def score_forks(model: Any, forks: Sequence[Fork], names: Sequence[str]) -> list[np.ndarray]:
+def score_forks(model: Any, forks: Sequence[DatasetFork], names: Sequence[str]) -> list[np.ndarray]:
     """The ranker's scores of every member of each fork's pool (CatBoost's own predict, as the fit sees it)."""
     return [np.asarray(model.predict(f.features.matrix(names)), dtype=np.float64) for f in forks]
 
 
-def transfer_column(fork: Fork, source: str = TRANSFER_NAMES[0]) -> np.ndarray:
+def transfer_column(fork: DatasetFork, source: str = TRANSFER_NAMES[0]) -> np.ndarray:
     """One of the fork's transfer columns (`tr.score` unless told), as its rows hold it."""
     return fork.features.values[:, fork.features.names.index(source)]
 
@@ -71,7 +71,7 @@ class Held:
     """One validation fork of the card split: the fork with its fold's transfer columns, the ranker's
     scores, the baselines' figures from the fold's training cards, and its fold."""
 
-    fork: Fork
+    fork: DatasetFork
     ranker: np.ndarray
     baselines: dict[str, float | None]
     fold: int
@@ -83,7 +83,7 @@ class Held:
         return out
 
 
-def card_split(forks: Sequence[Fork], names: Sequence[str], pools: str, folds: int, seed: int, params: Params,
+def card_split(forks: Sequence[DatasetFork], names: Sequence[str], pools: str, folds: int, seed: int, params: Params,
                progress: Progress | None = None) -> tuple[list[dict[str, Any]], list[Held]]:
     """Validation grouped by card: per fold its cards on each side and training groups, and every held-out
     fork scored by a ranker fitted without its card (transfer features from the fold's training cards)."""
@@ -114,7 +114,7 @@ def card_split(forks: Sequence[Fork], names: Sequence[str], pools: str, folds: i
     return out, held
 
 
-def leave_one_card_out(forks: Sequence[Fork], names: Sequence[str], card: str, params: Params, seed: int,
+def leave_one_card_out(forks: Sequence[DatasetFork], names: Sequence[str], card: str, params: Params, seed: int,
                        pools: str = "measured", source: str = TRANSFER_NAMES[0],
                        weight: float = 0.0) -> list[dict[str, Any]]:
     """Per fork of `card`: the figures of the ranking (`source` blended at `weight`; fitted without `card`)

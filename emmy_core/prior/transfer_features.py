@@ -63,7 +63,7 @@ class TransferTable:
 
     @classmethod
     def from_forks(cls, forks: Iterable[Any]) -> TransferTable:
-        """The table of dataset forks (`emmy_core.prior.dataset.Fork`): their measured members only."""
+        """The table of dataset forks (`emmy_core.prior.dataset.DatasetFork`): their measured members only."""
         table = cls()
         for fork in forks:
             if not fork.measured.any():

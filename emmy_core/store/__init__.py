@@ -18,7 +18,7 @@ from emmy_core.store.errors import (
     StoreLockedError,
     VersionMismatchError,
 )
-from emmy_core.store.interface import Store
+from emmy_core.store.interface import MeasurementStore
 from emmy_core.store.memory import MemoryStore
 from emmy_core.store.rows import (
     FAILURE_KINDS,
@@ -39,7 +39,7 @@ from emmy_core.store.schema import SCHEMA_VERSION
 
 
 def open_store(path: Path | str | None = None, mode: str = "r", *,
-               lock_timeout: float = DEFAULT_LOCK_TIMEOUT, notify: Callable[[str], None] | None = None) -> Store:
+               lock_timeout: float = DEFAULT_LOCK_TIMEOUT, notify: Callable[[str], None] | None = None) -> MeasurementStore:
     """Opens a store file for reading ('r') or writing ('w'); `path` None: the local tuning database.
 
     A writer meeting a file of another version moves it aside and tells `notify` (default: stderr)."""
@@ -49,8 +49,28 @@ def open_store(path: Path | str | None = None, mode: str = "r", *,
 
 
 __all__ = [
-    "DEFAULT_LOCK_TIMEOUT", "FAILURE_KINDS", "PLACEHOLDER_US", "SCHEMA_VERSION", "SOURCES", "STATUSES", "Batch",
-    "BatchError", "CardRow", "GoldenRow", "KnobError", "MeasurementRow", "MemoryStore", "RoutingRow", "Schedule",
-    "Store", "StoreError", "StoreLockedError", "StoredGolden", "StoredMeasurement",
-    "VersionMismatchError", "WriteSummary", "default_db_path", "open_store",
+    "DEFAULT_LOCK_TIMEOUT",
+    "FAILURE_KINDS",
+    "PLACEHOLDER_US",
+    "SCHEMA_VERSION",
+    "SOURCES",
+    "STATUSES",
+    "Batch",
+    "BatchError",
+    "CardRow",
+    "GoldenRow",
+    "KnobError",
+    "MeasurementRow",
+    "MeasurementStore",
+    "MemoryStore",
+    "RoutingRow",
+    "Schedule",
+    "StoreError",
+    "StoreLockedError",
+    "StoredGolden",
+    "StoredMeasurement",
+    "VersionMismatchError",
+    "WriteSummary",
+    "default_db_path",
+    "open_store",
 ]

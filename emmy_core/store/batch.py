@@ -16,6 +16,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from emmy_core.codegen.backend import SETTINGS
 from emmy_core.ir import Extern, IRError, Kernel, Program, format_sizes, kernel_id, parse, parse_sizes, render
 from emmy_core.ir.check import validate
 from emmy_core.knobs.vocab import EXTERN_PREFIX, SCHEDULE_KNOBS, parse_decision
@@ -25,7 +26,6 @@ from emmy_core.store.rows import (
     FAILURE_KINDS,
     HEX64,
     PLACEHOLDER_US,
-    SETTINGS,
     SOURCES,
     STATUSES,
     CardRow,

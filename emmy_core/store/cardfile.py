@@ -28,6 +28,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from emmy_core.codegen.backend import SETTINGS
 from emmy_core.ir import IRError, Kernel, kernel_id, parse
 from emmy_core.ir.sizes import format_sizes, parse_sizes
 from emmy_core.ir.text import MAX_TEXT_BYTES
@@ -37,9 +38,7 @@ from emmy_core.store.rows import (
     CARD_NUMBERS,
     FAILURE_KINDS,
     PLACEHOLDER_US,
-    SETTINGS,
     SOURCES,
-    TARGETS,
     CardRow,
     GoldenRow,
     MeasurementRow,
@@ -47,6 +46,7 @@ from emmy_core.store.rows import (
     Schedule,
 )
 from emmy_core.store.sourcefile import Fields, SourceError, json_path
+from emmy_core.targets.card import TARGETS
 
 FREEZE_FORMAT = "emmy-freeze"
 TUNE_FORMAT = "emmy-tune"

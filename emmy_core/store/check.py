@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from emmy_core.codegen.backend import SETTINGS
 from emmy_core.ir import IRError, format_sizes, parse_sizes
 from emmy_core.knobs.vocab import (
     canonical_knobs,
@@ -37,7 +38,7 @@ from emmy_core.knobs.vocab import (
 from emmy_core.store.batch import knob_target_problem
 from emmy_core.store.connect import DEFAULT_LOCK_TIMEOUT, connect, translated
 from emmy_core.store.errors import StoreError
-from emmy_core.store.rows import PLACEHOLDER_US, SETTINGS
+from emmy_core.store.rows import PLACEHOLDER_US
 from emmy_core.store.schema import TABLE_NAMES
 from emmy_core.store.versions import VERSION_KEYS, current_versions
 

@@ -19,7 +19,7 @@ from emmy_core.graph.forks import ForkKey
 from emmy_core.store.batch import MEASUREMENT_COLUMNS, Prepared
 from emmy_core.store.connect import DEFAULT_LOCK_TIMEOUT, connect, first_line, translated
 from emmy_core.store.errors import BatchError, StoreError, VersionMismatchError, bounded
-from emmy_core.store.interface import Store
+from emmy_core.store.interface import MeasurementStore
 from emmy_core.store.rows import (
     CARD_NUMBERS,
     CardRow,
@@ -111,7 +111,7 @@ def _repeats_a_key(p: Prepared) -> bool:
     return len(set(keys)) < p.rows
 
 
-class DuckStore(Store):
+class DuckStore(MeasurementStore):
     """A store in one DuckDB file, opened for reading ('r') or writing ('w')."""
 
     def __init__(self, path: Path | str, mode: str = "r", *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,

@@ -29,6 +29,7 @@ from typing import Any
 
 from emmy_core.store.connect import first_line
 from emmy_core.store.errors import StoreError
+from emmy_core.store.export_content import refuse_bad_content
 from emmy_core.store.safefile import FileWriteError, ensure_folder, shown, swap_folder, why
 from emmy_core.store.sourcefile import Fields, SourceError, load_json_file, loads_strict
 from emmy_core.store.tablesource import TABLE_COLUMNS, _select
@@ -328,7 +329,7 @@ def _swapped(d: Path, dir_fd: int) -> bool:
 
 def open_snapshot(export_dir: Path | str, *, content: bool = True) -> Snapshot:
     """The export at `export_dir` read as one snapshot (`Snapshot`); with `content` also checked row by row
-    (`emmy_core.store.check_export.refuse_bad_content`: types, ranges, unique keys, references). Raises
+    (`emmy_core.store.export_content.refuse_bad_content`: types, ranges, unique keys, references). Raises
     SourceError naming the file, the table, the row and the column."""
     d = Path(export_dir)
     for _ in range(SNAPSHOT_TRIES):
@@ -337,8 +338,6 @@ def open_snapshot(export_dir: Path | str, *, content: bool = True) -> Snapshot:
         except _Moved:
             continue
         if content:
-            from emmy_core.store.check_export import refuse_bad_content
-
             refuse_bad_content(snap)
         return snap
     raise SourceError(str(d), "", "", f"the export changed {SNAPSHOT_TRIES} times while it was read (is "

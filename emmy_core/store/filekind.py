@@ -17,12 +17,22 @@ from emmy_core.store.sourcefile import SourceError, load_json_file
 
 _HEAD = re.compile(rb'\A\{"format":("[a-z-]{1,32}"),"version":[0-9]{1,9},\n"card":(\{[^\n]{0,20000}\}),\n')
 HEAD_BYTES = 32 * 1024
+DUCKDB_MAGIC = b"DUCK"  # bytes 8..12 of a DuckDB database file
+
+
+def is_duckdb(path: Path) -> bool:
+    """Whether `path` is a DuckDB database file (by its magic bytes; False when it cannot be read)."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(16)
+    except OSError:
+        return False
+    return head[8:12] == DUCKDB_MAGIC
 
 
 def describe_file(path: Path) -> str:
     """What a file on disk is, in words (for a refusal that must say what it would have overwritten)."""
     from emmy_core.store.cardfile import FREEZE_FORMAT, TUNE_FORMAT
-    from emmy_core.store.importer import is_duckdb
     from emmy_core.store.kerneltuner import looks_like_cache
 
     if path.is_dir():

@@ -29,7 +29,7 @@ from emmy_core.store.cardfile import (
 )
 from emmy_core.store.errors import StoreError
 from emmy_core.store.filekind import check_replaceable
-from emmy_core.store.interface import Store
+from emmy_core.store.interface import MeasurementStore
 from emmy_core.store.rows import CardRow, RoutingRow, StoredGolden
 from emmy_core.store.safefile import write_all
 from emmy_core.store.sourcefile import gc_paused
@@ -66,7 +66,7 @@ def _columns_duck(store: Any, card: str) -> tuple[dict[str, list], dict[str, str
     return cols, dict(zip(sched["schedule_id"], sched["knobs"], strict=True))
 
 
-def snapshot(store: Store, card: str) -> CardSnapshot:
+def snapshot(store: MeasurementStore, card: str) -> CardSnapshot:
     """The card's rows, kernels, routing and goldens from `store` (bulk reads on a DuckDB store)."""
     described = store.card(card)
     if described is None:
@@ -191,7 +191,7 @@ def render_snapshot(snap: CardSnapshot, fmt: str = FREEZE_FORMAT) -> str:
     return render_document(fmt, snap.card, entries.values(), decs)
 
 
-def frozen_cards(store: Store) -> list[str]:
+def frozen_cards(store: MeasurementStore) -> list[str]:
     """Cards with at least one measurement or golden, sorted."""
     if hasattr(store, "arrow"):
         got = store.arrow("SELECT DISTINCT card FROM measurements UNION SELECT DISTINCT card FROM goldens")
@@ -199,7 +199,7 @@ def frozen_cards(store: Store) -> list[str]:
     return sorted({m.card for m in store.measurements()} | {g.card for g in store.goldens()})
 
 
-def freeze_store(store: Store, out_dir: Path | str, cards: Iterable[str] | None = None) -> list[Path]:
+def freeze_store(store: MeasurementStore, out_dir: Path | str, cards: Iterable[str] | None = None) -> list[Path]:
     """Writes `<card-slug>.json` for each card (all cards with rows when `cards` is None); returns the paths."""
     out = Path(out_dir)
     names = sorted(cards) if cards is not None else frozen_cards(store)

@@ -19,14 +19,14 @@ from pathlib import Path
 
 from emmy_core.store.batch import Batch
 from emmy_core.store.errors import StoreError, VersionMismatchError
-from emmy_core.store.interface import Store
+from emmy_core.store.filekind import is_duckdb
+from emmy_core.store.interface import MeasurementStore
 from emmy_core.store.rows import WriteSummary
 from emmy_core.store.runlock import alive
 from emmy_core.store.safefile import ensure_folder, fsync_folder, shown
 from emmy_core.store.sourcefile import MAX_SOURCE_BYTES, SourceError, gc_paused, load_json_file
 from emmy_core.store.versions import move_aside, stale_versions
 
-DUCKDB_MAGIC = b"DUCK"
 Progress = Callable[[str], None]
 
 
@@ -41,15 +41,6 @@ class SourceOutcome:
     summary: WriteSummary | None = None
 
 
-def is_duckdb(path: Path) -> bool:
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(16)
-    except OSError:
-        return False
-    return head[8:12] == DUCKDB_MAGIC
-
-
 @dataclass
 class LoadedSource:
     """A source read and checked: its kind, the batch that imports it, and notes for the import summary."""
@@ -59,7 +50,7 @@ class LoadedSource:
     notes: list[str]
 
 
-def load_source(path: Path | str, store: Store, *, card: str | None = None,
+def load_source(path: Path | str, store: MeasurementStore, *, card: str | None = None,
                 max_bytes: int = MAX_SOURCE_BYTES) -> LoadedSource:
     """The kind of a source and the batch that imports it (nothing written); refuses with a SourceError,
     also when the source names this machine's CPU card with another description (`localcard`)."""
@@ -72,7 +63,7 @@ def load_source(path: Path | str, store: Store, *, card: str | None = None,
     return loaded
 
 
-def _load_source(path: Path | str, store: Store, *, card: str | None, max_bytes: int) -> LoadedSource:
+def _load_source(path: Path | str, store: MeasurementStore, *, card: str | None, max_bytes: int) -> LoadedSource:
     from emmy_core.store import cardfile, golden, kerneltuner, tablesource
 
     p = Path(path)
@@ -108,7 +99,7 @@ def _load_source(path: Path | str, store: Store, *, card: str | None, max_bytes:
     return LoadedSource("freeze" if parsed.format == cardfile.FREEZE_FORMAT else "tune", parsed.batch, [])
 
 
-def import_into(store: Store, sources: Iterable[Path | str], *, card: str | None = None,
+def import_into(store: MeasurementStore, sources: Iterable[Path | str], *, card: str | None = None,
                 max_bytes: int = MAX_SOURCE_BYTES, progress: Progress | None = None) -> list[SourceOutcome]:
     """Imports each source in its own transaction; returns one outcome per source, in order."""
     out = []

@@ -43,7 +43,7 @@ def schedule_key(knobs: KnobsLike) -> str:
     return knobs.schedule_id if isinstance(knobs, Schedule) else Schedule(knobs).schedule_id
 
 
-class Store(ABC):
+class MeasurementStore(ABC):
     """A measurement store opened for reading (`mode` 'r') or writing ('w')."""
 
     mode: str = "r"
@@ -142,7 +142,7 @@ class Store(ABC):
     def close(self) -> None:
         """Releases the file (and its lock); the store is unusable afterwards."""
 
-    def __enter__(self) -> Store:
+    def __enter__(self) -> MeasurementStore:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from emmy_core.store.batch import MEASUREMENT_COLUMNS, Prepared
-from emmy_core.store.interface import Store
+from emmy_core.store.interface import MeasurementStore
 from emmy_core.store.rows import CardRow, RoutingRow, StoredGolden, StoredMeasurement, WriteSummary
 from emmy_core.store.schema import SCHEMA_VERSION, TABLE_NAMES, WRITER_VERSION
 
@@ -24,7 +24,7 @@ def _better(new: StoredMeasurement, old: StoredMeasurement) -> bool:
     return False
 
 
-class MemoryStore(Store):
+class MemoryStore(MeasurementStore):
     """The in-memory store (always writable)."""
 
     def __init__(self, label: str = "<memory>") -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from emmy_core.store.interface import Store
+from emmy_core.store.interface import MeasurementStore
 from emmy_core.store.rows import GoldenRow, StoredGolden, StoredMeasurement
 
 DEFAULT_MIN_POOL = 16
@@ -45,7 +45,7 @@ class Promotion:
     decisions_kept: int = 0  # pools whose golden is a structural decision
 
 
-def fastest_goldens(store: Store, *, card: str | None = None, setting: str | None = None,
+def fastest_goldens(store: MeasurementStore, *, card: str | None = None, setting: str | None = None,
                     min_pool: int = DEFAULT_MIN_POOL) -> Promotion:
     """The golden each measured pool would get (its fastest ok row; ties: lowest schedule_id), compared
     with the golden it has."""
@@ -87,7 +87,7 @@ def fastest_goldens(store: Store, *, card: str | None = None, setting: str | Non
     return Promotion(tuple(goldens), len(pools), skipped, tuple(changes), unchanged, decisions)
 
 
-def promote_fastest(store: Store, *, card: str | None = None, setting: str | None = None,
+def promote_fastest(store: MeasurementStore, *, card: str | None = None, setting: str | None = None,
                     min_pool: int = DEFAULT_MIN_POOL) -> Promotion:
     """Writes the new and replaced goldens of `fastest_goldens` as one batch."""
     promotion = fastest_goldens(store, card=card, setting=setting, min_pool=min_pool)

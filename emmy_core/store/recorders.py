@@ -34,7 +34,7 @@ def measurement_row(o: Outcome) -> MeasurementRow:
 class StoreRecorder:
     """Records through the store's one writer; dedupes against what the store holds.
 
-    `store` is an open Store (used as is) or a callable opening one for writing, called per
+    `store` is an open MeasurementStore (used as is) or a callable opening one for writing, called per
     operation so that a long tune does not hold the database file's lock between kernels.
     `label` names where the rows go (the database file), for the tune's messages.
     """
@@ -59,7 +59,7 @@ class StoreRecorder:
         rows = self._use(lambda s: s.measurements(kernel_id=key.kernel_id, card=key.card, setting=key.setting))
         return {m.schedule_id for m in rows if m.sizes == key.sizes and m.status == "ok"}
 
-    def record(self, program: Program, card: Card, outcomes: Sequence[Outcome]) -> None:
+    def record_kernel(self, program: Program, card: Card, outcomes: Sequence[Outcome]) -> None:
         rows = [measurement_row(o) for o in outcomes if o.recordable]
         summary = self._use(lambda s: s.record(rows, kernels=[program], cards=[CardRow.from_card(card)],
                                                origin=f"{self.origin} {program.name}"))
@@ -92,7 +92,7 @@ class TuneFileRecorder:
     def measured_ok(self, key: ForkKey) -> set[str]:
         return set()
 
-    def record(self, program: Program, card: Card, outcomes: Sequence[Outcome]) -> None:
+    def record_kernel(self, program: Program, card: Card, outcomes: Sequence[Outcome]) -> None:
         from emmy_core.store.tunefile import merge_into_tune_file, tune_file_path
 
         recordable = [o for o in outcomes if o.recordable]

@@ -1,7 +1,7 @@
 """What a store holds, as typed rows: measurements, schedules, cards, routing, goldens.
 
 These are plain values (no database import): the tune harness, the importers and the
-replay runner build them; the one writer (`Store.record` / `Store.transaction`) validates
+replay runner build them; the one writer (`MeasurementStore.record` / `MeasurementStore.transaction`) validates
 and stores them. A `Schedule` is a knob assignment checked against the schedule
 vocabulary once, with its canonical JSON and digest computed once, so that a million rows
 sharing a few thousand schedules pay for the digest a few thousand times.
@@ -17,17 +17,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from emmy_core.bench.harness import BENCH_FAILURE_KINDS
 from emmy_core.bench.watchdog import PLACEHOLDER_US
-from emmy_core.codegen.backend import SETTINGS as _COMPILE_SETTINGS
 from emmy_core.knobs.vocab import canonical_knobs, knobs_problem, schedule_id_of_text
+from emmy_core.targets.card import TARGETS
 
 STATUSES = ("ok", "failed")
 SOURCES = ("tune", "hand", "import")
-FAILURE_KINDS = ("build_error", "launch_error", "timeout", "crash", "runtime", "invalid")
-TARGETS = ("cuda", "cpu")
+# A failed row's kind: the bench's own, and `invalid` (a configuration Kernel Tuner refused; imported rows only).
+FAILURE_KINDS = (*BENCH_FAILURE_KINDS, "invalid")
 # PLACEHOLDER_US: the watchdog's placeholder time (microseconds) in `median_us` of every failed row.
 
-SETTINGS = tuple(_COMPILE_SETTINGS)  # the compile settings a measurement can be taken under (a closed set)
 CARD_NAME_PATTERN = re.compile(r"[A-Za-z0-9_][ -~]{0,127}\Z")  # printable ASCII, at most 128 characters
 HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 

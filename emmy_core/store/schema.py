@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from emmy_core.store.rows import CARD_NUMBERS
+from emmy_core.store.rows import CARD_NUMBERS, FAILURE_KINDS
+from emmy_core.targets.card import TARGETS
 
 SCHEMA_VERSION = 3
 WRITER_VERSION = "emmy-store/1"
@@ -79,7 +80,7 @@ TABLES: tuple[Table, ...] = (
     )),
     Table("cards", "card", (
         Column("name", "TEXT PRIMARY KEY", "full card name, e.g. `NVIDIA H200`; part of every measurement key"),
-        Column("target", "TEXT NOT NULL CHECK (target IN ('cuda', 'cpu'))", "`cuda` or `cpu`"),
+        Column("target", f"TEXT NOT NULL CHECK (target IN ({', '.join(repr(t) for t in TARGETS)}))", "`cuda` or `cpu`"),
         Column("arch", "TEXT", "architecture tag, e.g. `hopper`, `cdna2`, `x86_64` (NULL: unknown)"),
         Column("tensor_cores", "TEXT", "tensor-core instructions offered, comma-separated (NULL: none known)"),
         *(Column(k, "BIGINT" if t is int else "DOUBLE", _CARD_NUMBER_DOCS[k] + " (NULL: unknown)")
@@ -108,8 +109,8 @@ TABLES: tuple[Table, ...] = (
         Column("card", "TEXT NOT NULL", "`cards.name`"),
         Column("setting", "TEXT NOT NULL", "compile setting, e.g. `deploy` or `rank`"),
         Column("status", "TEXT NOT NULL CHECK (status IN ('ok', 'failed'))", "`ok` or `failed`"),
-        Column("failure", "TEXT CHECK (failure IN ('build_error', 'launch_error', 'timeout', 'crash', "
-               "'runtime', 'invalid'))", "failure kind of a failed row (NULL when ok)"),
+        Column("failure", f"TEXT CHECK (failure IN ({', '.join(repr(k) for k in FAILURE_KINDS)}))",
+               "failure kind of a failed row (NULL when ok)"),
         Column("median_us", "DOUBLE NOT NULL", "median time, microseconds; failed rows hold the watchdog "
                "placeholder 1e9"),
         Column("spread", "DOUBLE", "relative spread of the repeats (NULL: not recorded)"),
@@ -151,16 +152,11 @@ VIEWS: tuple[View, ...] = (
         Column("variants", "BIGINT", "measurement rows"), Column("failed", "BIGINT", "failed rows"),
         Column("failure_rate", "DOUBLE", "failed / variants"),
         *(Column(k, "BIGINT", f"failed rows of kind `{k}`")
-          for k in ("build_error", "launch_error", "timeout", "crash", "runtime", "invalid")),
+          for k in FAILURE_KINDS),
     ),
          "SELECT card, setting, count(*) AS variants, count(*) FILTER (WHERE status = 'failed') AS failed, "
          "count(*) FILTER (WHERE status = 'failed') / count(*) AS failure_rate, "
-         "count(*) FILTER (WHERE failure = 'build_error') AS build_error, "
-         "count(*) FILTER (WHERE failure = 'launch_error') AS launch_error, "
-         "count(*) FILTER (WHERE failure = 'timeout') AS timeout, "
-         "count(*) FILTER (WHERE failure = 'crash') AS crash, "
-         "count(*) FILTER (WHERE failure = 'runtime') AS runtime, "
-         "count(*) FILTER (WHERE failure = 'invalid') AS invalid "
+         + ", ".join(f"count(*) FILTER (WHERE failure = '{k}') AS {k}" for k in FAILURE_KINDS) + " "
          "FROM measurements GROUP BY card, setting"),
     View("variants", "every measurement with its knobs and its kernel's name (a join analysts would otherwise "
          "write each time)", (

@@ -15,7 +15,7 @@ def test_a_tune_file_holds_the_recorded_rows_and_imports_back(planted_run, cpu_c
     report, _ = planted_run
     rec = TuneFileRecorder(tmp_path)
     unit = report.planned[0].unit
-    rec.record(unit.program, cpu_card, report.outcomes)
+    rec.record_kernel(unit.program, cpu_card, report.outcomes)
     assert rec.path is not None and rec.path.parent == tmp_path and ".tune-" in rec.path.name
     assert [p.name for p in tmp_path.iterdir()] == [rec.path.name]  # written atomically, nothing beside it
     store = MemoryStore()

@@ -21,14 +21,13 @@ import torch
 import torch.nn.functional as F
 
 from emmy_core.codegen.c import CBackend
+from emmy_core.dtypes import torch_dtype
 from emmy_core.graph.decisions import split_k, split_rows
 from emmy_core.ir import Program
 from emmy_core.ir.builders import Dim, elementwise, layernorm, matmul, rmsnorm, softmax
 from emmy_core.ir.sizes import extents
 from emmy_core.targets.cpu import probe_cpu
 
-TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "f64": torch.float64,
-         "i32": torch.int32, "i64": torch.int64}
 TOL = {"f16": 1e-2, "bf16": 2e-2, "f32": 1e-4, "f64": 1e-10}
 HAND_MATMUL = {"tile_m": 4, "tile_n": 8, "tile_k": 16, "vec": 8, "unroll": 4, "threads": 2}
 HAND_WIDE = {"tile_m": 8, "tile_n": 64, "tile_k": 32, "vec": 32, "unroll": 3, "threads": 2}  # 2 vectors a row
@@ -55,7 +54,7 @@ def pool(kernel: Program, seed: int, n: int = 2) -> list[dict[str, object]]:
 def inputs(program: Program, sizes: dict[str, int], seed: int) -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
     ext = extents(program, sizes)
-    return {b.name: torch.randn([ext[a] for a in b.shape], generator=gen, dtype=torch.float64).to(TORCH[b.dtype])
+    return {b.name: torch.randn([ext[a] for a in b.shape], generator=gen, dtype=torch.float64).to(torch_dtype(b.dtype))
             for b in program.inputs}
 
 
@@ -67,7 +66,7 @@ def launch(backend: CBackend, program: Program, knobs: dict[str, object], env: d
     ext = extents(program, sz)
     bufs = {b.name: env[b.name] for b in program.inputs}
     for b in program.outputs:
-        bufs[b.name] = torch.full([ext[a] for a in b.shape], float("nan"), dtype=TORCH[b.dtype])
+        bufs[b.name] = torch.full([ext[a] for a in b.shape], float("nan"), dtype=torch_dtype(b.dtype))
     backend.build(program, knobs, setting)(bufs, sz)
     out = {b.name: bufs[b.name] for b in program.outputs}
     env.update(out)

@@ -20,13 +20,13 @@ import torch
 
 from emmy_core.codegen.backend import LaunchError
 from emmy_core.codegen.c import CBackend
+from emmy_core.dtypes import torch_dtype
 from emmy_core.ir.builders import Dim, elementwise, matmul, rmsnorm, softmax
 from emmy_core.ir.interpret import run
 from emmy_core.ir.sizes import extents
 from emmy_core.knobs import candidates
 from emmy_core.targets import Card, probe_cpu
 
-TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "f64": torch.float64}
 TOL = {"f16": 1e-2, "bf16": 2e-2, "f32": 1e-4, "f64": 1e-10}
 CARDS = (
     Card("AVX-512 Part x2", "cpu", "x86_64", "", (), "test card", cores=2, simd_bits=512, l2_kib=2048.0),
@@ -62,8 +62,8 @@ def knobs_of(shape: tuple[int, int, int], **over: object) -> dict[str, object]:
 
 def operands(dtype: str, m: int, n: int, k: int, bt: bool, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
-    a = torch.randn(m, k, generator=g, dtype=torch.float64).to(TORCH[dtype])
-    b = torch.randn(*((n, k) if bt else (k, n)), generator=g, dtype=torch.float64).to(TORCH[dtype])
+    a = torch.randn(m, k, generator=g, dtype=torch.float64).to(torch_dtype(dtype))
+    b = torch.randn(*((n, k) if bt else (k, n)), generator=g, dtype=torch.float64).to(torch_dtype(dtype))
     return a, b
 
 
@@ -141,7 +141,7 @@ def _launch(backend: CBackend, prog, ins, sizes, knobs, setting):  # type: ignor
     ext = extents(prog, sizes)
     bufs = dict(ins)
     for b in prog.outputs:
-        bufs[b.name] = torch.full([ext[a] for a in b.shape], float("nan"), dtype=TORCH[b.dtype])
+        bufs[b.name] = torch.full([ext[a] for a in b.shape], float("nan"), dtype=torch_dtype(b.dtype))
     backend.build(prog, knobs, setting)(bufs, sizes)
     return {b.name: bufs[b.name] for b in prog.outputs}
 
@@ -161,10 +161,10 @@ def test_matmul_equals_the_interpreter_bit_for_bit_where_the_order_is_fixed(back
     pool = candidates(prog, probe_cpu())
     for m, n, k in [(1, 5, 1), (9, 37, 4), (13, 70, 7)]:
         g = torch.Generator().manual_seed(m + n + k)
-        ins = {"a": torch.randn(m, k, generator=g, dtype=torch.float64).to(TORCH[dtype]),
-               "b": torch.randn(k, n, generator=g, dtype=torch.float64).to(TORCH[dtype]),
-               "bias": torch.randn(n, generator=g, dtype=torch.float64).to(TORCH[dtype]),
-               "residual": torch.randn(m, n, generator=g, dtype=torch.float64).to(TORCH[dtype])}
+        ins = {"a": torch.randn(m, k, generator=g, dtype=torch.float64).to(torch_dtype(dtype)),
+               "b": torch.randn(k, n, generator=g, dtype=torch.float64).to(torch_dtype(dtype)),
+               "bias": torch.randn(n, generator=g, dtype=torch.float64).to(torch_dtype(dtype)),
+               "residual": torch.randn(m, n, generator=g, dtype=torch.float64).to(torch_dtype(dtype))}
         sizes = {"T": m, "N": n, "K": k}
         want = _interp(prog, ins, sizes)["y"]
         for knobs in (pool[0], pool[-1], knobs_of((3, 8, 256))):
@@ -180,7 +180,7 @@ def test_row_and_elementwise_kernels_equal_the_interpreter_bit_for_bit(backend: 
     for prog, knobs, rows in cases:
         g = torch.Generator().manual_seed(rows)
         ext = extents(prog, {"B": rows})
-        ins = {b.name: torch.randn([ext[a] for a in b.shape], generator=g, dtype=torch.float64).to(TORCH[b.dtype])
+        ins = {b.name: torch.randn([ext[a] for a in b.shape], generator=g, dtype=torch.float64).to(torch_dtype(b.dtype))
                for b in prog.inputs}
         want = _interp(prog, ins, {"B": rows})
         got = _launch(backend, prog, ins, {"B": rows}, knobs, "deploy")

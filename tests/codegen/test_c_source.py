@@ -19,6 +19,7 @@ import torch
 from emmy_core.codegen.backend import BuildError
 from emmy_core.codegen.c import CBackend
 from emmy_core.codegen.c_expr import _bf16_bits
+from emmy_core.dtypes import torch_dtype
 from emmy_core.ir import (
     Axis,
     Binary,
@@ -41,8 +42,6 @@ from emmy_core.ir.builders import Dim, elementwise, layernorm, matmul, rmsnorm, 
 from emmy_core.ir.family import MatmulShape, classify
 from emmy_core.ir.interpret import run
 
-TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "f64": torch.float64,
-         "i32": torch.int32, "i64": torch.int64}
 SCHED = {"vec": 8, "threads": 2}
 
 
@@ -59,8 +58,8 @@ def launch(backend: CBackend, program: Program, ins: dict[str, torch.Tensor], si
     bufs = dict(ins)
     for b in program.outputs:
         shape = [ext[a] for a in b.shape]
-        fill = torch.iinfo(TORCH[b.dtype]).min if b.dtype.startswith("i") else float("nan")
-        bufs[b.name] = torch.full(shape, fill, dtype=TORCH[b.dtype])
+        fill = torch.iinfo(torch_dtype(b.dtype)).min if b.dtype.startswith("i") else float("nan")
+        bufs[b.name] = torch.full(shape, fill, dtype=torch_dtype(b.dtype))
     backend.build(program, SCHED if knobs is None else knobs, "rank")(bufs, sizes)
     return {b.name: bufs[b.name] for b in program.outputs}
 
@@ -154,11 +153,11 @@ def test_single_operations_round_once_like_torch(backend: CBackend, dtype: str) 
                                       "y_max": Binary("max", X, Z)})
     gen = torch.Generator().manual_seed(1)
     n = 999
-    x = (torch.randn(n, generator=gen, dtype=torch.float64) * 300).to(TORCH[dtype])
-    z = (torch.randn(n, generator=gen, dtype=torch.float64) * 3).to(TORCH[dtype])
+    x = (torch.randn(n, generator=gen, dtype=torch.float64) * 300).to(torch_dtype(dtype))
+    z = (torch.randn(n, generator=gen, dtype=torch.float64) * 3).to(torch_dtype(dtype))
     out = launch(backend, prog, {"x": x, "z": z}, {"N": n})
     # torch's own f32 sqrt is an approximation; the correctly rounded root is the double one rounded once
-    root = x.double().abs().sqrt().to(TORCH[dtype])
+    root = x.double().abs().sqrt().to(torch_dtype(dtype))
     want = {"y_add": x + z, "y_mul": x * z, "y_div": x / z, "y_sqrt": root, "y_max": torch.maximum(x, z)}
     for k, w in want.items():
         assert torch.equal(out[k], w), k
@@ -220,7 +219,7 @@ def test_constants_are_printed_exactly(backend: CBackend) -> None:
     values = [0.1, -1e-6, 1 / 3, 6.02e23, 5e-324, math.inf, -math.inf, 65504.0, 1e5]
     for dtype in ("f16", "bf16", "f32", "f64"):
         prog = ew(f"consts_{dtype}", dtype, {f"c{i}": Const(dtype, v) for i, v in enumerate(values)})
-        x = torch.zeros(1, dtype=TORCH[dtype])
+        x = torch.zeros(1, dtype=torch_dtype(dtype))
         out = launch(backend, prog, {"x": x, "z": x}, {"N": 1}, {"threads": 1})
         for i, v in enumerate(values):
             got = out[f"c{i}"]
@@ -230,7 +229,7 @@ def test_constants_are_printed_exactly(backend: CBackend) -> None:
             elif dtype == "bf16":
                 want = torch.tensor([_bf16_bits(v)], dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
             else:
-                want = torch.tensor([v], dtype=TORCH[dtype])
+                want = torch.tensor([v], dtype=torch_dtype(dtype))
             assert torch.equal(got, want), (dtype, v, got, want)
 
 

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from emmy_core.codegen.backend import LaunchError
 from emmy_core.codegen.triton_gen import TritonBackend
+from emmy_core.dtypes import torch_dtype
 from emmy_core.graph.decisions import split_k, split_rows
 from emmy_core.ir import (
     Axis,
@@ -39,14 +40,13 @@ from emmy_core.ir import (
 from emmy_core.ir.builders import Dim, elementwise, layernorm, matmul, rmsnorm, softmax
 from emmy_core.ir.sizes import extents
 
-TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "f64": torch.float64}
 TOL = {"f32": 1e-5, "f16": 1e-2}
 
 
 def random_inputs(program: Program, sizes: dict[str, int], seed: int) -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
     ext = extents(program, sizes)
-    return {b.name: torch.randn([ext[a] for a in b.shape], generator=gen, dtype=torch.float64).to(TORCH[b.dtype])
+    return {b.name: torch.randn([ext[a] for a in b.shape], generator=gen, dtype=torch.float64).to(torch_dtype(b.dtype))
             for b in program.inputs}
 
 
@@ -58,7 +58,7 @@ def launch(program: Program, knobs: dict[str, object], env: dict[str, torch.Tens
     ext = extents(program, sz)
     bufs = {b.name: env[b.name] for b in program.inputs}
     for b in program.outputs:
-        bufs[b.name] = torch.full([ext[a] for a in b.shape], float("nan"), dtype=TORCH[b.dtype])
+        bufs[b.name] = torch.full([ext[a] for a in b.shape], float("nan"), dtype=torch_dtype(b.dtype))
     TritonBackend(check_types=True).build(program, knobs, "deploy")(bufs, sz)
     out = {b.name: bufs[b.name] for b in program.outputs}
     env.update(out)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from emmy_core.cli.main import app
-from emmy_core.prior.fit import HEADLINE
+from emmy_core.prior.fit import HEADLINE_FIGURES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,7 +44,7 @@ def test_emmy_eval_prior_prints_the_table_and_writes_json_in_a_fits_shape_and_pl
     assert result.exit_code == 0, result.output
     assert "| NVIDIA RTX A4000 / deploy" in result.output and "| all pools" in result.output
     doc = json.loads(out.read_text())
-    measured = [n for n in HEADLINE if not n.startswith("golden")]
+    measured = [n for n in HEADLINE_FIGURES if not n.startswith("golden")]
     assert set(measured) <= set(doc["mean"]) and all(f"{n}_pools" in doc["mean"] for n in measured)
     assert doc["mean"]["first_slowdown_pools"] == 3 and doc["prior"]["source"] == str(tile_prior)
     assert sorted(p.name for p in plots.iterdir()) == ["price_vs_time.png", "slowdowns.png"]

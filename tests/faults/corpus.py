@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from emmy_core.ir import kernel_id
-from emmy_core.store import MeasurementRow, MemoryStore, Store, open_store
+from emmy_core.store import MeasurementRow, MeasurementStore, MemoryStore, open_store
 from emmy_core.store.export import MANIFEST, content_digest, export_db
 from emmy_core.store.freeze import freeze_db
 from emmy_core.store.golden import GoldenRecord, Trace, write_golden_file
@@ -254,7 +254,7 @@ def hostile_source(kind: str, corpus: dict[str, Path], folder: Path, seed: int, 
 
 # ---- what every import of a hostile source must do -----------------------------------------------
 
-def state(store: Store) -> tuple:
+def state(store: MeasurementStore) -> tuple:
     """Everything a store holds, as comparable values."""
     return (store.counts(), store.kernels(), store.measurements(), store.routing(), store.goldens(), store.cards())
 
@@ -265,7 +265,7 @@ class Verdict:
     message: str
 
 
-def import_checked(store: Store, source: Path) -> Verdict:
+def import_checked(store: MeasurementStore, source: Path) -> Verdict:
     """Imports `source` into `store` and checks the rules: no exception but the project's own (the importer
     turns those into a refusal), a refusal names the file in a bounded message and writes nothing."""
     before = state(store)

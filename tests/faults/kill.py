@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from emmy_core.ir import kernel_id
-from emmy_core.store import MeasurementRow, MemoryStore, Store, open_store
+from emmy_core.store import MeasurementRow, MeasurementStore, MemoryStore, open_store
 from emmy_core.store.check import check_db
 from emmy_core.store.freeze import freeze_db
 from emmy_core.store.importer import import_db, import_into
@@ -58,7 +58,7 @@ def key_counts(db: Path) -> tuple[Counts, Counts]:
     return dict(m), dict(g)
 
 
-def row_map(store: Store) -> dict[tuple, tuple[str, float]]:
+def row_map(store: MeasurementStore) -> dict[tuple, tuple[str, float]]:
     """Every measurement of a store by its key -> (status, median)."""
     return {(m.kernel_id, m.sizes, m.schedule_id, m.card, m.setting): (m.status, m.median_us)
             for m in store.measurements()}

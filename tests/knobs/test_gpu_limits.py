@@ -15,6 +15,7 @@ import os
 
 import pytest
 
+from emmy_core.dtypes import torch_dtype
 from emmy_core.ir.builders import Dim, matmul
 from emmy_core.knobs import candidate_options, option_problem, sample_candidates
 from emmy_core.targets import resolve_card
@@ -67,7 +68,7 @@ def _compile(mm, knobs: dict, dtype: str) -> dict:
     import triton
     from triton.runtime.errors import OutOfResources
 
-    t = {"f16": torch.float16, "f32": torch.float32}[dtype]
+    t = torch_dtype(dtype)
     M = N = K = 512
     a = torch.randn(M, K, device="cuda", dtype=t)
     b = torch.randn(K, N, device="cuda", dtype=t)

@@ -14,7 +14,7 @@ import pytest
 from emmy_core.ir import Extern, kernel_id
 from emmy_core.knobs.vocab import schedule_id
 from emmy_core.prior import load_prior
-from emmy_core.prior.dataset import Fork, read_dataset
+from emmy_core.prior.dataset import DatasetFork, read_dataset
 from emmy_core.prior.fit import choose_ranking, featurize
 from emmy_core.prior.ranking import SELECT_MARGIN, choices, combine, select
 from emmy_core.prior.training import Params
@@ -26,18 +26,18 @@ KERNEL = Extern("toy", (64, 64), "space")
 KNOBS = [{"block": b} for b in (1, 2, 4, 8, 16, 32)]
 
 
-def _fork(card: str, times: list[float | None]) -> Fork:
+def _fork(card: str, times: list[float | None]) -> DatasetFork:
     """A fork of the toy kernel on `card`: member i measured at times[i] (None: not measured; inf: failed)."""
     n = len(KNOBS)
     measured = np.array([i < len(times) and times[i] is not None for i in range(n)])
     ok = np.array([bool(measured[i]) and math.isfinite(times[i]) for i in range(n)])  # type: ignore[arg-type]
     t = np.array([float(times[i]) if ok[i] else math.nan for i in range(n)])  # type: ignore[arg-type]
     described = load_table().get(card)
-    return Fork(kernel_id(KERNEL), "", card, "deploy", KERNEL, described, [dict(k) for k in KNOBS],
+    return DatasetFork(kernel_id(KERNEL), "", card, "deploy", KERNEL, described, [dict(k) for k in KNOBS],
                 [schedule_id(k) for k in KNOBS], measured, ok, t)
 
 
-def _features(forks: list[Fork], source: list[Fork]) -> list[np.ndarray]:
+def _features(forks: list[DatasetFork], source: list[DatasetFork]) -> list[np.ndarray]:
     featurize(forks + source)
     return [f.features.matrix(TRANSFER_NAMES) for f in transfer_view(forks, source)]
 

@@ -13,7 +13,7 @@ from emmy_core.cli.main import app
 from emmy_core.ir.builders import matmul
 from emmy_core.knobs import candidates
 from emmy_core.prior import load_prior
-from emmy_core.prior.dataset import Fork
+from emmy_core.prior.dataset import DatasetFork
 from emmy_core.prior.training import GOLDEN_SAMPLE, training_groups
 from emmy_core.targets import load_table
 
@@ -59,7 +59,7 @@ def test_the_fit_writes_the_artifact_a_fresh_metrics_folder_and_an_mlflow_run(sm
     assert names == {"prior.json", "metrics.json"}
 
 
-def _fork(times: list[float], ok: list[bool], golden: int | None) -> Fork:
+def _fork(times: list[float], ok: list[bool], golden: int | None) -> DatasetFork:
     kernel = matmul(256, 256, 256)
     pool = list(candidates(kernel, load_table()["NVIDIA H200"]))[: len(times) + 40]
     n = len(pool)
@@ -69,7 +69,7 @@ def _fork(times: list[float], ok: list[bool], golden: int | None) -> Fork:
     okm[: len(ok)] = ok
     t = np.full(n, np.nan)
     t[: len(times)] = np.where(ok, times, np.nan)
-    return Fork("k", "B=8", "NVIDIA H200", "deploy", kernel, None, pool, [str(i) for i in range(n)], measured, okm, t,
+    return DatasetFork("k", "B=8", "NVIDIA H200", "deploy", kernel, None, pool, [str(i) for i in range(n)], measured, okm, t,
                 golden=golden)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from emmy_core.ir import kernel_id, parse
-from emmy_core.store import CardRow, MemoryStore, Store, open_store
+from emmy_core.store import CardRow, MeasurementStore, MemoryStore, open_store
 
 ADD_TEXT = """kernel ew_add {
   axis B = dyn(8)
@@ -43,12 +43,12 @@ KNOBS_A = {"block": 64, "num_warps": 4}
 KNOBS_B = {"block": 128, "num_warps": 8}
 
 
-def open_fresh(kind: str, path: Path) -> Store:
+def open_fresh(kind: str, path: Path) -> MeasurementStore:
     return MemoryStore() if kind == "memory" else open_store(path, "w")
 
 
 @pytest.fixture(params=["memory", "duckdb"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MeasurementStore]:
     """An empty store of each implementation, with the test kernels and cards already recorded."""
     s = open_fresh(request.param, tmp_path / "store.db")
     s.record(kernels=[ADD, MUL, SUB], cards=CARDS)

@@ -14,10 +14,10 @@ from emmy_core.store import (
     CardRow,
     GoldenRow,
     MeasurementRow,
+    MeasurementStore,
     MemoryStore,
     RoutingRow,
     Schedule,
-    Store,
     StoreError,
 )
 from emmy_core.store.batch import Batch
@@ -45,36 +45,36 @@ def failed(*, card: str = H200, knobs: dict = KNOBS_A, kind: str = "timeout") ->
     return MeasurementRow.failed(ADD_ID, "B=8", knobs, card, "deploy", kind)
 
 
-def only(store: Store):  # type: ignore[no-untyped-def]
+def only(store: MeasurementStore):  # type: ignore[no-untyped-def]
     rows = store.measurements()
     assert len(rows) == 1, rows
     return rows[0]
 
 
-def test_card_name_is_part_of_the_key(store: Store) -> None:
+def test_card_name_is_part_of_the_key(store: MeasurementStore) -> None:
     store.record([ok(10.0, card=H100), ok(12.0, card=H200)])
     rows = store.measurements()
     assert [(r.card, r.median_us) for r in rows] == [(H100, 10.0), (H200, 12.0)]
 
 
-def test_sizes_are_part_of_the_key(store: Store) -> None:
+def test_sizes_are_part_of_the_key(store: MeasurementStore) -> None:
     store.record([ok(10.0, sizes="B=8"), ok(30.0, sizes="B=32")])
     assert sorted((r.sizes, r.median_us) for r in store.measurements()) == [("B=32", 30.0), ("B=8", 10.0)]
 
 
-def test_setting_and_knobs_are_part_of_the_key(store: Store) -> None:
+def test_setting_and_knobs_are_part_of_the_key(store: MeasurementStore) -> None:
     store.record([ok(10.0), ok(11.0, setting="rank"), ok(12.0, knobs=KNOBS_B)])
     assert len(store.measurements()) == 3
 
 
-def test_failure_then_success_keeps_the_success(store: Store) -> None:
+def test_failure_then_success_keeps_the_success(store: MeasurementStore) -> None:
     store.record([failed()])
     store.record([ok(20.0)])
     row = only(store)
     assert (row.status, row.median_us, row.failure) == ("ok", 20.0, None)
 
 
-def test_success_then_failure_keeps_the_success(store: Store) -> None:
+def test_success_then_failure_keeps_the_success(store: MeasurementStore) -> None:
     store.record([ok(20.0)])
     summary = store.record([failed(kind="crash")])
     row = only(store)
@@ -82,26 +82,26 @@ def test_success_then_failure_keeps_the_success(store: Store) -> None:
     assert (summary.inserted, summary.replaced, summary.ignored) == (0, 0, 1)
 
 
-def test_better_after_worse_replaces(store: Store) -> None:
+def test_better_after_worse_replaces(store: MeasurementStore) -> None:
     store.record([ok(20.0)])
     summary = store.record([ok(15.0)])
     assert only(store).median_us == 15.0
     assert (summary.inserted, summary.replaced) == (0, 1)
 
 
-def test_worse_after_better_is_ignored(store: Store) -> None:
+def test_worse_after_better_is_ignored(store: MeasurementStore) -> None:
     store.record([ok(15.0)])
     store.record([ok(20.0)])
     assert only(store).median_us == 15.0
 
 
-def test_failure_is_kept_with_the_placeholder_time(store: Store) -> None:
+def test_failure_is_kept_with_the_placeholder_time(store: MeasurementStore) -> None:
     store.record([failed(kind="build_error")])
     row = only(store)
     assert (row.status, row.failure, row.median_us, row.samples) == ("failed", "build_error", PLACEHOLDER_US, 0)
 
 
-def test_a_later_failure_does_not_replace_an_earlier_one(store: Store) -> None:
+def test_a_later_failure_does_not_replace_an_earlier_one(store: MeasurementStore) -> None:
     store.record([failed(kind="timeout")])
     store.record([failed(kind="crash")])
     assert only(store).failure == "timeout"
@@ -114,7 +114,7 @@ def test_a_later_failure_does_not_replace_an_earlier_one(store: Store) -> None:
     {"block": 64, "extern.split_k": 2},
     {"block": 64, "mode": "split:K=2"},
 ])
-def test_row_spelling_a_split_or_cut_is_refused_and_nothing_is_written(store: Store, knobs: dict) -> None:
+def test_row_spelling_a_split_or_cut_is_refused_and_nothing_is_written(store: MeasurementStore, knobs: dict) -> None:
     before = store.counts()
     bad = MeasurementRow.ok(ADD_ID, "B=8", knobs, H200, "deploy", 5.0, samples=3)
     with pytest.raises(BatchError, match="structural decision"):
@@ -123,7 +123,7 @@ def test_row_spelling_a_split_or_cut_is_refused_and_nothing_is_written(store: St
     assert store.measurements() == []
 
 
-def test_schedule_is_stored_once_and_shared_by_digest(store: Store) -> None:
+def test_schedule_is_stored_once_and_shared_by_digest(store: MeasurementStore) -> None:
     same = dict(reversed(list(KNOBS_A.items())))  # the same assignment, keys in another order
     summary = store.record([ok(10.0, card=H100), ok(11.0, card=H200, knobs=same), ok(12.0, kernel=MUL_ID)])
     assert summary.schedules_added == 1
@@ -133,7 +133,7 @@ def test_schedule_is_stored_once_and_shared_by_digest(store: Store) -> None:
     assert store.knobs(sid) == KNOBS_A
 
 
-def test_batch_is_one_transaction(store: Store) -> None:
+def test_batch_is_one_transaction(store: MeasurementStore) -> None:
     before = store.counts()
     new_card = CardRow("NVIDIA A100-SXM4-80GB", "cuda", {"sm_count": 108})
     rows = [ok(10.0), ok(11.0, card="NVIDIA A100-SXM4-80GB"),
@@ -143,25 +143,25 @@ def test_batch_is_one_transaction(store: Store) -> None:
     assert store.counts() == before
 
 
-def test_a_reference_that_does_not_resolve_is_refused(store: Store) -> None:
+def test_a_reference_that_does_not_resolve_is_refused(store: MeasurementStore) -> None:
     with pytest.raises(BatchError, match="neither in this batch nor stored"):
         store.record([ok(10.0, kernel="f" * 64)])
     assert store.measurements() == []
 
 
-def test_a_card_with_no_description_is_refused(store: Store) -> None:
+def test_a_card_with_no_description_is_refused(store: MeasurementStore) -> None:
     with pytest.raises(BatchError, match="not described"):
         store.record([ok(10.0, card="NVIDIA B200")])
 
 
-def test_knobs_of_the_other_targets_vocabulary_are_refused(store: Store) -> None:
+def test_knobs_of_the_other_targets_vocabulary_are_refused(store: MeasurementStore) -> None:
     with pytest.raises(BatchError, match="cuda vocabulary, not cpu"):
         store.record([ok(10.0, card=CPU, knobs=KNOBS_A)])
     store.record([ok(10.0, card=CPU, knobs={"tile_m": 32, "threads": 2})])
     assert only(store).card == CPU
 
 
-def test_unknown_knob_is_refused(store: Store) -> None:
+def test_unknown_knob_is_refused(store: MeasurementStore) -> None:
     with pytest.raises(BatchError, match="unknown knob"):
         store.record([ok(10.0, knobs={"blok": 64})])
 
@@ -174,7 +174,7 @@ def test_unknown_knob_is_refused(store: Store) -> None:
     ("median_us", -1.0, "median_us"),
     ("kernel_id", "ABC", "kernel identity"),
 ])
-def test_error_names_the_origin_the_record_and_the_field(store: Store, field: str, value: object,
+def test_error_names_the_origin_the_record_and_the_field(store: MeasurementStore, field: str, value: object,
                                                          message: str) -> None:
     fields = {"kernel_id": ADD_ID, "sizes": "B=8", "knobs": KNOBS_A, "card": H200, "setting": "deploy",
               "status": "ok", "median_us": 3.0, "samples": 2, "source": "tune"}
@@ -185,20 +185,20 @@ def test_error_names_the_origin_the_record_and_the_field(store: Store, field: st
     assert "freezes/h200.json" in text and "measurement 1" in text and message in text
 
 
-def test_within_a_batch_the_best_row_of_a_key_wins(store: Store) -> None:
+def test_within_a_batch_the_best_row_of_a_key_wins(store: MeasurementStore) -> None:
     summary = store.record([failed(), ok(20.0), ok(12.0), ok(15.0), failed(kind="crash")])
     assert only(store).median_us == 12.0
     assert (summary.offered, summary.inserted, summary.ignored) == (5, 1, 4)
 
 
-def test_kernel_text_and_object_have_one_identity(store: Store) -> None:
+def test_kernel_text_and_object_have_one_identity(store: MeasurementStore) -> None:
     summary = store.record(kernels=[ADD, ADD_TEXT, ADD_TEXT.replace("dyn(8)", "dyn(512)")])
     assert summary.kernels_added == 0  # already recorded by the fixture; the hint is not part of the identity
     text, c_name = store.kernels()[ADD_ID]
     assert c_name == "ew_add" and text == ADD_TEXT
 
 
-def test_transaction_writes_every_table_together_or_nothing(store: Store) -> None:
+def test_transaction_writes_every_table_together_or_nothing(store: MeasurementStore) -> None:
     with store.transaction(origin="import-1") as batch:
         new_id = batch.add_kernel(ADD_TEXT.replace("ew_add", "ew_piece"))
         batch.add_card(CardRow("NVIDIA L4", "cuda", {"sm_count": 58}))
@@ -218,7 +218,7 @@ def test_transaction_writes_every_table_together_or_nothing(store: Store) -> Non
     assert store.counts() == before
 
 
-def test_a_golden_names_exactly_one_of_schedule_and_decision(store: Store) -> None:
+def test_a_golden_names_exactly_one_of_schedule_and_decision(store: MeasurementStore) -> None:
     with pytest.raises(BatchError, match="exactly one"):
         store.record(goldens=[GoldenRow(ADD_ID, "B=8", H200, "deploy", knobs=KNOBS_A, decision="cut:x")])
     with pytest.raises(BatchError, match="not a structural decision"):
@@ -227,20 +227,20 @@ def test_a_golden_names_exactly_one_of_schedule_and_decision(store: Store) -> No
         store.record(goldens=[GoldenRow(ADD_ID, "B=8", H200, "deploy", knobs={"split_k": 2})])
 
 
-def test_routing_names_a_decision_and_stored_kernels(store: Store) -> None:
+def test_routing_names_a_decision_and_stored_kernels(store: MeasurementStore) -> None:
     with pytest.raises(BatchError, match="decision"):
         store.record(routing=[RoutingRow(ADD_ID, "block=64", 0, MUL_ID)])
     with pytest.raises(BatchError, match="neither in this batch nor stored"):
         store.record(routing=[RoutingRow(ADD_ID, "cut:seam", 0, "e" * 64)])
 
 
-def test_cards_keep_their_latest_description(store: Store) -> None:
+def test_cards_keep_their_latest_description(store: MeasurementStore) -> None:
     store.record(cards=[CardRow(H200, "cuda", {"sm_count": 132, "l2_mb": 50})])
     card = store.card(H200)
     assert card is not None and card.numbers == {"sm_count": 132, "l2_mb": 50.0}
 
 
-def test_fastest_and_lookup_by_measurement_identity(store: Store) -> None:
+def test_fastest_and_lookup_by_measurement_identity(store: MeasurementStore) -> None:
     store.record([ok(12.0), ok(9.0, knobs=KNOBS_B), failed(knobs={"block": 256, "num_warps": 4})])
     best = store.fastest(ForkKey(ADD_ID, "B=8", H200, "deploy"))
     assert best is not None and best.median_us == 9.0 and best.schedule_id == Schedule(KNOBS_B).schedule_id
@@ -249,7 +249,7 @@ def test_fastest_and_lookup_by_measurement_identity(store: Store) -> None:
     assert store.measurement(ADD_ID, "B=8", KNOBS_A, H100, "deploy") is None
 
 
-def test_measured_at_is_kept_in_utc(store: Store) -> None:
+def test_measured_at_is_kept_in_utc(store: MeasurementStore) -> None:
     when = dt.datetime(2026, 5, 1, 12, 0, tzinfo=dt.timezone(dt.timedelta(hours=2)))
     store.record([MeasurementRow.ok(ADD_ID, "B=8", KNOBS_A, H200, "deploy", 3.0, measured_at=when)])
     assert only(store).measured_at == dt.datetime(2026, 5, 1, 10, 0)
@@ -294,7 +294,7 @@ def test_memory_store_is_a_store() -> None:
     assert s.counts()["measurements"] == 1
 
 
-def test_an_extern_kernel_is_stored_by_its_identity_with_extern_knobs(store: Store) -> None:
+def test_an_extern_kernel_is_stored_by_its_identity_with_extern_knobs(store: MeasurementStore) -> None:
     from emmy_core.ir import Extern, kernel_id
 
     ext = Extern("matmul_kernel", (4096, 4096), "a" * 64)

@@ -17,9 +17,9 @@ from emmy_core.store import (
     CardRow,
     GoldenRow,
     MeasurementRow,
+    MeasurementStore,
     MemoryStore,
     RoutingRow,
-    Store,
     StoreError,
     open_store,
 )
@@ -39,7 +39,7 @@ def ids() -> list[str]:
     return [kernel_id(k) for k in KERNELS]
 
 
-def populate(store: Store) -> None:
+def populate(store: MeasurementStore) -> None:
     """Two GPU cards and a CPU: working, failed and hand-run rows, a split with two pieces, goldens."""
     n, s, m, a, b = ids()
     rows = [
@@ -217,7 +217,7 @@ def test_freeze_of_a_card_depends_on_its_own_rows_only() -> None:
     assert kernel_id(small) == kernel_id(big) and render(small) != render(big)
     kid, pid, mid = kernel_id(small), kernel_id(piece_small), kernel_id(MM)
 
-    def h200(store: Store) -> None:
+    def h200(store: MeasurementStore) -> None:
         store.record([MeasurementRow.ok(kid, "B=128", {"block": 64}, H200.name, "deploy", 3.0),
                       MeasurementRow.ok(kid, "B=16", {"block": 64}, H200.name, "rank", 3.0)],
                      kernels=[small, piece_small, MM], cards=[H200],
@@ -225,7 +225,7 @@ def test_freeze_of_a_card_depends_on_its_own_rows_only() -> None:
                      goldens=[GoldenRow(kid, "B=128", H200.name, "deploy", knobs={"block": 64}),
                               GoldenRow(mid, "", H200.name, "deploy", decision="split:K=2")])
 
-    def h100(store: Store) -> None:
+    def h100(store: MeasurementStore) -> None:
         store.record([MeasurementRow.ok(kid, "B=1024", {"block": 64}, H100.name, "deploy", 9.0),
                       MeasurementRow.ok(pid, "B=1024", {"block": 32}, H100.name, "deploy", 1.0)],
                      kernels=[big, piece_big, MM], cards=[H100], routing=[RoutingRow(mid, "split:K=2", 0, pid)])

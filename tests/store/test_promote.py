@@ -7,7 +7,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from emmy_core.cli.main import app
-from emmy_core.store import GoldenRow, MeasurementRow, Store, open_store
+from emmy_core.store import GoldenRow, MeasurementRow, MeasurementStore, open_store
 from emmy_core.store.promote import promote_fastest
 from tests.store.conftest import ADD, ADD_ID, CARDS, H100, H200, KNOBS_A, KNOBS_B, MUL, MUL_ID
 
@@ -25,7 +25,7 @@ def rows() -> list[MeasurementRow]:
     ]
 
 
-def test_golden_is_the_fastest_clean_row_of_each_pool(store: Store) -> None:
+def test_golden_is_the_fastest_clean_row_of_each_pool(store: MeasurementStore) -> None:
     store.record(rows())
     result = promote_fastest(store, min_pool=1)
     got = {(g.kernel_id, g.sizes, g.card, g.setting): store.knobs(g.schedule_id) for g in store.goldens()}
@@ -37,14 +37,14 @@ def test_golden_is_the_fastest_clean_row_of_each_pool(store: Store) -> None:
     assert (result.pools, result.skipped) == (4, 1)  # MUL has no clean row: no golden
 
 
-def test_a_pool_smaller_than_min_pool_gets_no_golden(store: Store) -> None:
+def test_a_pool_smaller_than_min_pool_gets_no_golden(store: MeasurementStore) -> None:
     store.record(rows())
     result = promote_fastest(store, min_pool=2)
     assert [(g.sizes, g.card) for g in store.goldens()] == [("B=8", H100)]
     assert result.skipped == 3
 
 
-def test_promoting_again_after_a_better_row_moves_the_golden(store: Store) -> None:
+def test_promoting_again_after_a_better_row_moves_the_golden(store: MeasurementStore) -> None:
     store.record(rows())
     promote_fastest(store, card=H100, min_pool=1)
     store.record([MeasurementRow.ok(ADD_ID, "B=8", FAST, H100, "deploy", 1.0, samples=5, source="hand")])
@@ -91,7 +91,7 @@ def test_emmy_db_promote_prints_each_new_or_replaced_golden_with_the_time_it_bea
     assert "1 goldens written from 4 pools (1 skipped: fewer than 1 ok rows; 2 unchanged" in again.output
 
 
-def test_promote_keeps_a_decision_golden(store: Store) -> None:
+def test_promote_keeps_a_decision_golden(store: MeasurementStore) -> None:
     store.record(rows())
     store.record(goldens=[GoldenRow(ADD_ID, "B=8", H100, "deploy", decision="split:C=2")])
     result = promote_fastest(store, card=H100, min_pool=1)

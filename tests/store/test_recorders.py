@@ -55,7 +55,7 @@ def test_tune_file_never_overwrites_a_freeze(tmp_path: Path, card: Card) -> None
         TuneFileRecorder(freeze, card, "deploy")
     rec = TuneFileRecorder(freeze)  # without a card given up front, the first write refuses the same way
     with pytest.raises(FileWriteError, match="it is a freeze"):
-        rec.record(NORM, card, [outcome(card, {"unroll": 1}, 5.0)])
+        rec.record_kernel(NORM, card, [outcome(card, {"unroll": 1}, 5.0)])
     assert freeze.read_bytes() == before
 
 
@@ -76,7 +76,7 @@ def test_tune_file_refuses_any_other_file_naming_what_it_is(tmp_path: Path, card
 
 def test_tune_file_of_another_card_or_setting_is_refused(tmp_path: Path, card: Card) -> None:
     path = tmp_path / "t.json"
-    TuneFileRecorder(path, card, "rank").record(NORM, card, [outcome(card, {"unroll": 1}, 5.0, "rank")])
+    TuneFileRecorder(path, card, "rank").record_kernel(NORM, card, [outcome(card, {"unroll": 1}, 5.0, "rank")])
     before = path.read_bytes()
     with pytest.raises(FileWriteError, match="tune file of setting 'rank', not 'deploy'"):
         TuneFileRecorder(path, card, "deploy")
@@ -90,10 +90,10 @@ def test_tune_file_of_the_same_card_and_setting_is_merged_by_the_writers_rules(t
                                                                               card: Card) -> None:
     path = tmp_path / "t.json"
     first = TuneFileRecorder(path, card, "deploy")
-    first.record(NORM, card, [outcome(card, {"unroll": 1}, 5.0), outcome(card, {"unroll": 2}, 9.0),
+    first.record_kernel(NORM, card, [outcome(card, {"unroll": 1}, 5.0), outcome(card, {"unroll": 2}, 9.0),
                               outcome(card, {"unroll": 4}, None)])
     second = TuneFileRecorder(path, card, "deploy")
-    second.record(NORM, card, [outcome(card, {"unroll": 1}, 7.0),  # worse: the file keeps 5.0
+    second.record_kernel(NORM, card, [outcome(card, {"unroll": 1}, 7.0),  # worse: the file keeps 5.0
                                outcome(card, {"unroll": 2}, 3.0),  # better: replaces 9.0
                                outcome(card, {"unroll": 4}, 4.0),  # ok replaces a failure
                                outcome(card, {"unroll": 8}, None)])  # new failure kept
@@ -101,7 +101,7 @@ def test_tune_file_of_the_same_card_and_setting_is_merged_by_the_writers_rules(t
     assert got == {("deploy", '{"unroll": 1}'): ("ok", 5.0), ("deploy", '{"unroll": 2}'): ("ok", 3.0),
                    ("deploy", '{"unroll": 4}'): ("ok", 4.0), ("deploy", '{"unroll": 8}'): ("failed", 1e9)}
     third = TuneFileRecorder(path, card, "deploy")
-    third.record(NORM, card, [outcome(card, {"unroll": 1}, None)])  # a failure never replaces a working row
+    third.record_kernel(NORM, card, [outcome(card, {"unroll": 1}, None)])  # a failure never replaces a working row
     assert rows_of(path)[("deploy", '{"unroll": 1}')] == ("ok", 5.0)
     mem = MemoryStore()
     (o,) = import_into(mem, [path])
@@ -117,7 +117,7 @@ def test_tune_file_a_folder_gets_a_file_named_by_the_card(tmp_path: Path, card: 
     else:
         target = str(folder) + "/"
     rec = TuneFileRecorder(target, card, "deploy")
-    rec.record(NORM, card, [outcome(card, {"unroll": 1}, 5.0)])
+    rec.record_kernel(NORM, card, [outcome(card, {"unroll": 1}, 5.0)])
     assert rec.path is not None and rec.path.parent == folder
     assert rec.path.name.startswith(card.name.lower().split()[0]) and ".tune-" in rec.path.name
     assert [p.name for p in folder.iterdir()] == [rec.path.name]
@@ -145,4 +145,4 @@ def test_recorders_name_where_they_record(tmp_path: Path, card: Card) -> None:
 def test_store_errors_stay_store_errors(tmp_path: Path, card: Card) -> None:
     (tmp_path / "f").write_text("x")
     with pytest.raises(StoreError, match="exists and is not a folder"):
-        TuneFileRecorder(tmp_path / "f" / "t.json").record(NORM, card, [outcome(card, {"unroll": 1}, 5.0)])
+        TuneFileRecorder(tmp_path / "f" / "t.json").record_kernel(NORM, card, [outcome(card, {"unroll": 1}, 5.0)])
