@@ -94,7 +94,7 @@ def fit(dataset: Annotated[Path | None, typer.Argument(help="dataset export fold
     typer.echo(f"wrote {result.artifact_path}; metrics in {result.fit_dir / 'metrics.json'}")  # type: ignore[attr-defined]
     typer.echo(fit_text(m))
     typer.echo(json.dumps({"cv": mean, "split": m["split"], "ranking": {k: m["ranking"].get(k) for k in (
-                               "mode", "source", "weight", "top1", "vs_ranker", "vs_transfer_order")},
+                               "mode", "source", "weight", "top1", "vs_first", "vs_ranker", "vs_transfer_order")},
                            "folds": len(m["folds"]), "train_groups": m["train_groups"],
                            "undescribed_pools": m["undescribed_pools"],
                            "mlflow_run": result.run_id}, sort_keys=True))  # type: ignore[attr-defined]

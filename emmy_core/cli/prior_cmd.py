@@ -51,8 +51,13 @@ def info(file: Annotated[Path | None, typer.Option("--file", help="an artifact (
     top1 = rk.get("top1")
     typer.echo(f"  ranking of a card the fit never saw: {rk.get('mode')} ({rk.get('source')}, weight {rk.get('weight')}), won on the {rk.get('split', '?')} split"
                + (f" with top-1 {top1:.3f}" if isinstance(top1, int | float) else "")
-               + f": {pct(rk.get('vs_ranker'))} against the ranker alone, {pct(rk.get('vs_transfer_order'))} against"
-               f" the transfer order, {pct(rk.get('vs_transfer_baseline'))} against the transfer baseline")
+               + f": {pct(rk.get('vs_first'))} against the rule's first option, {pct(rk.get('vs_ranker'))} against"
+               f" the ranker alone, {pct(rk.get('vs_transfer_order'))} against the transfer order,"
+               f" {pct(rk.get('vs_transfer_baseline'))} against the transfer baseline")
+    runner = rk.get("runner_up")
+    if isinstance(runner, dict):
+        typer.echo(f"  runner-up: {runner.get('mode')} ({runner.get('source')}, weight {runner.get('weight')}), "
+                   f"top-1 {runner.get('top1'):.3f}; the winner picks {pct(runner.get('margin'))} against it")
     typer.echo("  a card the fit measured (in the transfer table) is ranked by the model alone (the kernel split)")
     typer.echo(f"  transfer table: {d['transfer']['pools']} pools from {len(d['transfer']['cards'])} cards"
                + (f" ({', '.join(d['transfer']['cards'])})" if d['transfer']['cards'] else ""))

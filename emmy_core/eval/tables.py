@@ -214,7 +214,8 @@ def fit_text(report: Mapping[str, Any]) -> str:
         return f"{float(v):+.1%}" if isinstance(v, int | float) else "-"
 
     out.append(f"shipped ranking: {rk.get('mode')} ({rk.get('source')}, weight {rk.get('weight')}), top-1 on held-out cards "
-               f"{fmt(rk.get('top1'), 'x')}; {pct(rk.get('vs_ranker'))} against the ranker alone, "
+               f"{fmt(rk.get('top1'), 'x')}; {pct(rk.get('vs_first'))} against the rule's first option, "
+               f"{pct(rk.get('vs_ranker'))} against the ranker alone, "
                f"{pct(rk.get('vs_transfer_order'))} against the transfer order, {pct(rk.get('vs_transfer_baseline'))} "
                f"against the transfer baseline (every weight: {choices or 'none'})")
     km = report.get("kernel_mean", {})

@@ -5,10 +5,11 @@ model's order), `provenance` (dataset digest, parameters, code revision; no time
 `metrics` (the fit's headline figures), `calibration` (the price curves, `emmy_core.prior.price`),
 `model`: the trees in CatBoost's own JSON format (`features_info`, `oblivious_trees`,
 `scale_and_bias`), `transfer`: the table of what the fit's cards measured, read for the `tr.*`
-features (`emmy_core.prior.transfer_features`), and `ranking`: the blend of the ranker and a
-transfer order the fit selected on the card split, with the figures it was selected on
-(`emmy_core.prior.ranking`). `score` computes exactly that blend for a card the fit never saw, and
-the ranker alone for a card it measured (what the kernel split validates). Loading is strict (seed 08: "refit it, never silently continue with
+features (`emmy_core.prior.transfer_features`), and `ranking`: what the fit selected on the card split
+to rank a card it never saw (the rule's first-option order, a transfer order, a blend of the ranker
+and a transfer order, or the ranker alone: `emmy_core.prior.ranking`), with the figures it was
+selected on and its margins to the others. `score` computes exactly that for a card the fit never
+saw, and the ranker alone for a card it measured (what the kernel split validates). Loading is strict (seed 08: "refit it, never silently continue with
 something else"): a missing or malformed file, or one written under another feature
 version, is a `PriorError` naming the file (and both versions). Scoring needs numpy only.
 """
@@ -26,7 +27,7 @@ from emmy_core.ir import Extern, Program, format_sizes, kernel_id
 from emmy_core.knobs.vocab import schedule_id
 from emmy_core.prior.features import FEATURE_VERSION, fork_features
 from emmy_core.prior.price import Curve, curve_key, price, read_curves, scale_of
-from emmy_core.prior.ranking import SOURCES, combine, mode_of
+from emmy_core.prior.ranking import FIRST, SOURCES, mode_of, ranked
 from emmy_core.prior.transfer_features import TransferTable, read_table
 from emmy_core.prior.trees import ModelFormatError, Trees, parse_model
 from emmy_core.targets.card import Card
@@ -94,9 +95,14 @@ class Prior:
         """The scores of one pool's rows on `card`: the trees, blended with the rows' transfer column as the
         fit selected for a card it never saw (`seen`); `card` None is a card described nowhere (unseen)."""
         scores = self.trees.predict(rows)
-        if self._transfer_column is None or self.weight <= 0 or self.seen(card):
+        if self.model_alone(card):
             return scores
-        return combine(scores, rows[:, self._transfer_column], self.weight)
+        transfer = None if self._transfer_column is None else rows[:, self._transfer_column]
+        return ranked(self.blend, self.weight, scores, transfer)
+
+    def model_alone(self, card: Card | None) -> bool:
+        """Whether `score_rows` is the trees alone for `card` (the scale the price curves are fitted on)."""
+        return self.seen(card) or (self.blend != FIRST and (self._transfer_column is None or self.weight <= 0))
 
     def score(self, kernel: Program | Extern, sizes: Mapping[str, int] | str | None, card: Card | None,
               setting: str, candidates: Sequence[Mapping[str, object]]) -> np.ndarray:
@@ -120,9 +126,12 @@ class Prior:
 
     def price_rows(self, kernel: Program | Extern, card: Card | None, rows: np.ndarray,
                    scores: np.ndarray) -> np.ndarray:
-        """`price` of rows already built and scored (a resolver prices the top of a pool it scored)."""
+        """`price` of rows already built and scored (a resolver prices the top of a pool it scored). The
+        curves are fitted on the trees' scores: where the shipped ranking is another (the rule's order, a
+        transfer order or blend), the rows are priced from the trees' own scores."""
         key = curve_key(card.target if card is not None else None, isinstance(kernel, Extern))
-        return price(self.curves, key, scores, scale_of(rows, self.features))
+        own = scores if self.model_alone(card) else self.trees.predict(rows)
+        return price(self.curves, key, own, scale_of(rows, self.features))
 
 
 def computed_feature(name: str) -> bool:
@@ -150,14 +159,18 @@ def sizes_text(kernel: Program | Extern, sizes: Mapping[str, int] | str | None) 
 
 
 def read_ranking(doc: object) -> tuple[str, float]:
-    """The blend of an artifact's `ranking` field: (transfer column, weight); ValueError naming the field."""
+    """The choice of an artifact's `ranking` field: (`first` or a transfer column, weight); ValueError naming
+    the field."""
     if not isinstance(doc, Mapping) or not isinstance(doc.get("weight"), int | float) or isinstance(
             doc.get("weight"), bool) or not 0 <= doc["weight"] <= 1:
         raise ValueError("$.ranking.weight must be a number in 0..1")
-    if doc.get("mode") != mode_of(float(doc["weight"])):
-        raise ValueError(f"$.ranking.mode must be {mode_of(float(doc['weight']))!r} for weight {doc['weight']}")
-    if doc.get("source") not in SOURCES:
-        raise ValueError(f"$.ranking.source must be one of {', '.join(SOURCES)}")
+    if doc.get("source") not in (FIRST, *SOURCES):
+        raise ValueError(f"$.ranking.source must be one of {', '.join((FIRST, *SOURCES))}")
+    if doc["source"] == FIRST and doc["weight"] != 1:
+        raise ValueError(f"$.ranking.weight must be 1 for source {FIRST!r}")
+    want = mode_of(float(doc["weight"]), str(doc["source"]))
+    if doc.get("mode") != want:
+        raise ValueError(f"$.ranking.mode must be {want!r} for source {doc['source']} and weight {doc['weight']}")
     return str(doc["source"]), float(doc["weight"])
 
 

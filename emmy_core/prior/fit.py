@@ -49,7 +49,7 @@ from emmy_core.prior.artifact import (
 from emmy_core.prior.dataset import Dataset, DatasetFork, check_fittable, read_dataset
 from emmy_core.prior.features import FEATURE_VERSION, fork_features
 from emmy_core.prior.price import curve_key, fit_curve, scale_of
-from emmy_core.prior.ranking import choices, combine, mode_of, select
+from emmy_core.prior.ranking import FIRST, SOURCES, choices, mode_of, ranked, select
 from emmy_core.prior.training import (
     DEFAULT_POOLS,
     Params,
@@ -128,9 +128,10 @@ def kernel_split(forks: Sequence[DatasetFork], names: Sequence[str], pools: str,
             continue
         if progress is not None:
             progress(f"kernel fold {k + 1}/{n}: training on {len(groups)} groups")
-        model = train(design(train_forks, groups, names, params.balance), params, seed)
+        model = train(design(train_forks, groups, names, params.balance, params.residual), params, seed)
         val = transfer_view([forks[i] for i in val_idx], source)
-        figures = [fork_figures(f, combine(s, transfer_column(f, choice[0]), choice[1]))
+        figures = [fork_figures(f, ranked(*choice, s, None if choice[0] == FIRST else transfer_column(f, choice[0]),
+                                          f.first))
                    for f, s in zip(val, score_forks(model, val, names), strict=True)]
         out.append({"fold": k, "train_kernels": sorted(train_k), "validation_kernels": sorted(val_k),
                     "train_groups": len(groups), "validation_forks": len(val), **metrics.summarize(figures)})
@@ -142,7 +143,7 @@ def choice_figures(held: Sequence[Held]) -> list[dict[str, Any]]:
     rows = []
     for src, w in choices():
         summary = metrics.summarize([h.figures(src, w) for h in held])
-        rows.append({"source": src, "weight": w, "mode": mode_of(w), "top1": summary.get("top1"),
+        rows.append({"source": src, "weight": w, "mode": mode_of(w, src), "top1": summary.get("top1"),
                      "top5": summary.get("top5")})
     return rows
 
@@ -158,15 +159,19 @@ def select_choice(held: Sequence[Held]) -> tuple[str, float]:
 
 def choose_ranking(held: Sequence[Held]) -> dict[str, Any]:
     """The ranking that picks best on the held-out cards (`ranking.select`), with every choice's figures and
-    the margins to the ranker alone, the transfer order alone and the transfer baseline."""
+    its margins (top-1, relative) to the rule's first option, the ranker alone, the transfer order alone,
+    the transfer baseline and the best choice of another mode (`runner_up`: which won and by how much)."""
     if not held:
         src, w = choices()[0]
-        return {"source": src, "weight": w, "mode": mode_of(w), "split": "none",
+        return {"source": src, "weight": w, "mode": mode_of(w, src), "split": "none",
                 "why": "fewer than two cards: no card split", "candidates": []}
     rows = choice_figures(held)
     chosen = rows[select([(r["top1"], r["top5"]) for r in rows])]
-    order = next(r for r in rows if r["source"] == choices()[0][0] and r["weight"] == 1.0)
+    first = next(r for r in rows if r["source"] == FIRST)
+    order = next(r for r in rows if r["source"] == SOURCES[0] and r["weight"] == 1.0)
     alone = next(r for r in rows if r["weight"] == 0.0)
+    others = [r for r in rows if r["mode"] != chosen["mode"] and r["top1"] is not None]
+    runner = min(others, key=lambda r: r["top1"]) if others else None
     base = metrics.summarize([h.baselines for h in held])
 
     def margin(other: float | None) -> float | None:
@@ -174,8 +179,12 @@ def choose_ranking(held: Sequence[Held]) -> dict[str, Any]:
 
     return {"source": chosen["source"], "weight": chosen["weight"], "mode": chosen["mode"], "split": "card",
             "top1": chosen["top1"], "top5": chosen["top5"], "candidates": rows,
-            "transfer_baseline_top1": base.get("transfer_top1"), "vs_ranker": margin(alone["top1"]),
-            "vs_transfer_order": margin(order["top1"]), "vs_transfer_baseline": margin(base.get("transfer_top1"))}
+            "transfer_baseline_top1": base.get("transfer_top1"), "vs_first": margin(first["top1"]),
+            "vs_ranker": margin(alone["top1"]), "vs_transfer_order": margin(order["top1"]),
+            "vs_transfer_baseline": margin(base.get("transfer_top1")),
+            "runner_up": None if runner is None else {"mode": runner["mode"], "source": runner["source"],
+                                                      "weight": runner["weight"], "top1": runner["top1"],
+                                                      "margin": margin(runner["top1"])}}
 
 
 def calibrate(forks: Sequence[DatasetFork], scores: Sequence[np.ndarray], names: Sequence[str]) -> dict[str, Any]:
@@ -273,7 +282,7 @@ def fit_dataset(dataset: Dataset, out_path: Path | str, *, pools: str = DEFAULT_
     if progress is not None:
         progress(f"final model on {len(groups)} groups; ranking of unseen cards: {ranking['mode']} ({choice[0]}, "
                  f"weight {choice[1]})")
-    model = train(design(forks, groups, names, params.balance), params, seed)
+    model = train(design(forks, groups, names, params.balance, params.residual), params, seed)
     ranker = score_forks(model, forks, names)
     scores = ranker  # every fork of the dataset is on a card the fit measured: the model alone
     in_sample = metrics.summarize([fork_figures(f, s) for f, s in zip(forks, scores, strict=True)])

@@ -1,14 +1,17 @@
-"""The one ranking a prior computes: its ranker's scores blended with the transfer score of the pool.
+"""The one ranking a prior computes: its ranker's scores blended with the transfer score of the pool, or
+the rule's own order.
 
-A fit compares, on the split that holds out whole cards, the ranker alone (weight 0), the transfer
-order alone (weight 1) and blends between them, and ships the weight that picked best (never a
-ranking worse than the lookup it could have been). `Prior.score` computes exactly this:
+A fit compares, on the split that holds out whole cards, the rule's first-option order (`FIRST`:
+what a machine does with no model and no other card), the transfer order alone (weight 1), blends
+and the ranker alone (weight 0), and ships the choice that picked best (never a ranking worse than
+a lookup it could have been). `Prior.score` computes exactly this (`ranked`):
 
-    score = (1 - w) * ranker + w * TRANSFER_SCALE * transfer
+    score = -position                                       (FIRST: the order given, the rule's)
+    score = (1 - w) * ranker + w * TRANSFER_SCALE * transfer  (a blend; w 1: the transfer order)
 
 `transfer` is one of the pool's transfer columns (`SOURCES`): `tr.score`, the log of the geometric
-mean of best/time on the other cards, or `tr.sim`, the same weighted by hardware similarity; a candidate no other card measured takes the pool's lowest transfer score (it ranks with
-the worst known, and the ranker decides among them), and a pool nobody else measured is ranked by
+mean of best/time on the other cards, or `tr.sim`, the same weighted by hardware similarity; a
+candidate no other card measured takes the pool's lowest transfer score (it ranks with the worst known, and the ranker decides among them), and a pool nobody else measured is ranked by
 the ranker alone whatever the weight. At weight 1 the ranker still breaks ties (1e-9 of it).
 TRANSFER_SCALE puts log(best/time) on the ranker's scale: the ranker is fitted to a softmax of
 (best/time) ** sharpness, sharpness 4.
@@ -23,6 +26,7 @@ import numpy as np
 TRANSFER_SCALE = 4.0
 WEIGHTS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)  # the blends a fit compares
 SOURCES: tuple[str, ...] = ("tr.score", "tr.sim")  # the transfer columns a blend may read
+FIRST = "first"  # the rule's order: the first option first, no model and no transfer
 TIE_BREAK = 1e-9
 
 
@@ -30,16 +34,38 @@ SELECT_MARGIN = 0.01  # a later choice must pick this much better (top-1, relati
 
 
 def choices() -> list[tuple[str, float]]:
-    """Every (source, weight) a fit compares, in the order ties are settled: the lookups alone first (the
-    transfer order, then the similarity-weighted one), then the blends, the ranker alone last. A model
-    must earn its place over the lookup it could have been."""
-    return [*((src, 1.0) for src in SOURCES), *((src, w) for src in SOURCES for w in WEIGHTS if 0 < w < 1),
-            (SOURCES[0], 0.0)]
+    """Every (source, weight) a fit compares, in the order ties are settled: the rule's first option (it
+    needs nothing), the lookups alone (the transfer order, then the similarity-weighted one), then the
+    blends, the ranker alone last. A model must earn its place over the lookup it could have been."""
+    return [(FIRST, 1.0), *((src, 1.0) for src in SOURCES),
+            *((src, w) for src in SOURCES for w in WEIGHTS if 0 < w < 1), (SOURCES[0], 0.0)]
 
 
-def mode_of(weight: float) -> str:
-    """`ranker` (0), `transfer` (1) or `blend` (between)."""
+def mode_of(weight: float, source: str = SOURCES[0]) -> str:
+    """`first` (the rule's order, weight 1), else `ranker` (0), `transfer` (1) or `blend` (between)."""
+    if source == FIRST:
+        return FIRST
     return "ranker" if weight <= 0 else "transfer" if weight >= 1 else "blend"
+
+
+def first_order(n: int, first: int | None = None) -> np.ndarray:
+    """Scores that keep `n` candidates in the order given (the rule's), `first` (when told: the rule's
+    first option where a pool's order is not the rule's) above every other."""
+    out = -np.arange(n, dtype=np.float64)
+    if first is not None and 0 <= first < n:
+        out[first] = 1.0
+    return out
+
+
+def ranked(source: str, weight: float, ranker: np.ndarray, transfer: np.ndarray | None,
+           first: int | None = None) -> np.ndarray:
+    """The shipped score of one pool's candidates for the choice (source, weight): the rule's order for
+    FIRST, else the blend (`combine`) of the ranker with the transfer column (None: no other card)."""
+    if source == FIRST:
+        return first_order(len(ranker), first)
+    if transfer is None:
+        return np.asarray(ranker, dtype=np.float64)
+    return combine(ranker, transfer, weight)
 
 
 def combine(ranker: np.ndarray, transfer: np.ndarray, weight: float) -> np.ndarray:

@@ -19,7 +19,7 @@ import numpy as np
 from emmy_core.prior import baselines, metrics
 from emmy_core.prior.dataset import DatasetFork
 from emmy_core.prior.features import with_transfer
-from emmy_core.prior.ranking import combine
+from emmy_core.prior.ranking import FIRST, ranked
 from emmy_core.prior.training import Params, design, fork_figures, groups_of, train
 from emmy_core.prior.transfer_features import TRANSFER_NAMES, TransferTable
 
@@ -77,8 +77,9 @@ class Held:
     fold: int
 
     def figures(self, source: str, weight: float) -> dict[str, Any]:
-        """The fork's figures ranked by the blend of `source` at `weight`, beside the baselines."""
-        scores = combine(self.ranker, transfer_column(self.fork, source), weight)
+        """The fork's figures ranked by the choice (`source`, `weight`), beside the baselines."""
+        transfer = None if source == FIRST else transfer_column(self.fork, source)
+        scores = ranked(source, weight, self.ranker, transfer, self.fork.first)
         out: dict[str, Any] = {**fork_figures(self.fork, scores), **self.baselines}
         return out
 
@@ -106,7 +107,7 @@ def card_split(forks: Sequence[DatasetFork], names: Sequence[str], pools: str, f
             continue
         if progress is not None:
             progress(f"card fold {k + 1}/{n} (without {', '.join(sorted(val_c))}): training on {len(groups)} groups")
-        model = train(design(train_forks, groups, names, params.balance), params, seed)
+        model = train(design(train_forks, groups, names, params.balance, params.residual), params, seed)
         for f, s in zip(val, score_forks(model, val, names), strict=True):
             held.append(Held(f, s, fork_baselines(f, source), k))
         out.append({"fold": k, "train_cards": sorted(train_c), "validation_cards": sorted(val_c),
@@ -123,7 +124,8 @@ def leave_one_card_out(forks: Sequence[DatasetFork], names: Sequence[str], card:
     others = [f for f in forks if f.card_name != card]
     train_forks = transfer_view(others, others)
     held = transfer_view([f for f in forks if f.card_name == card], others)
-    model = train(design(train_forks, groups_of(train_forks, pools, seed, params), names, params.balance), params,
+    model = train(design(train_forks, groups_of(train_forks, pools, seed, params), names, params.balance,
+                         params.residual), params,
                   seed)
     out = []
     for fork, s in zip(held, score_forks(model, held, names), strict=True):

@@ -16,7 +16,7 @@ from emmy_core.knobs.vocab import schedule_id
 from emmy_core.prior import load_prior
 from emmy_core.prior.dataset import DatasetFork, read_dataset
 from emmy_core.prior.fit import choose_ranking, featurize
-from emmy_core.prior.ranking import SELECT_MARGIN, choices, combine, select
+from emmy_core.prior.ranking import FIRST, SELECT_MARGIN, choices, combine, first_order, ranked, select
 from emmy_core.prior.training import Params
 from emmy_core.prior.transfer import card_split, transfer_column, transfer_view
 from emmy_core.prior.transfer_features import TRANSFER_NAMES, TransferTable, read_table
@@ -107,17 +107,24 @@ def test_a_failure_on_another_card_counts_as_the_transfer_baselines_failed_ratio
     assert cols[1, 0] == pytest.approx(math.log(1e-3)) and cols[0, 0] == 0.0
 
 
-def test_the_blend_selection_is_deterministic_for_a_seed(freeze_export: Path) -> None:
+HELD_PARAMS = Params(iterations=15, depth=3)
+
+
+def _held(freeze_export: Path, seed: int) -> list:
     dataset = read_dataset(freeze_export)
     names = featurize(dataset.forks)
-    params = Params(iterations=15, depth=3)
+    return card_split(dataset.forks, names, "both", 5, seed, HELD_PARAMS)[1]
 
-    def chosen(seed: int) -> dict:
-        _, held = card_split(dataset.forks, names, "both", 5, seed, params)
-        return choose_ranking(held)
 
-    first = chosen(4)
-    assert json.dumps(chosen(4), sort_keys=True) == json.dumps(first, sort_keys=True)
+@pytest.fixture(scope="module")
+def freeze_held(freeze_export: Path) -> list:
+    """The held-out forks of a quick card split of the freeze (seed 4), shared by the selection's tests."""
+    return _held(freeze_export, 4)
+
+
+def test_the_blend_selection_is_deterministic_for_a_seed(freeze_export: Path, freeze_held: list) -> None:
+    first = choose_ranking(freeze_held)
+    assert json.dumps(choose_ranking(_held(freeze_export, 4)), sort_keys=True) == json.dumps(first, sort_keys=True)
     assert [(c["source"], c["weight"]) for c in first["candidates"]] == choices()
     assert (first["source"], first["weight"]) in choices()
     winner = first["candidates"][select([(c["top1"], c["top5"]) for c in first["candidates"]])]
@@ -143,7 +150,7 @@ def test_the_artifact_carries_its_transfer_table_and_ranking_and_score_computes_
     result, dataset = small_fit
     prior = load_prior(result.artifact_path)
     doc = json.loads(result.artifact_path.read_text())
-    assert doc["ranking"]["mode"] in ("ranker", "blend", "transfer") and doc["ranking"]["split"] == "card"
+    assert doc["ranking"]["mode"] in ("first", "ranker", "blend", "transfer") and doc["ranking"]["split"] == "card"
     assert (prior.blend, prior.weight) == (doc["ranking"]["source"], doc["ranking"]["weight"])
     assert sorted(prior.table.cards) == sorted({f.card_name for f in dataset.forks})
     assert read_table(doc["transfer"], "$.transfer").pools == prior.table.pools
@@ -157,9 +164,9 @@ def test_the_artifact_carries_its_transfer_table_and_ranking_and_score_computes_
         unseen = replace(fork.card, name="A CPU the fit never saw")  # the same hardware under a new name
         assert not prior.seen(unseen)
         rows = prior.rows(fork.kernel, fork.sizes, unseen, fork.setting, fork.knobs)
-        t = rows[:, prior.features.index(prior.blend)]
+        t = None if prior.blend == FIRST else rows[:, prior.features.index(prior.blend)]
         shared += int((~np.isnan(rows[:, prior.features.index("tr.score")])).any())
-        want = combine(prior.trees.predict(rows), t, prior.weight)
+        want = ranked(prior.blend, prior.weight, prior.trees.predict(rows), t)
         np.testing.assert_array_equal(prior.score(fork.kernel, fork.sizes, unseen, fork.setting, fork.knobs), want)
     assert shared > 0, "the freeze's cards share pools: an unseen card must read their measurements"
 
@@ -169,6 +176,8 @@ def test_the_artifact_carries_its_transfer_table_and_ranking_and_score_computes_
     ("ranking", {"weight": 0.5, "mode": "ranker", "source": "tr.score"}, r"\$\.ranking\.mode"),
     ("ranking", {"weight": 2, "mode": "transfer", "source": "tr.score"}, r"\$\.ranking\.weight"),
     ("ranking", {"weight": 1, "mode": "transfer", "source": "k.tile"}, r"\$\.ranking\.source"),
+    ("ranking", {"weight": 0.5, "mode": "first", "source": "first"}, r"\$\.ranking\.weight must be 1"),
+    ("ranking", {"weight": 1, "mode": "transfer", "source": "first"}, r"\$\.ranking\.mode must be 'first'"),
 ])
 def test_a_malformed_transfer_table_or_ranking_is_refused_naming_the_field(
         small_fit: tuple, tmp_path: Path, field: str, value: object, message: str) -> None:
@@ -191,3 +200,43 @@ def test_the_fit_reports_the_card_split_as_its_headline_beside_the_baselines(sma
     assert set(m["by_family"]) <= {"matmul", "row", "elementwise", "extern"} and m["by_family"]
     assert m["kernel_mean"]["top1"] is not None
     assert transfer_column is not None
+
+
+def test_the_selection_compares_the_rules_first_option_and_keeps_it_unless_a_model_beats_it(
+        freeze_held: list) -> None:
+    assert choices()[0] == (FIRST, 1.0)  # the order a machine has with no model: settled first on a tie
+    np.testing.assert_array_equal(first_order(4), [0.0, -1.0, -2.0, -3.0])
+    assert int(np.argmax(first_order(4, first=2))) == 2  # a pool whose order is not the rule's: its first on top
+    assert int(np.argmax(ranked(FIRST, 1.0, np.array([0.0, 9.0, 1.0]), np.array([-5.0, 0.0, -1.0])))) == 0
+    held = freeze_held
+    for h in held:  # the first option's ranking picks exactly the rule's first option
+        figures = h.figures(FIRST, 1.0)
+        if figures.get("first_slowdown") is not None:
+            assert figures["top1"] == pytest.approx(figures["first_slowdown"])
+    rk = choose_ranking(held)
+    first = next(c for c in rk["candidates"] if c["source"] == FIRST)
+    assert first["mode"] == FIRST and rk["vs_first"] == pytest.approx(rk["top1"] / first["top1"] - 1)
+    assert rk["top1"] <= min(c["top1"] for c in rk["candidates"]) / (1 - SELECT_MARGIN)
+    runner = rk["runner_up"]  # which won and by how much: the best choice of another mode
+    assert runner["mode"] != rk["mode"] and runner["margin"] == pytest.approx(rk["top1"] / runner["top1"] - 1)
+
+
+def test_a_prior_that_ships_the_first_option_keeps_the_rules_order_on_an_unseen_card_and_prices_by_its_trees(
+        small_fit: tuple, tmp_path: Path) -> None:
+    doc = json.loads(small_fit[0].artifact_path.read_text())
+    doc["ranking"] = {**doc["ranking"], "source": FIRST, "weight": 1.0, "mode": FIRST}
+    path = tmp_path / "first.json"
+    path.write_text(json.dumps(doc))
+    prior = load_prior(path)
+    fork = small_fit[1].forks[0]
+    unseen = replace(fork.card, name="A CPU the fit never saw")
+    knobs = fork.knobs[:6]
+    np.testing.assert_array_equal(prior.score(fork.kernel, fork.sizes, unseen, fork.setting, knobs),
+                                  first_order(len(knobs)))
+    rows = prior.rows(fork.kernel, fork.sizes, unseen, fork.setting, knobs)
+    np.testing.assert_array_equal(prior.score(fork.kernel, fork.sizes, fork.card, fork.setting, knobs),
+                                  prior.trees.predict(prior.rows(fork.kernel, fork.sizes, fork.card, fork.setting,
+                                                                 knobs)))  # a card it measured: the model
+    trees = load_prior(small_fit[0].artifact_path)  # the same trees and curves, whatever ranking ships
+    np.testing.assert_allclose(prior.price(fork.kernel, fork.sizes, unseen, fork.setting, knobs),
+                               trees.price_rows(fork.kernel, unseen, rows, trees.trees.predict(rows)))

@@ -109,6 +109,9 @@ def test_emmy_fit_writes_and_emmy_prior_info_reads(freeze_export: Path, tmp_path
     info = CliRunner().invoke(app, ["prior", "info", "--file", str(out)])
     assert info.exit_code == 0, info.output
     assert "feature version" in info.output and "pools measured, seed 3" in info.output
+    shipped = json.loads(out.read_text())["ranking"]  # which ranking won on the card split, and by how much
+    assert f"ranking of a card the fit never saw: {shipped['mode']}" in info.output
+    assert "against the rule's first option" in info.output and "runner-up:" in info.output
     bad = CliRunner().invoke(app, ["fit", str(tmp_path / "nothing"), str(out), "--tracking-uri", "off"])
     assert bad.exit_code == 2 and "not a dataset export" in bad.output and "Traceback" not in bad.output
 
