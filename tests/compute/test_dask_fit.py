@@ -21,40 +21,6 @@ from emmy_core.prior.training import Params
 
 TINY = Params(iterations=20, depth=3, ensemble=2)
 FIT = {"pools": "measured", "folds": 2, "seed": 11, "params": TINY, "tracking_uri": "off"}
-CARDS = ("NVIDIA H100 PCIe", "NVIDIA L4", "NVIDIA GeForce RTX 4090")
-
-
-@pytest.fixture(scope="module")
-def toy_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Three cards x three kernels of 12 tiles, times a known function of card, kernel and tile."""
-    import json
-
-    from emmy_core.store.export import export_db
-    from emmy_core.store.importer import import_db
-    from tests.eval.conftest import cache_doc
-
-    tmp = tmp_path_factory.mktemp("toy")
-    files = []
-    for c, card in enumerate(CARDS):
-        for k in range(3):
-            entries = [(t, 1.0 + ((t * (c + 2) + 3 * k) % 7) * 0.1) for t in range(1, 13)]
-            f = tmp / f"c{c}k{k}.json"
-            f.write_text(json.dumps(cache_doc(f"toy{k}", entries, card, problem=1024 * (k + 1))))
-            files.append(f)
-    outcomes = import_db(tmp / "toy.db", files, fresh=True)
-    assert all(o.ok for o in outcomes), [o.message for o in outcomes]
-    export_db(tmp / "toy.db", tmp / "export")
-    return tmp / "export"
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Any:
-    """Two worker processes, one thread each (what `local:2` starts), kept for the module."""
-    from distributed import LocalCluster
-
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as c:
-        yield c
-
 
 @pytest.fixture(scope="module")
 def in_process(toy_export: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, dict[str, Any]]:
