@@ -326,8 +326,9 @@ def evaluate_search(dataset_dir: Any, prior_path: Any | None, strategies: Sequen
     if where.kind == "inprocess":
         return emmy_search_curves(pools, strategies, budgets, seeds, with_methodology)[0]
     from emmy_core.search.replay_tasks import MappedReplay, pools_ref
+    from emmy_core.store.urlfolder import is_url
 
-    ref = pools_ref(str(Path(dataset_dir).resolve()), dataset.digest,
+    ref = pools_ref(str(dataset_dir) if is_url(dataset_dir) else str(Path(dataset_dir).resolve()), dataset.digest,
                     None if prior_path is None else str(Path(prior_path).resolve()),
                     None if cards_file is None else str(Path(cards_file).resolve()), extern_order)
     with task_map(where) as run:

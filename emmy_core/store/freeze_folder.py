@@ -84,8 +84,14 @@ def fold_tune_files(freeze_dir: Path | str, inbox: Path | str | None = None,
     """Moves the inbox's tune files beside the freeze, then folds every tune file there into the freeze.
 
     Refuses (nothing moved, nothing folded) an inbox file that is not a tune file of the card its
-    name says, or whose name is taken beside the freeze by a file with other content.
+    name says, or whose name is taken beside the freeze by a file with other content. Either folder may be
+    an fsspec URL (`emmy_core.store.urlfolder`: memory://, s3://, file://), under the same rules.
     """
+    from emmy_core.store.urlfolder import fold_urls, is_url
+
+    if is_url(freeze_dir) or is_url(inbox) or str(freeze_dir).startswith("file://") \
+            or str(inbox).startswith("file://"):
+        return fold_urls(freeze_dir, inbox, progress)
     d = Path(freeze_dir)
     if not d.is_dir():
         raise StoreError(f"{d} is not a folder")
