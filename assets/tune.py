@@ -80,9 +80,12 @@ def run_tune(context: dg.AssetExecutionContext, config: TuneConfig, paths: EmmyP
         unit, why = report.unit_errors[0]
         raise dg.Failure(description=f"{len(report.unit_errors)} kernels not benched; first: {unit.program.name} "
                                      f"at {unit.sizes_text}: {why[:300]}")
+    files = {s: str(r.path) for s, r in recorders.items() if r.path}
+    if paths.inbox_url is not None:
+        files = delivered(files, paths.inbox_url)
     return dg.MaterializeResult(metadata={
         "card": card,
-        "tune files": dg.MetadataValue.json({s: str(r.path) for s, r in recorders.items() if r.path}),
+        "tune files": dg.MetadataValue.json(files),
         "cases": dg.MetadataValue.json(report.cases),
         "rows recorded": report.rows_recorded,
         "ok": report.count("ok"), "failed": report.count("failed"),
@@ -100,7 +103,24 @@ def replay_card(card: str, config: TuneConfig, paths: EmmyPaths) -> dg.Materiali
         report = replay_tune(card, config.replay_from, paths.inbox, config.settings)
     except (StoreError, SourceError) as exc:
         raise dg.Failure(description=str(exc), allow_retries=False) from None
+    files = {s: str(p) for s, p in report.files.items()}
+    if paths.inbox_url is not None:
+        files = delivered(files, paths.inbox_url)
     return dg.MaterializeResult(metadata={
         "card": card, "replayed from": config.replay_from,
-        "tune files": dg.MetadataValue.json({s: str(p) for s, p in report.files.items()}),
+        "tune files": dg.MetadataValue.json(files),
         "rows recorded": sum(report.rows.values())})
+
+
+def delivered(files: dict[str, str], url: str) -> dict[str, str]:
+    """The finished tune files moved into the URL inbox (`emmy_core.store.urlfolder.deliver`), then removed
+    from the local outbox; setting -> key."""
+    from pathlib import Path
+
+    from emmy_core.store.urlfolder import deliver
+
+    local = [Path(f) for f in files.values()]
+    keys = deliver(local, url)
+    for f in local:
+        f.unlink()
+    return dict(zip(files, keys, strict=True))

@@ -34,7 +34,19 @@ class EmmyPaths(dg.ConfigurableResource):
 
     @property
     def inbox(self) -> Path:
-        return Path(self.tune_inbox)
+        """The inbox as a local folder (a tune into a URL inbox writes here first: `inbox_url`)."""
+        from emmy_core.store.urlfolder import is_url, local_path
+
+        if is_url(self.tune_inbox):
+            return Path(self.data_dir) / "outbox"
+        return local_path(self.tune_inbox)
+
+    @property
+    def inbox_url(self) -> str | None:
+        """The inbox when it is an fsspec URL (memory://, s3://), else None."""
+        from emmy_core.store.urlfolder import is_url
+
+        return self.tune_inbox if is_url(self.tune_inbox) else None
 
     @property
     def dataset(self) -> Path:

@@ -87,6 +87,19 @@ def staged_inbox(url: str, pattern: re.Pattern[str]) -> Iterator[tuple[Path, lis
         yield Path(tmp), keys
 
 
+def deliver(files: list[Path], url: str) -> list[str]:
+    """Puts finished local tune files into the inbox at `url`: each under a hidden partial key first, then
+    moved to its name, so a fold never takes half a file (an inbox lists only tune-file names)."""
+    fs, root = _fs(url)
+    keys = []
+    for f in files:
+        staged = f"{root}/.{f.name}.partial"
+        fs.pipe_file(staged, f.read_bytes())
+        fs.mv(staged, f"{root}/{f.name}")
+        keys.append(f"{root}/{f.name}")
+    return keys
+
+
 def drop_keys(url: str, keys: list[str]) -> None:
     """Deletes inbox keys (after their fold is in place)."""
     fs, _ = _fs(url)

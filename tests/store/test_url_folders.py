@@ -95,3 +95,26 @@ def test_an_export_to_a_memory_url_reads_back_as_the_local_export(tmp_path: Path
     assert remote["digest"] == local["digest"]
     a, b = read_dataset(tmp_path / "export"), read_dataset(f"{mem}/export")
     assert a.digest == b.digest and len(b.forks) == len(a.forks) > 0
+
+
+def test_a_tune_into_a_memory_inbox_delivers_whole_files_the_fold_takes(tmp_path: Path, mem: str) -> None:
+    """The tune asset's replay partition with a memory:// inbox: the file lands under its name only whole."""
+    import dagster as dg
+
+    from assets.tune import build_tune_asset, card_partitions
+    from pipelines.resources import EmmyPaths
+
+    cache, rows = small_tune_file(tmp_path / "cache")
+    card = "Intel(R) Xeon(R) Processor AVX-512 x2"
+    tune = build_tune_asset(card_partitions([card]))
+    paths = EmmyPaths(tune_inbox=f"{mem}/inbox", data_dir=str(tmp_path / "data"))
+    result = dg.materialize([tune], partition_key=card, resources={"paths": paths}, run_config={
+        "ops": {"tune": {"config": {"replay_from": str(cache), "settings": ["deploy"]}}}})
+    assert result.success
+    fs = fsspec.filesystem("memory")
+    (key,) = fs.ls(f"{mem}/inbox", detail=False)
+    assert key.rsplit("/", 1)[-1].startswith("intel-r-xeon-r-processor-avx-512-x2.tune-")
+    assert not any((tmp_path / "data" / "outbox").iterdir())
+    (tmp_path / "freezes").mkdir()
+    report = fold_tune_files(tmp_path / "freezes", f"{mem}/inbox")
+    assert len(report.moved) == 1 and not fs.find(f"{mem}/inbox")
