@@ -106,3 +106,11 @@ class MLflowTracking(dg.ConfigurableResource):
 
     def uri(self) -> str:
         return self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+class ComputeScheduler(dg.ConfigurableResource):
+    """Where offline work runs (`emmy_core.compute`): `inprocess` (the default), `local:N` (a Dask
+    LocalCluster of N workers for the duration of the step) or `tcp://HOST:PORT` (a running Dask scheduler:
+    a dask-jobqueue or dask-kubernetes cluster). The `prior` asset trains its folds and seed members there."""
+
+    scheduler: str = "inprocess"

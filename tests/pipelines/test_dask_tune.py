@@ -20,6 +20,7 @@ from emmy_core.store.freeze import card_file_slug
 from emmy_core.targets import local_card
 from pipelines.card_executor import card_dask_executor
 from pipelines.resources import EmmyPaths
+from tests.store.test_url_folders import small_tune_file
 
 FROZEN = Path(__file__).resolve().parents[2] / "freezes" / "intel-r-xeon-r-processor-avx-512-x2.json"
 OTHER = "Intel(R) Xeon(R) Processor AVX-512 x2"  # the card that frozen file holds
@@ -33,21 +34,6 @@ def tune_job() -> dg.JobDefinition:
     defs = dg.Definitions(assets=[tune], resources={"paths": EmmyPaths()}, jobs=[dg.define_asset_job(
         "tune_card", selection=dg.AssetSelection.assets(KEY), executor_def=card_dask_executor)])
     return defs.resolve_job_def("tune_card")
-
-
-def small_frozen(out: Path) -> tuple[Path, int]:
-    """The other card's frozen file cut to its first kernel's deploy rows (a frozen cache of that card)."""
-    from emmy_core.ir import kernel_id
-    from emmy_core.store.cardfile import parse_card_document
-    from emmy_core.store.sourcefile import load_json_file
-    from emmy_core.store.tunefile import tune_file_name, write_tune_file
-
-    doc = parse_card_document(load_json_file(FROZEN), str(FROZEN))
-    kernel = doc.batch.kernels[0]
-    kernel = kernel[0] if isinstance(kernel, tuple) else kernel
-    rows = [r for r in doc.batch.measurements if r.kernel_id == kernel_id(kernel) and r.setting == "deploy"]
-    out.mkdir()
-    return write_tune_file(out / tune_file_name(OTHER), card=doc.card, kernels=[kernel], measurements=rows), len(rows)
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +60,7 @@ def test_two_card_partitions_run_on_their_workers_and_the_nightly_fold_takes_bot
     freezes.mkdir()
     common = {"execution": {"config": {"cluster": {"existing": {"address": card_cluster.scheduler_address}}}},
               "resources": {"paths": {"config": {"tune_inbox": str(inbox), "freeze_dir": str(freezes)}}}}
-    frozen, rows = small_frozen(tmp_path / "cache")
+    frozen, rows = small_tune_file(tmp_path / "cache")  # the other card's first kernel, deploy rows
     ops = {local_card().name: HERE_TUNE, OTHER: {"replay_from": str(frozen), "settings": ["deploy"]}}
     with dg.instance_for_test() as instance, \
             Client(card_cluster.scheduler_address) as client, get_task_stream(client) as stream:

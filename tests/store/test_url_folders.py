@@ -56,7 +56,7 @@ def test_a_fold_from_a_memory_inbox_gives_the_same_freeze_bytes_as_from_a_local_
 
 def test_a_fold_into_a_memory_freeze_folder_publishes_the_local_bytes_behind_one_pointer(tmp_path: Path,
                                                                                          mem: str) -> None:
-    tune, _ = small_tune_file(tmp_path / "inbox")
+    _tune, _ = small_tune_file(tmp_path / "inbox")
     (tmp_path / "local").mkdir()
     fold_tune_files(tmp_path / "local", tmp_path / "inbox")
     small_tune_file(tmp_path / "inbox")  # the fold took it: write it again for the URL fold
@@ -87,7 +87,7 @@ def test_an_export_to_a_memory_url_reads_back_as_the_local_export(tmp_path: Path
     from emmy_core.store.export import export_db
     from emmy_core.store.importer import import_db
 
-    tune, rows = small_tune_file(tmp_path / "inbox")
+    tune, _rows = small_tune_file(tmp_path / "inbox")
     outcomes = import_db(tmp_path / "t.db", [tune], fresh=True)
     assert all(o.ok for o in outcomes)
     local = export_db(tmp_path / "t.db", tmp_path / "export")
@@ -104,7 +104,7 @@ def test_a_tune_into_a_memory_inbox_delivers_whole_files_the_fold_takes(tmp_path
     from assets.tune import build_tune_asset, card_partitions
     from pipelines.resources import EmmyPaths
 
-    cache, rows = small_tune_file(tmp_path / "cache")
+    cache, _rows = small_tune_file(tmp_path / "cache")
     card = "Intel(R) Xeon(R) Processor AVX-512 x2"
     tune = build_tune_asset(card_partitions([card]))
     paths = EmmyPaths(tune_inbox=f"{mem}/inbox", data_dir=str(tmp_path / "data"))
