@@ -42,6 +42,11 @@ class EmmyPaths(dg.ConfigurableResource):
         return local_path(self.tune_inbox)
 
     @property
+    def inbox_source(self) -> Path | str:
+        """Where the fold takes tune files from: the URL inbox, else the local one."""
+        return self.inbox_url or self.inbox
+
+    @property
     def inbox_url(self) -> str | None:
         """The inbox when it is an fsspec URL (memory://, s3://), else None."""
         from emmy_core.store.urlfolder import is_url

@@ -22,6 +22,7 @@ arguments, so a map gives the same results, bit for bit, wherever it runs.
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -94,7 +95,8 @@ def dask_map(client: Any, fn: Callable[[Any], R], items: Sequence[Any]) -> list[
     if not items:
         return []
     name = _task_name(fn)
-    futures = client.map(fn, list(items), pure=False, key=[f"{name}-{i}-{id(items):x}" for i in range(len(items))])
+    batch = uuid.uuid4().hex[:12]
+    futures = client.map(fn, list(items), pure=False, key=[f"{name}-{i}-{batch}" for i in range(len(items))])
     try:
         return list(client.gather(futures))
     except Exception as exc:  # a task's own exception, or distributed's KilledWorker / CommClosedError

@@ -35,7 +35,12 @@ class FoldReport:
 
 
 def inbox_tune_files(inbox: Path | str | None) -> list[Path]:
-    """The tune files in `inbox` (by name), sorted; an absent or unset inbox has none."""
+    """The tune files in `inbox` (by name), sorted; an absent or unset inbox has none. For an fsspec URL inbox,
+    the keys as paths (their `name` is the file's)."""
+    from emmy_core.store.urlfolder import inbox_keys, is_url
+
+    if is_url(inbox):
+        return [Path(k) for k in inbox_keys(str(inbox), TUNE_NAME)]
     if inbox is None or not Path(inbox).is_dir():
         return []
     return sorted(p for p in Path(inbox).iterdir() if p.is_file() and TUNE_NAME.match(p.name))

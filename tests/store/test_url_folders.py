@@ -116,5 +116,8 @@ def test_a_tune_into_a_memory_inbox_delivers_whole_files_the_fold_takes(tmp_path
     assert key.rsplit("/", 1)[-1].startswith("intel-r-xeon-r-processor-avx-512-x2.tune-")
     assert not any((tmp_path / "data" / "outbox").iterdir())
     (tmp_path / "freezes").mkdir()
+    from emmy_core.store.freeze_folder import pending_tune_files
+
+    assert [p.name for p in pending_tune_files(tmp_path / "freezes", f"{mem}/inbox")] == [key.rsplit("/", 1)[-1]]
     report = fold_tune_files(tmp_path / "freezes", f"{mem}/inbox")
     assert len(report.moved) == 1 and not fs.find(f"{mem}/inbox")
