@@ -16,7 +16,9 @@ export itself. A worker that dies mid-task has its task run again on another wor
 a `ComputeError` naming the task, and the caller writes nothing. Tasks are deterministic functions of their
 arguments, so a map gives the same results, bit for bit, wherever it runs.
 
-`distributed` is imported only when a cluster is asked for.
+`distributed` is imported only when a cluster is asked for. A `local:N` cluster spawns its workers, which
+import the caller's main module again: a script that fits on `local:N` keeps its work under
+`if __name__ == "__main__":` (the `emmy` command does).
 """
 
 from __future__ import annotations
