@@ -96,7 +96,7 @@ def search(dataset: Annotated[Path, typer.Argument(help="dataset export folder (
                                    "LocalCluster of N workers) or tcp://HOST:PORT")] = "inprocess",
            ) -> None:
     """Replay search strategies on every measured pool: per budget, best found / pool best (geomean), per card."""
-    from emmy_core.compute import ComputeError
+    from emmy_core.compute import ComputeError, parse_scheduler
     from emmy_core.eval.extern_order import file_order
     from emmy_core.prior import PriorError
     from emmy_core.search.curves import evaluate_search, plot_curves, write_curves
@@ -111,6 +111,7 @@ def search(dataset: Annotated[Path, typer.Argument(help="dataset export folder (
 
     progress = progress_printer()
     try:
+        parse_scheduler(scheduler)  # refused before any work
         order = file_order(extern_order) if extern_order else None
         curves = evaluate_search(dataset, offline_file, [s.strip() for s in strategies.split(",") if s.strip()],
                                  numbers(budgets, "--budgets"), numbers(seeds, "--seeds"), order, cards,

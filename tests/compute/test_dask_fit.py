@@ -120,3 +120,15 @@ def test_a_task_that_keeps_killing_workers_fails_clearly_and_out_is_untouched(
                         trainer=DaskTrainer(DatasetRef(str(toy_export), None, dataset.digest), killing_map))
     assert out.read_bytes() == in_process[0]
     assert not (tmp_path / "_tune").exists()
+
+
+def test_emmy_fit_and_eval_search_refuse_a_scheduler_that_does_not_parse(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from emmy_core.cli.main import app
+
+    runner = CliRunner()
+    for argv in (["fit", str(tmp_path), str(tmp_path / "p.json")], ["eval", "search", str(tmp_path)]):
+        done = runner.invoke(app, [*argv, "--scheduler", "udp://h:1"])
+        assert done.exit_code != 0
+        assert "scheduler 'udp://h:1'" in done.output and not (tmp_path / "p.json").exists()
