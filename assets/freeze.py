@@ -19,7 +19,7 @@ def freeze_files(paths: EmmyPaths) -> dg.ObserveResult:
     return dg.ObserveResult(
         data_version=dg.DataVersion(folder_digest(paths.freezes)),
         metadata={"freeze files": dg.MetadataValue.json([p.name for p in freezes]),
-                  "tune files waiting": len(pending_tune_files(paths.freezes, paths.inbox)),
+                  "tune files waiting": len(pending_tune_files(paths.freezes, paths.inbox_source)),
                   "folder": dg.MetadataValue.path(str(paths.freezes))})
 
 
@@ -29,7 +29,7 @@ def freeze_files(paths: EmmyPaths) -> dg.ObserveResult:
 def refreshed_freeze(context: dg.AssetExecutionContext, paths: EmmyPaths) -> dg.MaterializeResult:
     from emmy_core.store.freeze_folder import fold_tune_files, folder_digest
 
-    report = fold_tune_files(paths.freezes, paths.inbox, progress=lambda name: context.log.info(f"folding {name}"))
+    report = fold_tune_files(paths.freezes, paths.inbox_source, progress=lambda name: context.log.info(f"folding {name}"))
     return dg.MaterializeResult(
         data_version=dg.DataVersion(folder_digest(paths.freezes)),
         metadata={"freeze files": dg.MetadataValue.json([p.name for p in report.refresh.freezes]),

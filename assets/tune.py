@@ -30,6 +30,7 @@ class TuneConfig(dg.Config):
     timeout_s: float = 120.0
     spread_limit: float = 0.5
     max_busy: float = 0.5  # others' share of the CPUs above which a timing is measured again, then flagged
+    replay_from: str = ""  # a frozen card file of the partition's card: its rows replayed, no hardware needed
 
 
 def card_partitions(cards: Sequence[str] | None = None) -> dg.StaticPartitionsDefinition:
@@ -59,6 +60,8 @@ def run_tune(context: dg.AssetExecutionContext, config: TuneConfig, paths: EmmyP
     from emmy_core.store.recorders import TuneFileRecorder
 
     card = context.partition_key
+    if config.replay_from:
+        return replay_card(card, config, paths)
     paths.inbox.mkdir(parents=True, exist_ok=True)
     recorders: dict[str, TuneFileRecorder] = {}
 
@@ -77,11 +80,47 @@ def run_tune(context: dg.AssetExecutionContext, config: TuneConfig, paths: EmmyP
         unit, why = report.unit_errors[0]
         raise dg.Failure(description=f"{len(report.unit_errors)} kernels not benched; first: {unit.program.name} "
                                      f"at {unit.sizes_text}: {why[:300]}")
+    files = {s: str(r.path) for s, r in recorders.items() if r.path}
+    if paths.inbox_url is not None:
+        files = delivered(files, paths.inbox_url)
     return dg.MaterializeResult(metadata={
         "card": card,
-        "tune files": dg.MetadataValue.json({s: str(r.path) for s, r in recorders.items() if r.path}),
+        "tune files": dg.MetadataValue.json(files),
         "cases": dg.MetadataValue.json(report.cases),
         "rows recorded": report.rows_recorded,
         "ok": report.count("ok"), "failed": report.count("failed"),
         "flagged (not recorded)": report.count("flagged"),
     })
+
+
+def replay_card(card: str, config: TuneConfig, paths: EmmyPaths) -> dg.MaterializeResult:
+    """The partition's card served from a frozen cache (`emmy_core.bench.replay_runner`) into the inbox."""
+    from emmy_core.bench.replay_runner import replay_tune
+    from emmy_core.store.errors import StoreError
+    from emmy_core.store.sourcefile import SourceError
+
+    try:
+        report = replay_tune(card, config.replay_from, paths.inbox, config.settings)
+    except (StoreError, SourceError) as exc:
+        raise dg.Failure(description=str(exc), allow_retries=False) from None
+    files = {s: str(p) for s, p in report.files.items()}
+    if paths.inbox_url is not None:
+        files = delivered(files, paths.inbox_url)
+    return dg.MaterializeResult(metadata={
+        "card": card, "replayed from": config.replay_from,
+        "tune files": dg.MetadataValue.json(files),
+        "rows recorded": sum(report.rows.values())})
+
+
+def delivered(files: dict[str, str], url: str) -> dict[str, str]:
+    """The finished tune files moved into the URL inbox (`emmy_core.store.urlfolder.deliver`), then removed
+    from the local outbox; setting -> key."""
+    from pathlib import Path
+
+    from emmy_core.store.urlfolder import deliver
+
+    local = [Path(f) for f in files.values()]
+    keys = deliver(local, url)
+    for f in local:
+        f.unlink()
+    return dict(zip(files, keys, strict=True))

@@ -47,7 +47,8 @@ from emmy_core.knobs import candidates
 from emmy_core.prior import load_installed_prior, load_prior
 from emmy_core.prior import metrics as m
 from emmy_core.prior.dataset import Dataset, read_dataset
-from emmy_core.prior.fit import choice_figures, featurize, fit_dataset, select_choice
+from emmy_core.prior.featurize import featurize
+from emmy_core.prior.fit import choice_figures, fit_dataset, select_choice
 from emmy_core.prior.training import Params
 from emmy_core.prior.transfer import card_split, fork_baselines
 from emmy_core.targets import Card

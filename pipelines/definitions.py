@@ -20,7 +20,7 @@ from assets.prior import prior
 from assets.tune import build_tune_asset, card_partitions
 from assets.tuning_db import tuning_db
 from pipelines.jobs import CHECKS, fit_and_evaluate, nightly_refresh, tune_card
-from pipelines.resources import DuckDBStore, EmmyPaths, MLflowTracking
+from pipelines.resources import ComputeScheduler, DuckDBStore, EmmyPaths, MLflowTracking
 from pipelines.schedules import nightly, weekly_fit
 from pipelines.sensors import new_tune_files
 
@@ -32,7 +32,8 @@ def chain_assets(cards: Sequence[str] | None = None) -> list[dg.AssetsDefinition
 
 
 def build_definitions(*, paths: EmmyPaths | None = None, store: DuckDBStore | None = None,
-                      mlflow: MLflowTracking | None = None, cards: Sequence[str] | None = None) -> dg.Definitions:
+                      mlflow: MLflowTracking | None = None, cards: Sequence[str] | None = None,
+                      compute: ComputeScheduler | None = None) -> dg.Definitions:
     """The Definitions with these resources (each defaults to its embedded configuration)."""
     return dg.Definitions(
         assets=chain_assets(cards),
@@ -41,7 +42,7 @@ def build_definitions(*, paths: EmmyPaths | None = None, store: DuckDBStore | No
         schedules=[nightly, weekly_fit],
         sensors=[new_tune_files],
         resources={"paths": paths or EmmyPaths(), "store": store or DuckDBStore(),
-                   "mlflow": mlflow or MLflowTracking()},
+                   "mlflow": mlflow or MLflowTracking(), "compute": compute or ComputeScheduler()},
         executor=dg.multiprocess_executor.configured({"max_concurrent": 2}),
     )
 

@@ -8,6 +8,7 @@ from assets.dataset import dataset_consistent
 from assets.evaluation import candidate_no_worse
 from assets.tune import KEY as TUNE
 from assets.tuning_db import tuning_db_consistent
+from pipelines.card_executor import card_dask_executor
 
 CHAIN = ("freeze_files", "refreshed_freeze", "tuning_db", "dataset", "prior", "evaluation")
 """What `make run` materializes: tune files -> freeze -> import -> export -> fit -> evaluation (no install)."""
@@ -34,8 +35,9 @@ fit_and_evaluate = dg.define_asset_job(
     description="Import the freeze as it stands, export, fit, evaluate, and install when the check allows.")
 
 tune_card = dg.define_asset_job(
-    "tune_card", selection=dg.AssetSelection.assets(TUNE),
-    description="Tune the serving matrix on one card (one partition per card; runs where the card is).")
+    "tune_card", selection=dg.AssetSelection.assets(TUNE), executor_def=card_dask_executor,
+    description="Tune the serving matrix on one card (one partition per card; runs where the card is: on a "
+                "Dask worker offering that card's resource, `pipelines.card_executor`).")
 
 
 def run_chain(assets: list, resources: dict, instance: dg.DagsterInstance, keys: tuple[str, ...] = CHAIN, *,

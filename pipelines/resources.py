@@ -35,7 +35,24 @@ class EmmyPaths(dg.ConfigurableResource):
 
     @property
     def inbox(self) -> Path:
-        return Path(self.tune_inbox)
+        """The inbox as a local folder (a tune into a URL inbox writes here first: `inbox_url`)."""
+        from emmy_core.store.urlfolder import is_url, local_path
+
+        if is_url(self.tune_inbox):
+            return Path(self.data_dir) / "outbox"
+        return local_path(self.tune_inbox)
+
+    @property
+    def inbox_source(self) -> Path | str:
+        """Where the fold takes tune files from: the URL inbox, else the local one."""
+        return self.inbox_url or self.inbox
+
+    @property
+    def inbox_url(self) -> str | None:
+        """The inbox when it is an fsspec URL (memory://, s3://), else None."""
+        from emmy_core.store.urlfolder import is_url
+
+        return self.tune_inbox if is_url(self.tune_inbox) else None
 
     @property
     def dataset(self) -> Path:
@@ -95,3 +112,11 @@ class MLflowTracking(dg.ConfigurableResource):
 
     def uri(self) -> str:
         return self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+class ComputeScheduler(dg.ConfigurableResource):
+    """Where offline work runs (`emmy_core.compute`): `inprocess` (the default), `local:N` (a Dask
+    LocalCluster of N workers for the duration of the step) or `tcp://HOST:PORT` (a running Dask scheduler:
+    a dask-jobqueue or dask-kubernetes cluster). The `prior` asset trains its folds and seed members there."""
+
+    scheduler: str = "inprocess"

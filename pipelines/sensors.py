@@ -28,7 +28,7 @@ def read_cursor(cursor: str | None) -> set[str]:
 def new_tune_files(context: dg.SensorEvaluationContext, paths: EmmyPaths) -> dg.SensorResult:
     from emmy_core.store.freeze_folder import pending_tune_files
 
-    waiting = sorted({p.name for p in pending_tune_files(paths.freezes, paths.inbox)})
+    waiting = sorted({p.name for p in pending_tune_files(paths.freezes, paths.inbox_source)})
     new = [n for n in waiting if n not in read_cursor(context.cursor)]
     cursor = json.dumps(waiting)
     if not new:

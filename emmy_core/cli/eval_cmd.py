@@ -91,11 +91,16 @@ def search(dataset: Annotated[Path, typer.Argument(help="dataset export folder (
            extern_order: Annotated[list[Path] | None, typer.Option(
                "--extern-order", help="Kernel Tuner caches (files or folders; repeatable): each file's first "
                                       "configuration is its extern kernel's first option")] = None,
+           scheduler: Annotated[str, typer.Option(
+               "--scheduler", help="where the replays run (one task per card): inprocess, local:N (a Dask "
+                                   "LocalCluster of N workers) or tcp://HOST:PORT")] = "inprocess",
            ) -> None:
     """Replay search strategies on every measured pool: per budget, best found / pool best (geomean), per card."""
+    from emmy_core.compute import ComputeError, parse_scheduler
     from emmy_core.eval.extern_order import file_order
     from emmy_core.prior import PriorError
-    from emmy_core.search.curves import evaluate_search, plot_curves, write_curves
+    from emmy_core.search.curves import plot_curves, write_curves
+    from emmy_core.search.evaluate import evaluate_search
     from emmy_core.store.sourcefile import SourceError
     from emmy_core.targets import CardTableError
 
@@ -107,14 +112,16 @@ def search(dataset: Annotated[Path, typer.Argument(help="dataset export folder (
 
     progress = progress_printer()
     try:
+        parse_scheduler(scheduler)  # refused before any work
         order = file_order(extern_order) if extern_order else None
         curves = evaluate_search(dataset, offline_file, [s.strip() for s in strategies.split(",") if s.strip()],
-                                 numbers(budgets, "--budgets"), numbers(seeds, "--seeds"), order, cards)
+                                 numbers(budgets, "--budgets"), numbers(seeds, "--seeds"), order, cards,
+                                 scheduler=scheduler)
         if json_out is not None:
             progress(f"wrote {write_curves(curves, json_out)}")
         if plots is not None:
             for path in plot_curves(curves, plots):
                 progress(f"wrote {path}")
-    except (ValueError, PriorError, SourceError, CardTableError, OSError) as exc:
+    except (ValueError, PriorError, SourceError, CardTableError, ComputeError, OSError) as exc:
         fail(str(exc))
     typer.echo(curves.markdown(), nl=False)

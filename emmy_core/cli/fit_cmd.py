@@ -47,9 +47,13 @@ def fit(dataset: Annotated[Path | None, typer.Argument(help="dataset export fold
                                    " 'off' logs nothing)")] = None,
         compare: Annotated[tuple[str, str] | None, typer.Option(
             "--compare", help="print two MLflow runs' metrics side by side: --compare RUN_A RUN_B")] = None,
+        scheduler: Annotated[str, typer.Option(
+            "--scheduler", help="where the folds and seed members train: inprocess, local:N (a Dask LocalCluster "
+                                "of N workers) or tcp://HOST:PORT (a running Dask scheduler)")] = "inprocess",
         ) -> None:
     """Fit the prior (CatBoost ranker, validated on held-out cards and on held-out kernels) and track the run in
     MLflow."""
+    from emmy_core.compute import ComputeError, parse_scheduler
     from emmy_core.prior import PriorError
     from emmy_core.prior.tracking import TrackingError
     from emmy_core.store.errors import StoreError
@@ -60,9 +64,15 @@ def fit(dataset: Annotated[Path | None, typer.Argument(help="dataset export fold
             fail("--compare takes two run ids and nothing else")
         _compare(tracking_uri, *compare)
         return
+    try:
+        parse_scheduler(scheduler)
+    except ComputeError as exc:
+        fail(str(exc))
     progress = progress_printer()
     try:
         if install:
+            if scheduler != "inprocess":
+                fail("--install refits in this process; give no --scheduler")
             if dataset is not None or out is not None:
                 fail("--install refits from the repository freeze (--freeze-dir); give no DATASET or OUT")
             from emmy_core.prior.installed import refit_installed
@@ -76,8 +86,9 @@ def fit(dataset: Annotated[Path | None, typer.Argument(help="dataset export fold
 
             check_artifact_out(out)  # before minutes of fitting: a refusal comes first
             result = fit_prior(dataset, out, pools=pools, folds=folds, seed=0 if seed is None else seed,
-                               cards_file=cards, tracking_uri=tracking_uri, progress=progress)
-    except (PriorError, StoreError, CardTableError, TrackingError, ValueError, FileNotFoundError) as exc:
+                               cards_file=cards, tracking_uri=tracking_uri, progress=progress, scheduler=scheduler)
+    except (PriorError, StoreError, CardTableError, TrackingError, ComputeError, ValueError,
+            FileNotFoundError) as exc:
         fail(str(exc))
     if dataset is not None:
         from emmy_core.eval.tracking import evaluate_fit

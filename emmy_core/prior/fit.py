@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from emmy_core.compute import Scheduler, parse_scheduler, task_map
 from emmy_core.ir import Extern
 from emmy_core.prior import metrics
 from emmy_core.prior.artifact import (
@@ -47,7 +48,9 @@ from emmy_core.prior.artifact import (
     write_artifact,
 )
 from emmy_core.prior.dataset import Dataset, DatasetFork, check_fittable, read_dataset
-from emmy_core.prior.features import FEATURE_VERSION, fork_features
+from emmy_core.prior.features import FEATURE_VERSION
+from emmy_core.prior.featurize import featurize, transfer_view
+from emmy_core.prior.fold_tasks import DaskTrainer, DatasetRef, FoldTrainer, train_here
 from emmy_core.prior.price import curve_key, fit_curve, scale_of
 from emmy_core.prior.ranking import FIRST, SOURCES, choices, mode_of, ranked, select
 from emmy_core.prior.training import (
@@ -60,7 +63,7 @@ from emmy_core.prior.training import (
     model_json,
     train,
 )
-from emmy_core.prior.transfer import Held, card_split, score_forks, transfer_column, transfer_view
+from emmy_core.prior.transfer import Held, card_split, score_forks, transfer_column
 from emmy_core.prior.transfer_features import TransferTable
 from emmy_core.prior.trees import parse_model
 from emmy_core.store.safefile import atomic_write_text, fresh_folder
@@ -94,23 +97,12 @@ def code_revision() -> str:
         return "unknown"
 
 
-def featurize(forks: Sequence[DatasetFork], progress: Progress | None = None) -> list[str]:
-    """Fills every fork's feature rows (the one feature function; transfer columns missing until a fold
-    fills them, `transfer_view`); returns the union of column names."""
-    names: dict[str, None] = {}
-    for i, fork in enumerate(forks):
-        fork.features = fork_features(fork.kernel, fork.sizes, fork.card, fork.setting, fork.knobs)
-        names.update(dict.fromkeys(fork.features.names))
-        if progress is not None and (i + 1) % 50 == 0:
-            progress(f"features of {i + 1}/{len(forks)} forks")
-    fixed = [n for n in names if not n.startswith("x.")]
-    return [*fixed, *sorted(n for n in names if n.startswith("x."))]
-
-
 def kernel_split(forks: Sequence[DatasetFork], names: Sequence[str], pools: str, folds: int, seed: int, params: Params,
-                 choice: tuple[str, float], progress: Progress | None = None) -> list[dict[str, Any]]:
+                 choice: tuple[str, float], progress: Progress | None = None,
+                 trainer: FoldTrainer | None = None) -> list[dict[str, Any]]:
     """Validation grouped by kernel (a new shape on known cards): per fold the kernels on each side, its
-    training groups and the summary of its validation forks, ranked as the shipped prior ranks (`choice`)."""
+    training groups and the summary of its validation forks, ranked as the shipped prior ranks (`choice`).
+    `trainer` fits the folds' rankers (default: one after the other in this process)."""
     from sklearn.model_selection import GroupKFold
 
     kernels = np.array([f.kernel_id for f in forks])
@@ -118,23 +110,23 @@ def kernel_split(forks: Sequence[DatasetFork], names: Sequence[str], pools: str,
     if n < 2:
         return []
     out: list[dict[str, Any]] = []
-    for k, (train_idx, val_idx) in enumerate(GroupKFold(n_splits=n).split(np.zeros(len(forks)), groups=kernels)):
+    splits = list(GroupKFold(n_splits=n).split(np.zeros(len(forks)), groups=kernels))
+    fitted = (trainer or train_here)(forks, names, pools, seed, params, [t for t, _ in splits])
+    for k, ((train_idx, val_idx), trained) in enumerate(zip(splits, fitted, strict=True)):
         train_k, val_k = set(kernels[train_idx].tolist()), set(kernels[val_idx].tolist())
         assert not train_k & val_k, f"fold {k}: kernels in both train and validation: {sorted(train_k & val_k)}"
-        source = [forks[i] for i in train_idx]
-        train_forks = transfer_view(source, source)
-        groups = groups_of(train_forks, pools, seed, params)
-        if not groups:
+        if trained is None:
             continue
+        model, n_groups = trained
+        source = [forks[i] for i in train_idx]
         if progress is not None:
-            progress(f"kernel fold {k + 1}/{n}: training on {len(groups)} groups")
-        model = train(design(train_forks, groups, names, params.balance, params.residual), params, seed)
+            progress(f"kernel fold {k + 1}/{n}: trained on {n_groups} groups")
         val = transfer_view([forks[i] for i in val_idx], source)
         figures = [fork_figures(f, ranked(*choice, s, None if choice[0] == FIRST else transfer_column(f, choice[0]),
                                           f.first))
                    for f, s in zip(val, score_forks(model, val, names), strict=True)]
         out.append({"fold": k, "train_kernels": sorted(train_k), "validation_kernels": sorted(val_k),
-                    "train_groups": len(groups), "validation_forks": len(val), **metrics.summarize(figures)})
+                    "train_groups": n_groups, "validation_forks": len(val), **metrics.summarize(figures)})
     return out
 
 
@@ -244,23 +236,42 @@ def card_report(held: Sequence[Held], card_folds: list[dict[str, Any]]) -> dict[
 
 def fit_prior(dataset_dir: Path | str, out_path: Path | str, *, pools: str = DEFAULT_POOLS, folds: int = 5, seed: int = 0,
               cards_file: Path | str | None = None, tracking_uri: str | None = None,
-              tags: Mapping[str, str] | None = None, progress: Progress | None = None) -> FitResult:
+              tags: Mapping[str, str] | None = None, progress: Progress | None = None,
+              params: Params | None = None, scheduler: str | Scheduler | None = None) -> FitResult:
     """Fits the prior on a dataset export and writes it to `out_path` (see the module's docstring).
 
     `tracking_uri`: MLflow's tracking URI (default `$MLFLOW_TRACKING_URI`, else
     `sqlite:///_tune/mlflow.db`); `off` logs nothing (`run_id` None). `tags` are added to the run.
+    `scheduler`: where the folds and seed members are trained (`emmy_core.compute`: inprocess, the default,
+    local:N or tcp://HOST:PORT); each worker reads the export at `dataset_dir` itself, and the artifact is
+    the same bit for bit.
     """
     check_pools(pools)
-    return fit_dataset(read_dataset(dataset_dir, cards_file, progress), out_path, pools=pools, folds=folds, seed=seed,
-                       tracking_uri=tracking_uri, tags=tags, progress=progress)
+    where = parse_scheduler(scheduler)
+    dataset = read_dataset(dataset_dir, cards_file, progress)
+    if where.kind == "inprocess":
+        return fit_dataset(dataset, out_path, pools=pools, folds=folds, seed=seed, params=params,
+                           tracking_uri=tracking_uri, tags=tags, progress=progress)
+    from emmy_core.store.urlfolder import is_url
+
+    where_data = str(dataset_dir) if is_url(dataset_dir) else str(Path(dataset_dir).resolve())
+    ref = DatasetRef(where_data, None if cards_file is None else str(Path(cards_file).resolve()), dataset.digest)
+    if progress is not None:
+        progress(f"training on the Dask scheduler {where}")
+    with task_map(where) as run:
+        return fit_dataset(dataset, out_path, pools=pools, folds=folds, seed=seed, params=params,
+                           tracking_uri=tracking_uri, tags=tags, progress=progress, trainer=DaskTrainer(ref, run))
 
 
 def fit_dataset(dataset: Dataset, out_path: Path | str, *, pools: str = DEFAULT_POOLS, folds: int = 5, seed: int = 0,
                 params: Params | None = None, tracking_uri: str | None = None, tags: Mapping[str, str] | None = None,
-                progress: Progress | None = None, fits_dir: Path = FITS_DIR, install: bool = False) -> FitResult:
+                progress: Progress | None = None, fits_dir: Path = FITS_DIR, install: bool = False,
+                trainer: FoldTrainer | None = None) -> FitResult:
     """`fit_prior` on forks already read (the bench and the installed prior's refit use it directly).
 
-    `install`: `out_path` may be the installed prior (only the install steps pass it)."""
+    `install`: `out_path` may be the installed prior (only the install steps pass it). `trainer`: where the
+    folds' and the final model's rankers are trained (`emmy_core.prior.fold_tasks`; default in this process).
+    Nothing is written until every training came back."""
     params = params or Params()
     check_pools(pools)
     check_fittable(dataset)
@@ -268,12 +279,12 @@ def fit_dataset(dataset: Dataset, out_path: Path | str, *, pools: str = DEFAULT_
     if progress is not None:
         progress(f"{len(dataset.forks)} forks; features")
     names = featurize(dataset.forks, progress)
-    card_folds, held = card_split(dataset.forks, names, pools, folds, seed, params, progress)
+    card_folds, held = card_split(dataset.forks, names, pools, folds, seed, params, progress, trainer)
     ranking = choose_ranking(held)
     choice = (str(ranking["source"]), float(ranking["weight"]))
     cards = card_report(held, card_folds)
     seen = choices()[-1]  # a card the fit measured is ranked by the model alone (Prior.seen)
-    kernel_folds = kernel_split(dataset.forks, names, pools, folds, seed, params, seen, progress)
+    kernel_folds = kernel_split(dataset.forks, names, pools, folds, seed, params, seen, progress, trainer)
     if not card_folds and not kernel_folds:
         raise PriorError(f"dataset {dataset.digest[:16]}: no cross-validation fold had a pool to train on "
                          f"({pools} pools): a fit with 0 folds is not judged, so it is not written")
@@ -282,7 +293,12 @@ def fit_dataset(dataset: Dataset, out_path: Path | str, *, pools: str = DEFAULT_
     if progress is not None:
         progress(f"final model on {len(groups)} groups; ranking of unseen cards: {ranking['mode']} ({choice[0]}, "
                  f"weight {choice[1]})")
-    model = train(design(forks, groups, names, params.balance, params.residual), params, seed)
+    if trainer is None:
+        model = train(design(forks, groups, names, params.balance, params.residual), params, seed)
+    else:  # the final model is the fold whose training side is every fork
+        final = next(iter(trainer(dataset.forks, names, pools, seed, params, [np.arange(len(dataset.forks))])))
+        assert final is not None and final[1] == len(groups), "the final model's groups differ from the fit's"
+        model = final[0]
     ranker = score_forks(model, forks, names)
     scores = ranker  # every fork of the dataset is on a card the fit measured: the model alone
     in_sample = metrics.summarize([fork_figures(f, s) for f, s in zip(forks, scores, strict=True)])

@@ -11,17 +11,18 @@ card's order and the transfer baseline (`baselines`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from emmy_core.prior import baselines, metrics
 from emmy_core.prior.dataset import DatasetFork
-from emmy_core.prior.features import with_transfer
+from emmy_core.prior.featurize import transfer_view
+from emmy_core.prior.fold_tasks import FoldTrainer
 from emmy_core.prior.ranking import FIRST, ranked
 from emmy_core.prior.training import Params, design, fork_figures, groups_of, train
-from emmy_core.prior.transfer_features import TRANSFER_NAMES, TransferTable
+from emmy_core.prior.transfer_features import TRANSFER_NAMES
 
 Progress = Callable[[str], None]
 
@@ -41,18 +42,6 @@ def fork_baselines(fork: DatasetFork, others: Sequence[DatasetFork]) -> dict[str
         similar = baselines.most_similar_scores(fork, elsewhere)
         if similar is not None:
             out["similar_slowdown"] = metrics.top_k_slowdown(similar[m], times, ok, 1)
-    return out
-
-
-def transfer_view(forks: Sequence[DatasetFork], source: Sequence[DatasetFork]) -> list[DatasetFork]:
-    """Copies of `forks` whose `tr.*` columns come from `source`'s cards, each fork's own card left out
-    (the arrays are shared; only the feature rows are new)."""
-    table = TransferTable.from_forks(source)
-    out = []
-    for f in forks:
-        cols = table.columns(f.kernel_id, f.sizes, f.setting, f.card.numeric() if f.card is not None else None,
-                             f.card_name, f.schedule_ids)
-        out.append(replace(f, features=with_transfer(f.features, cols)))
     return out
 
 
@@ -85,10 +74,14 @@ class Held:
 
 
 def card_split(forks: Sequence[DatasetFork], names: Sequence[str], pools: str, folds: int, seed: int, params: Params,
-               progress: Progress | None = None) -> tuple[list[dict[str, Any]], list[Held]]:
+               progress: Progress | None = None, trainer: FoldTrainer | None = None,
+               ) -> tuple[list[dict[str, Any]], list[Held]]:
     """Validation grouped by card: per fold its cards on each side and training groups, and every held-out
-    fork scored by a ranker fitted without its card (transfer features from the fold's training cards)."""
+    fork scored by a ranker fitted without its card (transfer features from the fold's training cards).
+    `trainer` fits the folds' rankers (default: one after the other in this process)."""
     from sklearn.model_selection import GroupKFold
+
+    from emmy_core.prior.fold_tasks import train_here
 
     cards = np.array([f.card_name for f in forks])
     n = min(folds, len(set(cards.tolist())))
@@ -96,22 +89,22 @@ def card_split(forks: Sequence[DatasetFork], names: Sequence[str], pools: str, f
         return [], []
     out: list[dict[str, Any]] = []
     held: list[Held] = []
-    for k, (train_idx, val_idx) in enumerate(GroupKFold(n_splits=n).split(np.zeros(len(forks)), groups=cards)):
+    splits = list(GroupKFold(n_splits=n).split(np.zeros(len(forks)), groups=cards))
+    fitted = (trainer or train_here)(forks, names, pools, seed, params, [t for t, _ in splits])
+    for k, ((train_idx, val_idx), trained) in enumerate(zip(splits, fitted, strict=True)):
         train_c, val_c = set(cards[train_idx].tolist()), set(cards[val_idx].tolist())
         assert not train_c & val_c, f"card fold {k}: cards in both train and validation: {sorted(train_c & val_c)}"
-        source = [forks[i] for i in train_idx]
-        train_forks = transfer_view(source, source)
-        val = transfer_view([forks[i] for i in val_idx], source)
-        groups = groups_of(train_forks, pools, seed, params)
-        if not groups:
+        if trained is None:
             continue
+        model, n_groups = trained
+        source = [forks[i] for i in train_idx]
+        val = transfer_view([forks[i] for i in val_idx], source)
         if progress is not None:
-            progress(f"card fold {k + 1}/{n} (without {', '.join(sorted(val_c))}): training on {len(groups)} groups")
-        model = train(design(train_forks, groups, names, params.balance, params.residual), params, seed)
+            progress(f"card fold {k + 1}/{n} (without {', '.join(sorted(val_c))}): trained on {n_groups} groups")
         for f, s in zip(val, score_forks(model, val, names), strict=True):
             held.append(Held(f, s, fork_baselines(f, source), k))
         out.append({"fold": k, "train_cards": sorted(train_c), "validation_cards": sorted(val_c),
-                    "train_groups": len(groups), "validation_forks": len(val)})
+                    "train_groups": n_groups, "validation_forks": len(val)})
     return out, held
 
 
@@ -120,7 +113,7 @@ def leave_one_card_out(forks: Sequence[DatasetFork], names: Sequence[str], card:
                        weight: float = 0.0) -> list[dict[str, Any]]:
     """Per fork of `card`: the figures of the ranking (`source` blended at `weight`; fitted without `card`)
     and the baselines'.
-    Forks carry their base features (`emmy_core.prior.fit.featurize`)."""
+    Forks carry their base features (`emmy_core.prior.featurize.featurize`)."""
     others = [f for f in forks if f.card_name != card]
     train_forks = transfer_view(others, others)
     held = transfer_view([f for f in forks if f.card_name == card], others)

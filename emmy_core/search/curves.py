@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from emmy_core.search.replay import FrozenPool, replay
-from emmy_core.search.strategy import STRATEGIES, SearchPool, SearchStrategy, make_strategy
+from emmy_core.search.strategy import SearchPool, SearchStrategy, make_strategy
 
 DEFAULT_BUDGETS = (1, 2, 4, 8, 16, 32)
 STOCHASTIC = frozenset({"random"})
@@ -216,10 +216,14 @@ class SearchCurves:
 def emmy_search_curves(pools: Sequence[tuple[str, FrozenPool]], strategies: Sequence[str], budgets: Sequence[int],
                        seeds: Sequence[int] = (0, 1, 2, 3, 4), with_methodology: bool = True,
                        make: Callable[[str, int], SearchStrategy] = make_strategy, first_always: bool = True,
-                       suffix: str = "") -> tuple[SearchCurves, dict[str, PoolTruth]]:
+                       suffix: str = "", replay: Callable[..., Runs] | None = None,
+                       ) -> tuple[SearchCurves, dict[str, PoolTruth]]:
     """Every strategy replayed on every pool at every budget, scored (module docstring). `first_always`: the
     rule's first option is measured first, as a tune does (False: the strategy's own order from the start,
-    as an outside tuner has no first option); `suffix` is added to each strategy's name in the curves."""
+    as an outside tuner has no first option); `suffix` is added to each strategy's name in the curves;
+    `replay` runs the replays (`replay_runs`'s signature; default in this process,
+    `emmy_core.search.replay_tasks.MappedReplay` on a cluster)."""
+    replay_runs_ = replay or replay_runs
     budgets = tuple(sorted(set(budgets)))
     truths = {}
     for card, frozen in pools:
@@ -229,9 +233,9 @@ def emmy_search_curves(pools: Sequence[tuple[str, FrozenPool]], strategies: Sequ
     result = SearchCurves(budgets)
     for name in strategies:
         if name in STOCHASTIC:
-            per_budget = {b: replay_runs(pools, name, b, seeds, make, first_always) for b in budgets}
+            per_budget = {b: replay_runs_(pools, name, b, seeds, make, first_always) for b in budgets}
         else:
-            runs = replay_runs(pools, name, max(budgets), seeds, make, first_always)
+            runs = replay_runs_(pools, name, max(budgets), seeds, make, first_always)
             per_budget = dict.fromkeys(budgets, runs)
         result.add(name + suffix, per_budget, truths, with_methodology)
     return result, truths
@@ -295,24 +299,3 @@ def write_curves(curves: SearchCurves, out: Any) -> Any:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(curves.to_json(), indent=1, sort_keys=True, allow_nan=False) + "\n")
     return path
-
-
-def evaluate_search(dataset_dir: Any, prior_path: Any | None, strategies: Sequence[str], budgets: Sequence[int],
-                    seeds: Sequence[int] = (0, 1, 2, 3, 4), extern_order: Any = None, cards_file: Any = None,
-                    with_methodology: bool = True) -> SearchCurves:
-    """`emmy eval search`: every strategy replayed on every measured pool of an export (module docstring).
-    `prior_path` None: the installed prior; a strategy that needs a prior without one is refused."""
-    from emmy_core.prior import load_installed_prior, load_prior
-    from emmy_core.prior.dataset import read_dataset
-
-    unknown = [s for s in strategies if s not in STRATEGIES]
-    if unknown:
-        raise ValueError(f"unknown strategies {', '.join(unknown)}; known: {', '.join(STRATEGIES)}")
-    bad = [b for b in budgets if isinstance(b, bool) or not isinstance(b, int) or b < 1]
-    if bad or not budgets:
-        raise ValueError(f"budgets must be positive whole numbers of measurements, not {bad or 'none'}")
-    prior = load_prior(prior_path) if prior_path is not None else load_installed_prior()
-    dataset = read_dataset(dataset_dir, cards_file)
-    pools = frozen_pools(dataset, prior, extern_order)
-    curves, _ = emmy_search_curves(pools, strategies, budgets, seeds, with_methodology)
-    return curves

@@ -184,11 +184,19 @@ def content_digest(tables: dict[str, dict[str, Any]]) -> str:
 
 
 def export_db(db: Path | str, out_dir: Path | str, progress: Progress | None = None) -> dict[str, Any]:
-    """`emmy db export`: opens `db` for reading and exports it."""
+    """`emmy db export`: opens `db` for reading and exports it. `out_dir` may be an fsspec URL: the export is
+    written into a local temporary folder and published there (`emmy_core.store.urlfolder.publish_folder`:
+    its files first, then the pointer, so a reader never sees half an export)."""
     from emmy_core.store import open_store
+    from emmy_core.store.urlfolder import is_url, local_path, publish_folder
 
     with open_store(db, "r") as store:
-        return export_store(store, out_dir, progress)
+        if not is_url(out_dir):
+            return export_store(store, local_path(out_dir), progress)
+        with tempfile.TemporaryDirectory(prefix="emmy-export-") as tmp:
+            manifest = export_store(store, Path(tmp) / "export", progress)
+            publish_folder(Path(tmp) / "export", str(out_dir))
+            return manifest
 
 
 MAX_TABLE_BYTES = 8 * 1024**3
@@ -330,8 +338,15 @@ def _swapped(d: Path, dir_fd: int) -> bool:
 def open_snapshot(export_dir: Path | str, *, content: bool = True) -> Snapshot:
     """The export at `export_dir` read as one snapshot (`Snapshot`); with `content` also checked row by row
     (`emmy_core.store.export_content.refuse_bad_content`: types, ranges, unique keys, references). Raises
-    SourceError naming the file, the table, the row and the column."""
-    d = Path(export_dir)
+    SourceError naming the file, the table, the row and the column. `export_dir` may be an fsspec URL of a
+    published export (fetched into a temporary folder, each file's digest checked, and read from there)."""
+    from emmy_core.store.urlfolder import fetch_folder, is_url, local_path
+
+    if is_url(export_dir):
+        with tempfile.TemporaryDirectory(prefix="emmy-export-") as tmp:
+            fetch_folder(str(export_dir), Path(tmp) / "export")
+            return open_snapshot(Path(tmp) / "export", content=content)
+    d = local_path(export_dir)
     for _ in range(SNAPSHOT_TRIES):
         try:
             snap = _snapshot(d)

@@ -14,8 +14,10 @@ folded again, which changes nothing.
 from __future__ import annotations
 
 import hashlib
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from emmy_core.store.errors import StoreError
 from emmy_core.store.freeze import card_file_slug
@@ -24,6 +26,15 @@ from emmy_core.store.memory import MemoryStore
 from emmy_core.store.refresh import TUNE_NAME, RefreshReport, freeze_dir_files, refresh_freeze
 from emmy_core.store.safefile import atomic_write_text
 from emmy_core.store.sourcefile import SourceError, gc_paused
+from emmy_core.store.urlfolder import (
+    drop_keys,
+    fetch_folder,
+    inbox_keys,
+    is_url,
+    local_path,
+    publish_folder,
+    staged_inbox,
+)
 
 
 @dataclass
@@ -35,7 +46,11 @@ class FoldReport:
 
 
 def inbox_tune_files(inbox: Path | str | None) -> list[Path]:
-    """The tune files in `inbox` (by name), sorted; an absent or unset inbox has none."""
+    """The tune files in `inbox` (by name), sorted; an absent or unset inbox has none. For an fsspec URL inbox,
+    the keys as paths (their `name` is the file's)."""
+
+    if is_url(inbox):
+        return [Path(k) for k in inbox_keys(str(inbox), TUNE_NAME)]
     if inbox is None or not Path(inbox).is_dir():
         return []
     return sorted(p for p in Path(inbox).iterdir() if p.is_file() and TUNE_NAME.match(p.name))
@@ -84,8 +99,12 @@ def fold_tune_files(freeze_dir: Path | str, inbox: Path | str | None = None,
     """Moves the inbox's tune files beside the freeze, then folds every tune file there into the freeze.
 
     Refuses (nothing moved, nothing folded) an inbox file that is not a tune file of the card its
-    name says, or whose name is taken beside the freeze by a file with other content.
+    name says, or whose name is taken beside the freeze by a file with other content. Either folder may be
+    an fsspec URL (`emmy_core.store.urlfolder`: memory://, s3://, file://), under the same rules.
     """
+    if is_url(freeze_dir) or is_url(inbox) or str(freeze_dir).startswith("file://") \
+            or str(inbox).startswith("file://"):
+        return _fold_urls(freeze_dir, inbox, progress)
     d = Path(freeze_dir)
     if not d.is_dir():
         raise StoreError(f"{d} is not a folder")
@@ -108,3 +127,25 @@ def fold_tune_files(freeze_dir: Path | str, inbox: Path | str | None = None,
     report = FoldReport(moved=[d / src.name for src in incoming])
     report.refresh = refresh_freeze(d, progress)
     return report
+
+
+def _fold_urls(freeze: Path | str, inbox: Path | str | None, progress: Any = None) -> Any:
+    """`fold_tune_files` where the freeze folder or the inbox is a URL: the published freeze is fetched into a
+    local folder, the inbox staged into another, the fold runs there under the local rules, the freeze is
+    published back (blobs, then the pointer), and only then are the inbox's keys deleted."""
+    with tempfile.TemporaryDirectory(prefix="emmy-freeze-") as work:
+        local = Path(work) / "freeze" if is_url(freeze) else local_path(freeze)
+        if is_url(freeze):
+            fetch_folder(str(freeze), local)
+        keys: list[str] = []
+        if inbox is not None and is_url(inbox):
+            with staged_inbox(str(inbox), TUNE_NAME) as (staged, keys):
+                report = fold_tune_files(local, staged, progress)
+        else:
+            report = fold_tune_files(local, None if inbox is None else local_path(inbox), progress)
+        if is_url(freeze):
+            freezes, tunes = freeze_dir_files(local)
+            publish_folder(local, str(freeze), [p.name for p in [*freezes, *tunes]])
+        if keys:
+            drop_keys(str(inbox), keys)
+        return report

@@ -10,7 +10,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from pipelines.resources import DuckDBStore, EmmyPaths, MLflowTracking
+from pipelines.resources import ComputeScheduler, DuckDBStore, EmmyPaths, MLflowTracking
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,7 +26,7 @@ def make_resources(root: Path, mlflow_uri: str) -> dict[str, dg.ConfigurableReso
                                data_dir=str(root / "data"), fits_dir=str(root / "fits"),
                                installed_prior=str(root / "installed.json")),
             "store": DuckDBStore(path=str(root / "data" / "tune.db")),
-            "mlflow": MLflowTracking(tracking_uri=mlflow_uri)}
+            "mlflow": MLflowTracking(tracking_uri=mlflow_uri), "compute": ComputeScheduler()}
 
 
 def copy_freeze(root: Path) -> Path:

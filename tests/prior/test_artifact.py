@@ -11,9 +11,9 @@ import pytest
 from emmy_core.prior import FEATURE_VERSION, PriorError, load_prior
 from emmy_core.prior.artifact import artifact_text
 from emmy_core.prior.dataset import read_dataset
-from emmy_core.prior.fit import featurize, score_forks
+from emmy_core.prior.featurize import featurize, transfer_view
+from emmy_core.prior.fit import score_forks
 from emmy_core.prior.training import design, model_json, train, training_groups
-from emmy_core.prior.transfer import transfer_view
 from tests.prior.conftest import SMALL
 
 

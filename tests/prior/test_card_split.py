@@ -15,10 +15,11 @@ from emmy_core.ir import Extern, kernel_id
 from emmy_core.knobs.vocab import schedule_id
 from emmy_core.prior import load_prior
 from emmy_core.prior.dataset import DatasetFork, read_dataset
-from emmy_core.prior.fit import choose_ranking, featurize
+from emmy_core.prior.featurize import featurize, transfer_view
+from emmy_core.prior.fit import choose_ranking
 from emmy_core.prior.ranking import FIRST, SELECT_MARGIN, choices, combine, first_order, ranked, select
 from emmy_core.prior.training import Params
-from emmy_core.prior.transfer import card_split, transfer_column, transfer_view
+from emmy_core.prior.transfer import card_split, transfer_column
 from emmy_core.prior.transfer_features import TRANSFER_NAMES, TransferTable, read_table
 from emmy_core.targets import load_table
 

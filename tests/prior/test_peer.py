@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from emmy_core.prior.dataset import read_dataset
-from emmy_core.prior.fit import featurize
+from emmy_core.prior.featurize import featurize
 from emmy_core.prior.training import Params
 from emmy_core.prior.transfer import leave_one_card_out
 from emmy_core.store.export import export_db

@@ -1,0 +1,167 @@
+"""Folders behind fsspec URLs: the tune inbox, the freeze folder and the dataset export on an object store.
+
+A fleet keeps its files where every machine reaches them (`s3://bucket/emmy/...` in production;
+`memory://` in tests; `file://` is a local folder). The rules are the local folder's:
+
+- **An inbox** is a folder of tune files; a fold copies them down into a local staging folder, checks
+  and folds them there, and deletes a key of the inbox only once every copy is in place (a crash loses
+  nothing: at worst a file already folded is folded again, which changes nothing).
+- **A published folder** (the freeze, the export) never shows a half-written key: its files are
+  uploaded as content-addressed blobs (`objects/<sha256>`), and only then is its pointer `HEAD.json`
+  (each file's name and digest) replaced, by writing a new key and moving it over the pointer (one
+  PUT on an object store). A reader reads the pointer, then the blobs it names, and checks each blob's
+  digest; a blob nobody points to yet is invisible. Old blobs stay (a reader mid-way still finds them).
+
+`fsspec` is imported only when a URL is used; a plain path never comes here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from emmy_core.store.errors import StoreError
+from emmy_core.store.safefile import atomic_write_text, ensure_folder
+
+POINTER = "HEAD.json"
+POINTER_FORMAT = "emmy-folder-pointer/1"
+OBJECTS = "objects"
+_URL = re.compile(r"[a-z][a-z0-9+.-]{0,15}://")
+_NAME = re.compile(r"[A-Za-z0-9._()+-]{1,200}")
+_SHA = re.compile(r"[0-9a-f]{64}")
+
+
+class UrlFolderError(StoreError):
+    """A URL folder that cannot be read or written as Emmy's rules require; the message names the key."""
+
+
+def is_url(target: object) -> bool:
+    """Whether `target` is an fsspec URL of a remote or in-memory folder (`file://` is a local path)."""
+    return isinstance(target, str) and _URL.match(target) is not None and not target.startswith("file://")
+
+
+def local_path(target: Path | str) -> Path:
+    """A local path, from a path or a `file://` URL."""
+    text = str(target)
+    return Path(text[len("file://"):]) if text.startswith("file://") else Path(text)
+
+
+def _fs(url: str) -> tuple[Any, str]:
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(url)
+    return fs, root.rstrip("/")
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# ---- the inbox ------------------------------------------------------------------------------------
+
+def inbox_keys(url: str, pattern: re.Pattern[str]) -> list[str]:
+    """The keys directly under `url` whose names match `pattern`, sorted by name (none for an absent folder)."""
+    fs, root = _fs(url)
+    if not fs.exists(root):
+        return []
+    names = [p for p in fs.ls(root, detail=False) if pattern.match(p.rstrip("/").rsplit("/", 1)[-1])]
+    return sorted(names, key=lambda p: p.rsplit("/", 1)[-1])
+
+
+@contextmanager
+def staged_inbox(url: str, pattern: re.Pattern[str]) -> Iterator[tuple[Path, list[str]]]:
+    """The inbox's matching keys copied into a local folder: (folder, keys). The caller folds the folder and
+    calls `drop_keys(url, keys)` only once the fold has them in place."""
+    fs, _ = _fs(url)
+    keys = inbox_keys(url, pattern)
+    with tempfile.TemporaryDirectory(prefix="emmy-inbox-") as tmp:
+        for key in keys:
+            name = key.rsplit("/", 1)[-1]
+            atomic_write_text(Path(tmp) / name, fs.cat_file(key))
+        yield Path(tmp), keys
+
+
+def deliver(files: list[Path], url: str) -> list[str]:
+    """Puts finished local tune files into the inbox at `url`: each under a hidden partial key first, then
+    moved to its name, so a fold never takes half a file (an inbox lists only tune-file names)."""
+    fs, root = _fs(url)
+    keys = []
+    for f in files:
+        staged = f"{root}/.{f.name}.partial"
+        fs.pipe_file(staged, f.read_bytes())
+        fs.mv(staged, f"{root}/{f.name}")
+        keys.append(f"{root}/{f.name}")
+    return keys
+
+
+def drop_keys(url: str, keys: list[str]) -> None:
+    """Deletes inbox keys (after their fold is in place)."""
+    fs, _ = _fs(url)
+    for key in keys:
+        fs.rm_file(key)
+
+
+# ---- published folders (pointer + content-addressed blobs) -----------------------------------------
+
+def read_pointer(url: str) -> dict[str, str]:
+    """The published folder's files (name -> sha256); {} when nothing was published yet."""
+    fs, root = _fs(url)
+    key = f"{root}/{POINTER}"
+    if not fs.exists(key):
+        return {}
+    where = f"{url.rstrip('/')}/{POINTER}"
+    try:
+        doc = json.loads(fs.cat_file(key))
+    except ValueError as exc:
+        raise UrlFolderError(f"{where}: not JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != POINTER_FORMAT or not isinstance(doc.get("files"), dict):
+        raise UrlFolderError(f"{where}: field format must be {POINTER_FORMAT!r} with a files mapping")
+    files = doc["files"]
+    for name, sha in files.items():
+        if not (isinstance(name, str) and _NAME.fullmatch(name) and isinstance(sha, str) and _SHA.fullmatch(sha)):
+            raise UrlFolderError(f"{where}: record files[{str(name)[:60]!r}]: a file name and a sha256 expected")
+    return dict(files)
+
+
+def fetch_folder(url: str, out: Path) -> dict[str, str]:
+    """Copies the published folder's files into the local folder `out` (each blob's digest checked)."""
+    fs, root = _fs(url)
+    files = read_pointer(url)
+    ensure_folder(out)
+    for name, sha in sorted(files.items()):
+        data = fs.cat_file(f"{root}/{OBJECTS}/{sha}")
+        if _sha(data) != sha:
+            raise UrlFolderError(f"{url.rstrip('/')}/{OBJECTS}/{sha}: its content does not have that digest "
+                                 f"(file {name}); nothing was read")
+        atomic_write_text(out / name, data)
+    return files
+
+
+def publish_folder(folder: Path, url: str, names: list[str] | None = None) -> dict[str, str]:
+    """Publishes the files of the local `folder` (all, or `names`) as the folder at `url`: blobs first, then
+    the pointer swapped in one move. Returns the pointer's files."""
+    fs, root = _fs(url)
+    chosen = sorted(names) if names is not None else sorted(p.name for p in folder.iterdir() if p.is_file())
+    files: dict[str, str] = {}
+    for name in chosen:
+        if not _NAME.fullmatch(name):
+            raise UrlFolderError(f"{folder / name}: a name a published folder cannot hold")
+        data = (folder / name).read_bytes()
+        sha = _sha(data)
+        key = f"{root}/{OBJECTS}/{sha}"
+        if not fs.exists(key):
+            tmp = f"{root}/{OBJECTS}/.{sha}.partial"
+            fs.pipe_file(tmp, data)
+            fs.mv(tmp, key)
+        files[name] = sha
+    doc = json.dumps({"format": POINTER_FORMAT, "files": files}, indent=1, sort_keys=True) + "\n"
+    staged = f"{root}/.{POINTER}.{_sha(doc.encode())[:16]}.partial"
+    fs.pipe_file(staged, doc.encode())
+    fs.mv(staged, f"{root}/{POINTER}")
+    return files
