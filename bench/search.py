@@ -18,8 +18,11 @@ schedule scaled to max_fevals, simulated annealing's, is then the one of budget 
 Tuner call builds its search space anew, seconds per call on this machine).
 
 Affordable on 2 shared cores: priors of `--iterations` trees (default 100, the fit's default is
-300), 3 seeds for Emmy's random strategy, 2 for Kernel Tuner's (`--kt-seeds`; its Bayesian
-optimisation: `--bo-seeds`, 1).
+300) with the fit's smallest card split (2 folds; it selects how the prior ranks an unseen card),
+3 seeds for Emmy's random strategy, 2 for Kernel Tuner's (`--kt-seeds`; its Bayesian
+optimisation: `--bo-seeds`, 1). `--reuse` replays again on the held-out scores and Kernel Tuner's
+runs a previous run left in `--out`. The `prior` strategy's pools carry each other card's times
+of the kernel as its evidence (`SearchPool.evidence`), as a new card's tune could read them.
 Targets: prior <= 1.02 at budget 8 (first step 1.05); at or below random at every budget and
 every Kernel Tuner strategy up to 32.
 

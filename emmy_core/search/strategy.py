@@ -174,7 +174,8 @@ class _Evidence:
     ranks: list[np.ndarray]
     raw: list[np.ndarray]
     belief: list[float]  # how much each source is trusted before this card's rows say otherwise
-    design: np.ndarray | None = None
+    design: np.ndarray | None = None  # knob_design, once this card has rows to fit
+    shapes: list[tuple[tuple[str, object], ...]] | None = None  # shape_key per candidate, once one failed
 
 
 class PriorStrategy:
@@ -271,7 +272,10 @@ class PriorStrategy:
         failed_shapes = {shape_key(pool.knobs[t.index]) for t in trials if not t.ok}
         failed_shapes.discard(())
         if failed_shapes:
-            drop = np.array([shape_key(k) in failed_shapes for k in pool.knobs])
+            assert self._ev is not None
+            if self._ev.shapes is None:
+                self._ev.shapes = [shape_key(k) for k in pool.knobs]
+            drop = np.array([k in failed_shapes for k in self._ev.shapes])
             if not drop.all():
                 value = np.where(drop, -np.inf, value)
         value[[t.index for t in trials]] = -np.inf
