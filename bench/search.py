@@ -18,8 +18,11 @@ schedule scaled to max_fevals, simulated annealing's, is then the one of budget 
 Tuner call builds its search space anew, seconds per call on this machine).
 
 Affordable on 2 shared cores: priors of `--iterations` trees (default 100, the fit's default is
-300), 3 seeds for Emmy's random strategy, 2 for Kernel Tuner's (`--kt-seeds`; its Bayesian
-optimisation: `--bo-seeds`, 1).
+300) with the fit's smallest card split (2 folds; it selects how the prior ranks an unseen card),
+3 seeds for Emmy's random strategy, 2 for Kernel Tuner's (`--kt-seeds`; its Bayesian
+optimisation: `--bo-seeds`, 1). `--reuse` replays again on the held-out scores and Kernel Tuner's
+runs a previous run left in `--out`. The `prior` strategy's pools carry each other card's times
+of the kernel as its evidence (`SearchPool.evidence`), as a new card's tune could read them.
 Targets: prior <= 1.02 at budget 8 (first step 1.05); at or below random at every budget and
 every Kernel Tuner strategy up to 32.
 
@@ -84,7 +87,7 @@ def loco_pools(dataset: Dataset, order: Any, iterations: int, seed: int) -> list
         t = time.monotonic()
         train = Dataset(dataset.digest, [f for f in dataset.forks if f.card_name != card], 0, [])
         with tempfile.TemporaryDirectory() as tmp:
-            fit_dataset(train, Path(tmp) / "prior.json", pools="measured", folds=1, seed=seed,
+            fit_dataset(train, Path(tmp) / "prior.json", pools="measured", folds=2, seed=seed,
                         params=Params(iterations=iterations), tracking_uri="off", fits_dir=Path(tmp) / "fits")
             prior = load_prior(Path(tmp) / "prior.json")
         mine = [p for p in frozen_pools(dataset, prior, order) if p[0] == card]
@@ -145,6 +148,8 @@ def kt_runs(files: Sequence[Path], pools: Sequence[tuple[str, FrozenPool]], stra
 
 def check_targets(curves: SearchCurves) -> None:
     c = curves.curves
+    if "prior" not in c:
+        return
     p8 = c["prior"]["8"]["slowdown"]
     say(f"target: prior at budget 8 {p8:.3f} (<= 1.02; first step <= 1.05): "
         f"{'met' if p8 <= 1.02 else 'first step met' if p8 <= 1.05 else 'NOT met'}")
@@ -163,8 +168,10 @@ def main() -> int:
     ap.add_argument("--bo-seeds", default="0")
     ap.add_argument("--kt", default=",".join(KT), help="Kernel Tuner strategies to run (empty: none)")
     ap.add_argument("--out", type=Path, default=ROOT / "_bench" / "search")
-    ap.add_argument("--reuse", action="store_true", help="reuse the scored pools a previous run left in --out "
-                    "(pools.pickle: the held-out priors' scores), to replay again without fitting")
+    ap.add_argument("--emmy", default=",".join(EMMY), help="Emmy strategies to replay")
+    ap.add_argument("--reuse", action="store_true", help="reuse the scored pools and Kernel Tuner's runs a previous "
+                    "run left in --out (pools.pickle: the held-out priors' scores; kt-*.json), to replay again "
+                    "without fitting")
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     if not args.peer.is_dir():
@@ -187,8 +194,10 @@ def main() -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         cached.write_bytes(pickle.dumps(pools))
     t = time.monotonic()
-    curves, truths = emmy_search_curves(pools, EMMY, BUDGETS, seeds, first_always=False)
-    tuned, _ = emmy_search_curves(pools, EMMY[1:], BUDGETS, seeds, suffix=" +first")  # as emmy tune: first option first
+    emmy = [s for s in args.emmy.split(",") if s]
+    curves, truths = emmy_search_curves(pools, emmy, BUDGETS, seeds, first_always=False)
+    tuned, _ = emmy_search_curves(pools, [s for s in emmy if s != "first"], BUDGETS, seeds,
+                                  suffix=" +first")  # as emmy tune: first option first
     curves.curves.update(tuned.curves)
     curves.methodology.update(tuned.methodology)
     for card, by in tuned.per_card.items():
@@ -197,7 +206,14 @@ def main() -> int:
     for name in [k for k in args.kt.split(",") if k]:
         t = time.monotonic()
         kseeds = [int(s) for s in (args.bo_seeds if name == "kt_bayes" else args.kt_seeds).split(",")]
-        runs = kt_runs(files, pools, KT[name], max(BUDGETS), kseeds)
+        saved = args.out / f"kt-{name}-seeds{'_'.join(map(str, kseeds))}.json"
+        if args.reuse and saved.is_file():  # written by this script: Kernel Tuner's runs on these pools
+            runs = {k: [list(r) for r in v] for k, v in json.loads(saved.read_text()).items()}
+            say(f"reused Kernel Tuner's {KT[name]} runs from {saved}")
+        else:
+            runs = kt_runs(files, pools, KT[name], max(BUDGETS), kseeds)
+            args.out.mkdir(parents=True, exist_ok=True)
+            saved.write_text(json.dumps(runs) + "\n")
         per_budget = dict.fromkeys(BUDGETS, runs)  # read at each budget along one run (module docstring)
         curves.add(name, per_budget, truths)
         say(f"kernel tuner {KT[name]} ({len(kseeds)} seeds per budget) in {time.monotonic() - t:.0f} s ({load()})")

@@ -86,13 +86,15 @@ def frozen_pools(dataset: Any, prior: Any | None, extern_order: Mapping[tuple[st
         if prior is not None:
             scores = np.asarray(prior.score(fork.kernel, fork.sizes, fork.card, fork.setting, list(knobs)))
         elsewhere = baselines.same_kernel_elsewhere(fork, dataset.forks)
-        transfer = None
+        transfer, evidence = None, None
         if elsewhere:
             t = baselines.transfer_scores(fork, elsewhere)[m]
             transfer = np.where(t <= baselines.UNSEEN, np.nan, t)
+            per_card = [baselines.transfer_scores(fork, [other])[m] for other in elsewhere]
+            evidence = tuple(np.where(e <= baselines.UNSEEN, np.nan, e) for e in per_card)
         name = getattr(fork.kernel, "name", fork.kernel_id[:12])
         label = f"{fork.card_name} / {name} {fork.sizes} / {fork.setting}"
-        pool = SearchPool(knobs, order, first, scores, transfer, label)
+        pool = SearchPool(knobs, order, first, scores, transfer, label, evidence)
         out.append((fork.card_name, FrozenPool(pool, fork.times[m].copy())))
     return out
 

@@ -9,10 +9,18 @@ the rule's order, the prior's scores, other cards' evidence) and the `Trial`s me
 - `first`: the rule's order;
 - `random`: the seeded sample a tune has always taken (the first option, then a seeded sample
   of the rest, in pool order; `emmy_core.knobs.sample_candidates`);
-- `prior`: the prior's order, re-ranked after each measurement: candidates sharing a failed
-  candidate's tile shape are dropped, and once WARMUP candidates are measured (the first option
-  and the prior's top 3), the candidates nearest the best measured so far (knob values in
-  common) are lifted, so the card's own rows act as evidence;
+- `prior`: the prior's order, re-ranked after each measurement with this card's rows as evidence.
+  Sources of order: the prior, and each other card that measured the same kernel (the pool's
+  `evidence`; a tune's pools have none yet). Each is weighted by how well its order agrees with
+  the times measured here so far (Spearman's rank correlation, shrunk towards BELIEF over
+  PSEUDO_ROWS rows, squared): a nearest-card lookup that sharpens as measurements arrive
+  (collaborative filtering), so a card unlike this one stops steering. The blended rank, on a
+  logit scale, is the expected -log(time); once WARMUP candidates are measured (the first option
+  and the prior's top 3), a tiny on-card model adds what the working rows imply per knob value
+  (Bayesian linear regression of their residuals on one-hot knob values, KNOB_SPREAD a value's
+  prior effect, NOISE a row's) and the next candidate is the one whose expectation plus OPTIMISM
+  standard deviations is highest (an upper confidence bound: untried values of a knob keep their
+  doubt). Candidates sharing a failed candidate's tile shape are dropped;
 - `explore`: `prior`, with one measurement in EXPLORE_EVERY spent where the prior is least
   sure: the candidate other cards' measurements (the transfer evidence) rank highest among
   those the prior ranks low; without such evidence, the candidate with the most knob values no
@@ -33,8 +41,15 @@ import numpy as np
 STRATEGIES = ("first", "random", "prior", "explore")
 SHAPE_KNOBS = frozenset({"block_m", "block_n", "block_k", "block", "tile_m", "tile_n", "tile_k"})
 _EXTERN_SHAPE = re.compile(r"extern\.(block_size|tile_size|block|tile)", re.IGNORECASE)
-NEIGHBOUR_WEIGHT = 0.5  # how much sharing the best measured candidate's knob values lifts a candidate
-WARMUP = 4  # measurements (the first option and the prior's top 3) before the card's own rows re-rank the rest
+WARMUP = 4  # measurements (the first option and the prior's top 3) before the card's own knob model re-ranks the rest
+BELIEF = 0.5  # rank agreement with this card each source (the prior, another card) is credited before any row
+PSEUDO_ROWS = 4.0  # how many of this card's rows that credit weighs as
+MIN_TRUST = 0.02  # a source that disagrees keeps this much (squared) weight
+PRIOR_SCALE = 0.3  # spread of -log(time) the blended order stands for (logit of its rank, as normal quantiles)
+LOGIT_TO_NORMAL = 1.7  # the logistic quantile over the normal one
+KNOB_SPREAD = 0.1  # prior spread of one knob value's effect on -log(time) on this card
+NOISE = 0.05  # spread of a measurement around the model (-log time)
+OPTIMISM = 1.0  # standard deviations of the knob model's doubt added to the expectation (where nothing was tried)
 EXPLORE_EVERY = 4  # explore: every 4th measurement (after the first two) goes where the prior is unsure
 
 
@@ -44,7 +59,9 @@ class SearchPool:
 
     `order`: candidate indices in the rule's order (`order[0]` the first option, when `first` is set);
     `scores`: the prior's score per candidate (higher better), None without a prior;
-    `transfer`: other cards' evidence per candidate (higher better, NaN where none measured it), or None.
+    `transfer`: other cards' evidence per candidate (higher better, NaN where none measured it), or None;
+    `evidence`: the same per other card (log of its best time over the candidate's there, a failure
+    there log(1e-3), NaN where that card did not measure it), or None.
     """
 
     knobs: tuple[Mapping[str, object], ...]
@@ -53,6 +70,7 @@ class SearchPool:
     scores: np.ndarray | None = None
     transfer: np.ndarray | None = None
     label: str = ""
+    evidence: tuple[np.ndarray, ...] | None = None
 
     def __len__(self) -> int:
         return len(self.knobs)
@@ -116,14 +134,9 @@ class RandomStrategy:
         return _unmeasured(pool, trials, [*head, *(rest[j] for j in picked)])[:n]
 
 
-def _similarity(pool: SearchPool, anchor: int, cache: dict[int, np.ndarray]) -> np.ndarray:
-    """Per candidate, the share of `anchor`'s knob values it has (1 for the anchor itself)."""
-    if anchor not in cache:
-        ref = pool.knobs[anchor]
-        names = list(ref)
-        cache[anchor] = np.array([sum(k.get(n) == ref[n] for n in names) / max(1, len(names))
-                                  for k in pool.knobs])
-    return cache[anchor]
+def _working(trials: Sequence[Trial]) -> list[Trial]:
+    """The trials that measured a working time (a batch's placeholders, infinite, are not evidence)."""
+    return [t for t in trials if t.time_us is not None and np.isfinite(t.time_us)]
 
 
 def percentile_ranks(scores: np.ndarray) -> np.ndarray:
@@ -134,41 +147,135 @@ def percentile_ranks(scores: np.ndarray) -> np.ndarray:
     return ranks / (len(scores) - 1)
 
 
+def rank_agreement(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rank correlation of two equally long arrays (0 when either is constant)."""
+    ra = np.argsort(np.argsort(a, kind="stable"), kind="stable").astype(np.float64)
+    rb = np.argsort(np.argsort(b, kind="stable"), kind="stable").astype(np.float64)
+    if ra.std() == 0 or rb.std() == 0:
+        return 0.0
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def knob_design(knobs: Sequence[Mapping[str, object]]) -> np.ndarray:
+    """An intercept column, then one 0/1 column per value of every knob that takes more than one value in the pool."""
+    cols = [np.ones(len(knobs))]
+    for name in sorted({k for kn in knobs for k in kn}):
+        values = np.array([repr(kn.get(name)) for kn in knobs])
+        distinct = np.unique(values)
+        if len(distinct) > 1:
+            cols += [(values == v).astype(np.float64) for v in distinct]
+    return np.column_stack(cols)
+
+
+@dataclass
+class _Evidence:
+    """One pool's sources of order (the prior, each other card), as percentile ranks and as raw values."""
+
+    ranks: list[np.ndarray]
+    raw: list[np.ndarray]
+    belief: list[float]  # how much each source is trusted before this card's rows say otherwise
+    design: np.ndarray | None = None  # knob_design, once this card has rows to fit
+    shapes: list[tuple[tuple[str, object], ...]] | None = None  # shape_key per candidate, once one failed
+
+
 class PriorStrategy:
     """The prior's order, re-ranked after each measurement with what this card measured (module docstring)."""
 
     name = "prior"
 
-    def __init__(self, neighbour_weight: float = NEIGHBOUR_WEIGHT, warmup: int = WARMUP) -> None:
-        self.neighbour_weight = neighbour_weight
-        self.warmup = warmup
-        self._sims: dict[int, np.ndarray] = {}
+    def __init__(self, warmup: int = WARMUP, belief: float = BELIEF, pseudo_rows: float = PSEUDO_ROWS,
+                 scale: float = PRIOR_SCALE, knob_spread: float = KNOB_SPREAD, noise: float = NOISE,
+                 optimism: float = OPTIMISM) -> None:
+        self.warmup, self.belief, self.pseudo_rows = warmup, belief, pseudo_rows
+        self.scale, self.knob_spread, self.noise, self.optimism = scale, knob_spread, noise, optimism
         self._pool: SearchPool | None = None
+        self._ev: _Evidence | None = None
         self._base: np.ndarray | None = None
 
     def _start(self, pool: SearchPool) -> np.ndarray:
+        """The order before this card measured anything: the prior's percentile ranks (the rule's without one)."""
         if self._pool is not pool:
-            self._pool, self._sims = pool, {}
+            ranks, raw, belief = [], [], []
             if pool.scores is not None:
-                base = percentile_ranks(np.asarray(pool.scores, dtype=np.float64))
+                s = np.asarray(pool.scores, dtype=np.float64)
+                ranks.append(percentile_ranks(s))
+                raw.append(s)
+                belief.append(self.belief)
             else:  # no prior: the rule's order
                 base = np.zeros(len(pool))
                 base[list(pool.order)] = np.linspace(1.0, 0.0, len(pool.order)) if len(pool.order) > 1 else 1.0
-            self._base = base
+                ranks.append(base)
+                raw.append(base)
+                belief.append(self.belief)
+            for e in pool.evidence or ():
+                e = np.asarray(e, dtype=np.float64)
+                seen = np.isfinite(e)
+                if seen.any():
+                    ranks.append(np.where(seen, percentile_ranks(np.where(seen, e, -np.inf)), 0.0))
+                    raw.append(np.where(seen, e, np.nan))
+                    belief.append(self.belief)
+            self._pool, self._ev, self._base = pool, _Evidence(ranks, raw, belief), ranks[0]
         assert self._base is not None
         return self._base
 
+    def weights(self, pool: SearchPool, trials: Sequence[Trial]) -> np.ndarray:
+        """Per source (the prior, then each other card), its weight: its rank agreement with this card's working
+        rows, shrunk towards BELIEF by PSEUDO_ROWS rows, squared (a source that disagrees falls to almost nothing)."""
+        self._start(pool)
+        assert self._ev is not None
+        ok = _working(trials)
+        idx = np.array([t.index for t in ok], dtype=np.int64)
+        y = -np.log(np.array([t.time_us for t in ok], dtype=np.float64)) if ok else np.zeros(0)
+        out = []
+        for raw, belief in zip(self._ev.raw, self._ev.belief, strict=True):
+            v = raw[idx]
+            seen = np.isfinite(v)
+            n = int(seen.sum())
+            rho = rank_agreement(v[seen], y[seen]) if n >= 3 else 0.0
+            n = n if n >= 3 else 0
+            trust = (self.pseudo_rows * belief + n * rho) / (self.pseudo_rows + n)
+            out.append(max(trust, MIN_TRUST) ** 2)
+        return np.array(out)
+
+    def expected(self, pool: SearchPool, trials: Sequence[Trial]) -> tuple[np.ndarray, np.ndarray]:
+        """Per candidate, the expected -log(time) up to a constant, and its standard deviation (module docstring):
+        the sources blended by their weights, on a logit scale of their rank; with WARMUP rows measured, plus the
+        per-knob-value corrections this card's working rows imply (a Bayesian linear model, ridge prior)."""
+        self._start(pool)
+        assert self._ev is not None
+        w = self.weights(pool, trials)
+        blend = sum(wi * r for wi, r in zip(w, self._ev.ranks, strict=True)) / w.sum()
+        n = len(pool)
+        q = percentile_ranks(blend) * (n - 1) / n + 0.5 / n
+        mean0 = self.scale * np.log(q / (1 - q)) / LOGIT_TO_NORMAL
+        ok = _working(trials)
+        if not ok or len(trials) < self.warmup:
+            return mean0, np.full(n, self.knob_spread)
+        if self._ev.design is None:
+            self._ev.design = knob_design(pool.knobs)
+        x = self._ev.design
+        idx = np.array([t.index for t in ok], dtype=np.int64)
+        resid = -np.log(np.array([t.time_us for t in ok], dtype=np.float64)) - mean0[idx]
+        precision = np.full(x.shape[1], 1.0 / self.knob_spread ** 2)
+        precision[0] = 1e-6  # the intercept (this card's speed) is free
+        a = x[idx].T @ x[idx] / self.noise ** 2 + np.diag(precision)
+        cov = np.linalg.inv(a)
+        coef = cov @ x[idx].T @ resid / self.noise ** 2
+        var = np.einsum("ij,jk,ik->i", x[:, 1:], cov[1:, 1:], x[:, 1:])
+        return mean0 + x @ coef, np.sqrt(np.maximum(var, 0.0))
+
     def ranking(self, pool: SearchPool, trials: Sequence[Trial]) -> np.ndarray:
-        """Every candidate's re-ranked value (higher first); -inf for the measured and the excluded."""
-        value = self._start(pool).copy()
-        ok = [t for t in trials if t.ok]
-        if ok and self.neighbour_weight and len(trials) >= self.warmup:
-            best = min(ok, key=lambda t: t.time_us or 0.0)
-            value = value + self.neighbour_weight * _similarity(pool, best.index, self._sims)
+        """Every candidate's re-ranked value (higher first; the expected value plus OPTIMISM standard deviations);
+        -inf for the measured and the excluded (sharing a failed candidate's tile shape)."""
+        mean, sd = self.expected(pool, trials)
+        value = mean + self.optimism * sd
         failed_shapes = {shape_key(pool.knobs[t.index]) for t in trials if not t.ok}
         failed_shapes.discard(())
         if failed_shapes:
-            drop = np.array([shape_key(k) in failed_shapes for k in pool.knobs])
+            assert self._ev is not None
+            if self._ev.shapes is None:
+                self._ev.shapes = [shape_key(k) for k in pool.knobs]
+            drop = np.array([k in failed_shapes for k in self._ev.shapes])
             if not drop.all():
                 value = np.where(drop, -np.inf, value)
         value[[t.index for t in trials]] = -np.inf
@@ -189,8 +296,8 @@ class ExploreStrategy(PriorStrategy):
 
     name = "explore"
 
-    def __init__(self, every: int = EXPLORE_EVERY, neighbour_weight: float = NEIGHBOUR_WEIGHT) -> None:
-        super().__init__(neighbour_weight)
+    def __init__(self, every: int = EXPLORE_EVERY) -> None:
+        super().__init__()
         self.every = every
 
     def uncertain(self, pool: SearchPool, trials: Sequence[Trial], value: np.ndarray) -> int | None:

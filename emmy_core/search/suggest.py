@@ -4,7 +4,8 @@ For a performance engineer bringing up a card, before a tune. Per distinct kerne
 model (a fork: kernel, sizes, card, setting) it reads the rows a tuning database holds for
 it, and ranks the candidates not measured yet the way `emmy tune --strategy prior` would next
 (`PriorStrategy.ranking`: the first option first while it has no row, then the prior's
-order, candidates sharing a failed tile shape left out, neighbours of the best row lifted),
+order, candidates sharing a failed tile shape left out, re-ranked by what the fork's rows
+imply per knob value once it has a few),
 adding the `explore` strategy's pick where the prior is least sure. Each suggestion says why:
 the prior's score and its percentile in the pool, how many of its knob values no row has tried
 (the uncertainty: nothing measured near it), that it has no row yet. A fork with no row at all

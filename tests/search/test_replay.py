@@ -19,7 +19,7 @@ from emmy_core.search import (
     make_strategy,
     replay,
 )
-from emmy_core.search.strategy import STRATEGIES, PriorStrategy, shape_key
+from emmy_core.search.strategy import BELIEF, STRATEGIES, WARMUP, PriorStrategy, shape_key
 from emmy_core.targets import local_card
 
 
@@ -141,3 +141,36 @@ def test_random_is_todays_seeded_sample() -> None:
     for seed in (0, 5):
         trials = replay(make_strategy("random", seed), FrozenPool(search, np.ones(len(pool))), 8)
         assert [pool[t.index] for t in trials] == [dict(k) for k in sample_candidates(kernel, card, 8, seed)]
+
+
+def test_prior_weights_other_cards_by_how_well_their_times_agree_with_this_cards_rows() -> None:
+    rng = np.random.default_rng(4)
+    n = 60
+    knobs = tuple({"tile_m": 2 ** (i % 6), "unroll": i // 6} for i in range(n))
+    times = rng.uniform(1.0, 10.0, n)
+    alike = -np.log(times) + rng.normal(0, 0.05, n)  # a card whose times order like this one's
+    unlike = np.log(times)  # a card that orders them the other way round
+    flat = np.zeros(n)  # a prior with no opinion
+    pool = SearchPool(knobs, tuple(range(n)), None, flat, None, "two cards", (unlike, alike))
+    strategy = PriorStrategy()
+    measured = [Trial(int(i), float(times[i])) for i in rng.choice(n, 6, replace=False)]
+    w = strategy.weights(pool, measured)
+    assert w[2] > 0.4 and w[1] < 0.01  # the agreeing card steers, the disagreeing one barely counts
+    assert strategy.weights(pool, measured[:2]).tolist() == pytest.approx([BELIEF ** 2] * 3)  # under 3 rows: as believed
+    pick = strategy.propose(pool, measured, 1, 10)[0]
+    done = {t.index for t in measured}
+    assert times[pick] == min(times[i] for i in range(n) if i not in done)
+
+
+def test_prior_knob_model_moves_away_from_a_knob_value_this_card_measured_slow() -> None:
+    n = 48
+    knobs = tuple({"tile_m": 2 ** (i % 4), "vec": (1, 2, 4)[(i // 4) % 3], "unroll": i // 12} for i in range(n))
+    times = np.array([10.0 if k["vec"] == 4 else 1.0 + 0.01 * i for i, k in enumerate(knobs)])
+    scores = np.array([2.0 if k["vec"] == 4 else 0.0 for k in knobs]) + np.linspace(0, 0.1, n)  # the prior likes vec=4
+    frozen = FrozenPool(SearchPool(knobs, tuple(range(n)), 0, scores, None, "slow vec"), times)  # first: vec=1
+    trials = replay(make_strategy("prior"), frozen, 8)
+    first4 = [frozen.pool.knobs[t.index]["vec"] for t in trials[:WARMUP]]
+    after = [frozen.pool.knobs[t.index]["vec"] for t in trials[WARMUP:]]
+    assert first4 == [1] + [4] * (WARMUP - 1)  # the first option, then the prior's top
+    assert 4 not in after[:3]  # then the rows say vec=4 (or unroll=3, tried with it only) is slow here: left
+    assert min(t.time_us for t in trials[WARMUP:] if t.ok) < 2.0
