@@ -144,6 +144,25 @@ def test_the_direct_api_and_the_backend_agree_bit_for_bit() -> None:
             assert torch.equal(direct(y), c(y))
 
 
+def test_the_direct_api_on_the_dynamo_path_agrees_bit_for_bit_and_explains_what_runs_where() -> None:
+    torch.manual_seed(0)
+    m = WithCumsum().eval()
+    x = torch.randn(2, 5, H)
+    direct = emmy_core.compile(m, (x,), prior=False, torch_ops="run")
+    c = torch.compile(m, backend=emmy_backend(prior=False), dynamic=True)
+    with torch.no_grad():
+        for s in (5, 9):
+            y = torch.randn(2, s, H)
+            assert torch.equal(direct(y), c(y))
+    text = direct.explain()
+    assert "torch torch.cumsum" in text and "matmul FLOPs on Emmy" in text
+    assert "rule" in text  # each Emmy group's resolution record: who settled its forks
+    (report,) = direct.reports()
+    assert report.matmul_flops_on_emmy == report.matmul_flops > 0 and report.sizes
+    with pytest.raises(TypeError, match="torch_ops"):
+        emmy_core.compile(m, (x,), prior=False, torch_ops="maybe")
+
+
 def test_a_group_that_differs_from_torch_runs_as_torch_with_a_note() -> None:
     torch.manual_seed(0)
     m = Block().eval()
