@@ -282,6 +282,7 @@ def _tiny_layers() -> dict[str, tuple[torch.nn.Module, int]]:
                                    hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     bert._attn_implementation = "eager"
     return {"llama layer (sdpa)": (LlamaLayer(_llama_cfg(64, 4, 2, 176)), 64),
+            "tiny LlamaModel (ids)": (transformers.LlamaModel(_llama_cfg(64, 4, 2, 176, layers=2)), 0),
             "gpt2 block": (GPT2Block(gpt, layer_idx=0), 64),
             "bert layer": (BertLayer(bert), 64),
             "torch encoder layer": (torch.nn.TransformerEncoderLayer(64, 4, 256, dropout=0.0), 64)}
@@ -301,7 +302,8 @@ def backend_vs_torch(args: argparse.Namespace) -> None:
     torch.manual_seed(0)
     for name, (module, hidden) in _tiny_layers().items():
         module.eval()
-        x = torch.randn(args.seq, 1, hidden) if "encoder" in name else torch.randn(1, args.seq, hidden)
+        x = torch.randint(0, 1000, (1, args.seq)) if not hidden else \
+            torch.randn(args.seq, 1, hidden) if "encoder" in name else torch.randn(1, args.seq, hidden)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             _, reports = run_backend(module, (x,), build=False, **opts)
@@ -323,6 +325,8 @@ def backend_vs_torch(args: argparse.Namespace) -> None:
             layer = LlamaLayer(_llama_cfg(2048, 32, 4, 5632)).to(DTYPES[dt]).eval()
             cases.append((f"llama layer 2048 {dt} B={b},S={args.seq}", layer,
                           (torch.randn(b, args.seq, 2048, dtype=DTYPES[dt]),)))
+    if args.cases:
+        cases = [c for c in cases if any(w in c[0] for w in args.cases.split(","))]
     losers: list[str] = []
     for what, module, x in cases:
         torch._dynamo.reset()
@@ -334,6 +338,10 @@ def backend_vs_torch(args: argparse.Namespace) -> None:
             got = emmy(*x)
             emmy_s = time.perf_counter() - t0
             fns = {"emmy": emmy, "eager": module}
+            if args.sdpa_on_torch:  # the same backend with attention left to torch's fused kernel
+                sdpa = torch.compile(module, backend=emmy_backend(attention=False, **opts))
+                sdpa(*x)
+                fns["emmy, sdpa on torch"] = sdpa
             inductor_s = None
             if not args.no_inductor:
                 inductor = torch.compile(module)
@@ -354,6 +362,8 @@ def backend_vs_torch(args: argparse.Namespace) -> None:
         line = f"  {what:<30} emmy {med.get('emmy', 0) / 1e3:9.1f} ms, eager {med.get('eager', 0) / 1e3:9.1f} ms"
         if "inductor" in med:
             line += f", inductor {med['inductor'] / 1e3:9.1f} ms"
+        if "emmy, sdpa on torch" in med:
+            line += f", emmy with sdpa on torch {med['emmy, sdpa on torch'] / 1e3:9.1f} ms"
         line += f"; emmy {med['eager'] / med['emmy']:.2f}x eager"
         if "inductor" in med:
             line += f", {med['inductor'] / med['emmy']:.2f}x inductor"
@@ -398,6 +408,9 @@ def main() -> int:
     ap.add_argument("--no-inductor", action="store_true")
     ap.add_argument("--skip-resolution", action="store_true")
     ap.add_argument("--backend-only", action="store_true", help="only part 3, the emmy Dynamo backend")
+    ap.add_argument("--sdpa-on-torch", action="store_true",
+                    help="also time the backend with attention left to torch (does lowering attention pay?)")
+    ap.add_argument("--cases", default="", help="only the speed cases whose name contains one of these (comma list)")
     ap.add_argument("--verbose", action="store_true", help="print the backend's coverage report of every case")
     args = ap.parse_args()
     load_before = os.getloadavg()

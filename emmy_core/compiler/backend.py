@@ -351,12 +351,14 @@ def _card(card: str | Card) -> Card:
 
 def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_db: Path | str | None = None,
                  freezes: FreezesArg = None, prior: PriorArg = None, check: bool = True,
-                 build: bool = True) -> Callable[..., Any]:
+                 build: bool = True, attention: bool = True) -> Callable[..., Any]:
     """A Dynamo backend for `card` and `setting` with the given evidence sources (as `emmy_core.compile` takes them).
 
     `check=False` skips the check against torch at each new size (for timing the check's cost only);
     `build=False` only partitions and settles forks at each size run, while torch computes (what `emmy explain`
-    uses: the coverage and the record of a card this machine cannot run)."""
+    uses: the coverage and the record of a card this machine cannot run); `attention=False` leaves
+    `scaled_dot_product_attention` to torch instead of rewriting it as Emmy's matmuls and softmax (what the
+    benchmark compares it with)."""
     from emmy_core.codegen.backend import get_setting
 
     get_setting(setting)
@@ -381,7 +383,8 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
         lowered: dict[str, Lowered] = {}
 
         consts = lifted_floats(gm, example_inputs, params)
-        decompose_sdpa(gm, consts)
+        if attention:
+            decompose_sdpa(gm, consts)
 
         def trial(sub: fx.GraphModule) -> None:
             tr = to_graph(sub, params, f"{name}.trial", consts)
