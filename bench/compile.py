@@ -337,6 +337,7 @@ def backend_vs_torch(args: argparse.Namespace) -> None:
             t0 = time.perf_counter()
             got = emmy(*x)
             emmy_s = time.perf_counter() - t0
+            emmy_end = len(_GRAPHS)  # the emmy contender's graphs end here (the sdpa-on-torch one compiles its own)
             fns = {"emmy": emmy, "eager": module}
             if args.sdpa_on_torch:  # the same backend with attention left to torch's fused kernel
                 sdpa = torch.compile(module, backend=emmy_backend(attention=False, **opts))
@@ -353,11 +354,11 @@ def backend_vs_torch(args: argparse.Namespace) -> None:
             err = max_error(got if isinstance(got, torch.Tensor) else got[0],
                             want if isinstance(want, torch.Tensor) else want[0])
             last: dict[int, tuple] = {}
-            for st in _GRAPHS[before:]:
+            for st in _GRAPHS[before:emmy_end]:
                 for g in st.live_groups():
                     g.register_forward_pre_hook(lambda mod, a, last=last: last.__setitem__(id(mod), a))
             med, failed = interleaved_medians(fns, x, args.repeats, warmup=1)
-        reports = [g.report() for g in _GRAPHS[before:]]
+        reports = [g.report() for g in _GRAPHS[before:emmy_end]]
         on, total = _share(reports)
         line = f"  {what:<30} emmy {med.get('emmy', 0) / 1e3:9.1f} ms, eager {med.get('eager', 0) / 1e3:9.1f} ms"
         if "inductor" in med:
@@ -378,7 +379,7 @@ def backend_vs_torch(args: argparse.Namespace) -> None:
             for n in r.notes:
                 print(f"    note: {n}")
         with torch.no_grad():
-            for st in _GRAPHS[before:]:
+            for st in _GRAPHS[before:emmy_end]:
                 for g in st.live_groups():
                     a = last.get(id(g))
                     if a is None or g.off is not None or not g.compiled.lowered.kernels:
