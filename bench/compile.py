@@ -20,9 +20,12 @@
    intermediate 5632: TinyLlama's) f32 and f16 at B=1 and B=8, S=128, and a whole tiny LlamaModel from
    token ids; the compile time (Dynamo + partition + builds + the check against torch, first call)
    against Inductor's; and each Emmy group against the torch ops it replaced, at the same inputs
-   (the groups that lose are named). `--backend-only` runs just this part.
+   (the groups that lose are named). `--backend-only` runs just this part; `--sdpa-on-torch` adds the
+   backend with attention left to torch's fused kernel as a contender (does lowering attention pay?);
+   `--cases f16,B=1` keeps the speed cases whose names contain one of the words.
 
 Run: .venv/bin/python bench/compile.py [--db _data/bench.db] [--tune 16] [--repeats 30] [--no-inductor]
+     .venv/bin/python bench/compile.py --backend-only --repeats 5 --sdpa-on-torch   (the backend's figures)
 Prints the load average beside the figures: timings on a shared machine are noisy.
 """
 
