@@ -41,8 +41,8 @@ def attention_mask(q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor | N
         keep = torch.ones(length, source, dtype=torch.bool, device=q.device).tril()
         m = m.masked_fill(~keep, float("-inf"))
     if attn_mask is not None:
-        if attn_mask.dtype == torch.bool:
-            m = m.masked_fill(~attn_mask, float("-inf"))
+        if attn_mask.dtype == torch.bool:  # torch.where broadcasts a batched mask ([B, 1, L, S]) as SDPA does
+            m = torch.where(attn_mask, m, torch.full((), float("-inf"), dtype=q.dtype, device=q.device))
         else:
             m = m + attn_mask.to(q.dtype) / scale
     return m.expand(*q.shape[:-1], source).contiguous()

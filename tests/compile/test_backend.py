@@ -188,8 +188,8 @@ def test_causal_and_masked_attention_run_as_emmy_matmuls_and_softmax_equal_to_to
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 4, 5, 8) for _ in range(3))
     bias = torch.randn(5, 5)
-    keep = torch.rand(5, 5) > 0.3
-    keep[:, 0] = True  # no row fully masked (torch's answer there is NaN)
+    keep = torch.rand(2, 1, 5, 5) > 0.3  # batched, broadcast over the heads
+    keep[..., 0] = True  # no row fully masked (torch's answer there is NaN)
     before = len(compile_reports())
     with torch.no_grad():
         got = torch.compile(Attention(), backend=emmy_backend(prior=False))(q, k, v, bias, keep)
