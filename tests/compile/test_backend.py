@@ -118,14 +118,15 @@ def test_a_weight_edited_in_place_after_compile_is_followed() -> None:
 
 
 def test_recompiles_are_bounded_ten_sequence_lengths_at_most_two_graph_compilations() -> None:
+    """Counted with the backend resolving only (no kernel builds); the Llama layer's model test runs ten lengths
+    built and checked against eager."""
     torch.manual_seed(0)
     m = Block().eval()
     before = len(compile_reports())
-    c = torch.compile(m, backend=emmy_backend(prior=False))
+    c = torch.compile(m, backend=emmy_backend(prior=False, build=False))
     with torch.no_grad():
         for s in range(2, 12):
-            x = torch.randn(3, s, H)
-            torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
+            c(torch.randn(3, s, H))
     reports = _since(before)
     assert 1 <= len(reports) <= 2, [r.name for r in reports]
     assert reports[-1].sizes and reports[-1].matmul_flops_on_emmy == reports[-1].matmul_flops
