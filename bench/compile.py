@@ -20,9 +20,12 @@
    intermediate 5632: TinyLlama's) f32 and f16 at B=1 and B=8, S=128, and a whole tiny LlamaModel from
    token ids; the compile time (Dynamo + partition + builds + the check against torch, first call)
    against Inductor's; and each Emmy group against the torch ops it replaced, at the same inputs
-   (the groups that lose are named). `--backend-only` runs just this part.
+   (the groups that lose are named). `--backend-only` runs just this part; `--sdpa-on-torch` adds the
+   backend with attention left to torch's fused kernel as a contender (does lowering attention pay?);
+   `--cases f16,B=1` keeps the speed cases whose names contain one of the words.
 
 Run: .venv/bin/python bench/compile.py [--db _data/bench.db] [--tune 16] [--repeats 30] [--no-inductor]
+     .venv/bin/python bench/compile.py --backend-only --repeats 5 --sdpa-on-torch   (the backend's figures)
 Prints the load average beside the figures: timings on a shared machine are noisy.
 """
 
@@ -282,6 +285,7 @@ def _tiny_layers() -> dict[str, tuple[torch.nn.Module, int]]:
                                    hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     bert._attn_implementation = "eager"
     return {"llama layer (sdpa)": (LlamaLayer(_llama_cfg(64, 4, 2, 176)), 64),
+            "tiny LlamaModel (ids)": (transformers.LlamaModel(_llama_cfg(64, 4, 2, 176, layers=2)), 0),
             "gpt2 block": (GPT2Block(gpt, layer_idx=0), 64),
             "bert layer": (BertLayer(bert), 64),
             "torch encoder layer": (torch.nn.TransformerEncoderLayer(64, 4, 256, dropout=0.0), 64)}
@@ -301,7 +305,8 @@ def backend_vs_torch(args: argparse.Namespace) -> None:
     torch.manual_seed(0)
     for name, (module, hidden) in _tiny_layers().items():
         module.eval()
-        x = torch.randn(args.seq, 1, hidden) if "encoder" in name else torch.randn(1, args.seq, hidden)
+        x = torch.randint(0, 1000, (1, args.seq)) if not hidden else \
+            torch.randn(args.seq, 1, hidden) if "encoder" in name else torch.randn(1, args.seq, hidden)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             _, reports = run_backend(module, (x,), build=False, **opts)
@@ -323,6 +328,8 @@ def backend_vs_torch(args: argparse.Namespace) -> None:
             layer = LlamaLayer(_llama_cfg(2048, 32, 4, 5632)).to(torch_dtype(dt)).eval()
             cases.append((f"llama layer 2048 {dt} B={b},S={args.seq}", layer,
                           (torch.randn(b, args.seq, 2048, dtype=torch_dtype(dt)),)))
+    if args.cases:
+        cases = [c for c in cases if any(w in c[0] for w in args.cases.split(","))]
     losers: list[str] = []
     for what, module, x in cases:
         torch._dynamo.reset()
@@ -333,7 +340,12 @@ def backend_vs_torch(args: argparse.Namespace) -> None:
             t0 = time.perf_counter()
             got = emmy(*x)
             emmy_s = time.perf_counter() - t0
+            emmy_end = len(_GRAPHS)  # the emmy contender's graphs end here (the sdpa-on-torch one compiles its own)
             fns = {"emmy": emmy, "eager": module}
+            if args.sdpa_on_torch:  # the same backend with attention left to torch's fused kernel
+                sdpa = torch.compile(module, backend=emmy_backend(attention=False, **opts))
+                sdpa(*x)
+                fns["emmy, sdpa on torch"] = sdpa
             inductor_s = None
             if not args.no_inductor:
                 inductor = torch.compile(module)
@@ -345,15 +357,17 @@ def backend_vs_torch(args: argparse.Namespace) -> None:
             err = max_error(got if isinstance(got, torch.Tensor) else got[0],
                             want if isinstance(want, torch.Tensor) else want[0])
             last: dict[int, tuple] = {}
-            for st in _GRAPHS[before:]:
+            for st in _GRAPHS[before:emmy_end]:
                 for g in st.live_groups():
                     g.register_forward_pre_hook(lambda mod, a, last=last: last.__setitem__(id(mod), a))
             med, failed = interleaved_medians(fns, x, args.repeats, warmup=1)
-        reports = [g.report() for g in _GRAPHS[before:]]
+        reports = [g.report() for g in _GRAPHS[before:emmy_end]]
         on, total = _share(reports)
         line = f"  {what:<30} emmy {med.get('emmy', 0) / 1e3:9.1f} ms, eager {med.get('eager', 0) / 1e3:9.1f} ms"
         if "inductor" in med:
             line += f", inductor {med['inductor'] / 1e3:9.1f} ms"
+        if "emmy, sdpa on torch" in med:
+            line += f", emmy with sdpa on torch {med['emmy, sdpa on torch'] / 1e3:9.1f} ms"
         line += f"; emmy {med['eager'] / med['emmy']:.2f}x eager"
         if "inductor" in med:
             line += f", {med['inductor'] / med['emmy']:.2f}x inductor"
@@ -368,7 +382,7 @@ def backend_vs_torch(args: argparse.Namespace) -> None:
             for n in r.notes:
                 print(f"    note: {n}")
         with torch.no_grad():
-            for st in _GRAPHS[before:]:
+            for st in _GRAPHS[before:emmy_end]:
                 for g in st.live_groups():
                     a = last.get(id(g))
                     if a is None or g.off is not None or not g.compiled.lowered.kernels:
@@ -398,6 +412,9 @@ def main() -> int:
     ap.add_argument("--no-inductor", action="store_true")
     ap.add_argument("--skip-resolution", action="store_true")
     ap.add_argument("--backend-only", action="store_true", help="only part 3, the emmy Dynamo backend")
+    ap.add_argument("--sdpa-on-torch", action="store_true",
+                    help="also time the backend with attention left to torch (does lowering attention pay?)")
+    ap.add_argument("--cases", default="", help="only the speed cases whose name contains one of these (comma list)")
     ap.add_argument("--verbose", action="store_true", help="print the backend's coverage report of every case")
     args = ap.parse_args()
     load_before = os.getloadavg()

@@ -43,6 +43,7 @@ from emmy_core.compiler.runner import Runner
 from emmy_core.evidence.context import PriorArg, PriorUnavailableWarning, open_sources
 from emmy_core.evidence.freeze import FreezesArg
 from emmy_core.evidence.model import KernelPlan
+from emmy_core.graph.attention import decompose_sdpa
 from emmy_core.graph.dynamo import Translated, describe, is_compute, matmul_flops, to_graph, value
 from emmy_core.graph.lower import Lowered
 from emmy_core.graph.partition import fuse, plan_partitions
@@ -212,6 +213,10 @@ class EmmyGroup(nn.Module):
         if sizes is None:
             self.torch_calls += 1
             return self.torch_sub(*args)
+        for pos, want in self.translated.consts:
+            if float(args[pos]) != want:  # a lifted attribute changed since compile: torch computes with it
+                self.torch_calls += 1
+                return self.torch_sub(*args)
         if self.resolve_only:  # explain: the forks settled at this size, the values computed by torch
             self.compiled.resolve(sizes)
             return self.torch_sub(*args)
@@ -320,6 +325,22 @@ def render_reports(reports: Sequence[GraphReport]) -> str:
     return "\n".join(lines)
 
 
+def lifted_floats(gm: fx.GraphModule, example_inputs: Sequence[Any], params: set[str]) -> dict[str, float]:
+    """`{node: value}` of each `.item()` of a 0-d float input that is no parameter: a float attribute of the
+    module (a norm's eps, attention's scale) that Dynamo passes as a tensor so a change needs no recompile.
+    Emmy's kernels take it as the constant it is now; `EmmyGroup` runs torch at a call where it differs."""
+    placeholders = dict(zip((n for n in gm.graph.nodes if n.op == "placeholder"), example_inputs, strict=False))
+    out: dict[str, float] = {}
+    for n in gm.graph.nodes:
+        if n.op != "call_method" or n.target != "item" or len(n.args) != 1:
+            continue
+        src = n.args[0]
+        ex = placeholders.get(src) if isinstance(src, fx.Node) else None
+        if isinstance(ex, torch.Tensor) and ex.dim() == 0 and ex.is_floating_point() and src.name not in params:
+            out[n.name] = float(ex.item())
+    return out
+
+
 def _card(card: str | Card) -> Card:
     if isinstance(card, Card):
         return card
@@ -330,12 +351,14 @@ def _card(card: str | Card) -> Card:
 
 def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_db: Path | str | None = None,
                  freezes: FreezesArg = None, prior: PriorArg = None, check: bool = True,
-                 build: bool = True) -> Callable[..., Any]:
+                 build: bool = True, attention: bool = True) -> Callable[..., Any]:
     """A Dynamo backend for `card` and `setting` with the given evidence sources (as `emmy_core.compile` takes them).
 
     `check=False` skips the check against torch at each new size (for timing the check's cost only);
     `build=False` only partitions and settles forks at each size run, while torch computes (what `emmy explain`
-    uses: the coverage and the record of a card this machine cannot run)."""
+    uses: the coverage and the record of a card this machine cannot run); `attention=False` leaves
+    `scaled_dot_product_attention` to torch instead of rewriting it as Emmy's matmuls and softmax (what the
+    benchmark compares it with)."""
     from emmy_core.codegen.backend import get_setting
 
     get_setting(setting)
@@ -359,16 +382,20 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
         builder = Builder(the_card, setting) if build and runnable_here(the_card) is None else None
         lowered: dict[str, Lowered] = {}
 
+        consts = lifted_floats(gm, example_inputs, params)
+        if attention:
+            decompose_sdpa(gm, consts)
+
         def trial(sub: fx.GraphModule) -> None:
-            tr = to_graph(sub, params, f"{name}.trial")
+            tr = to_graph(sub, params, f"{name}.trial", consts)
             compile_graph(tr.graph)
 
-        plan = plan_partitions(gm, trial, device)
+        plan = plan_partitions(gm, trial, device, consts)
         state = GraphState(name, gm, plan.torch_ops, built=build)
         groups = [tuple(n.name for n in g if is_compute(n)) for g in plan.groups]
         for sub_name, nodes in zip(fuse(gm, plan), groups, strict=True):
             sub = getattr(gm, sub_name)
-            tr = to_graph(sub, params, f"{name}.{sub_name}")
+            tr = to_graph(sub, params, f"{name}.{sub_name}", consts)
             lowered[sub_name] = compile_graph(tr.graph)
             compiled = Compiled(lowered[sub_name], the_card, setting, sources, strict_evidence=False,
                                 device=torch.device(device), builder=builder)

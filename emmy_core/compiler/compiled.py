@@ -20,6 +20,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -40,6 +41,9 @@ from emmy_core.graph.lower import Lowered
 from emmy_core.ir.check import MAX_EXTENT
 from emmy_core.ir.sizes import format_sizes, parse_sizes
 from emmy_core.targets.card import Card
+
+if TYPE_CHECKING:
+    from emmy_core.compiler.graphs import CompiledGraphs
 
 
 class NoGradientsWarning(UserWarning):
@@ -279,8 +283,13 @@ def _prepare(module: nn.Module, example_inputs: Sequence[torch.Tensor], card: st
 
 def compile(module: nn.Module, example_inputs: Sequence[torch.Tensor], *, card: str | Card = "local",
             setting: str = "deploy", strict_evidence: bool = False, tuning_db: Path | str | None = None,
-            freezes: FreezesArg = None, prior: PriorArg = None) -> Compiled:
+            freezes: FreezesArg = None, prior: PriorArg = None, torch_ops: str = "refuse") -> Compiled | CompiledGraphs:
     """Compiles `module` for `card` (default: this machine's) from its example inputs.
+
+    `torch_ops="refuse"` (the default) compiles the whole module to Emmy kernels as one graph with named
+    dynamic axes `B` and `S`, or refuses naming the op and model line Emmy does not lower; `torch_ops="run"`
+    compiles it through the emmy Dynamo backend (`CompiledGraphs`, see `graphs.py`): ops Emmy does not lower
+    run as torch, groups of the rest on Emmy kernels, sizes from Dynamo's symbolic shapes.
 
     Every fork is settled by the best evidence: the freeze's goldens (`freezes=`, `$EMMY_FREEZES`
     or the freeze shipped with the package), the local tuning database (`tuning_db=`,
@@ -291,6 +300,16 @@ def compile(module: nn.Module, example_inputs: Sequence[torch.Tensor], *, card: 
     every call takes in a weight edited in place (torch's version counter) or replaced by one of the
     same shape and type (`Compiled.follow_weights`), and refuses one of another shape or type.
     """
+    if torch_ops == "run":
+        from emmy_core.compiler.graphs import compile_graphs
+
+        if strict_evidence is not False:
+            raise TypeError("strict_evidence= applies to torch_ops='refuse' (one graph settled at compile); the "
+                            "Dynamo path settles each group's forks when its sizes first run")
+        return compile_graphs(module, example_inputs, card=card, setting=setting, tuning_db=tuning_db,
+                              freezes=freezes, prior=prior)
+    if torch_ops != "refuse":
+        raise TypeError(f"torch_ops= must be 'refuse' or 'run', got {str(torch_ops)[:40]!r}")
     compiled, sizes = _prepare(module, example_inputs, card, setting, strict_evidence=strict_evidence,
                                tuning_db=tuning_db, freezes=freezes, prior=prior, build=True)
     if compiled.builder is not None:

@@ -117,8 +117,12 @@ def is_compute(node: fx.Node) -> bool:
     return node.op in ("call_function", "call_method", "call_module") and isinstance(value(node), torch.Tensor)
 
 
-def refusal(node: fx.Node, device: str = "cpu") -> str | None:
-    """Why Emmy does not lower `node` (None when it does); the partitioner's test and the report's reason."""
+def refusal(node: fx.Node, device: str = "cpu", consts: Mapping[str, float] | None = None) -> str | None:
+    """Why Emmy does not lower `node` (None when it does); the partitioner's test and the report's reason.
+
+    `consts` names the nodes whose symbolic float (a module attribute Dynamo lifted to an input, such as a
+    norm's eps or attention's scale) Emmy takes at the value it had when compiled, guarded at every call."""
+    consts = consts or {}
     out = value(node)
     if node.op not in ("call_function", "call_method"):
         return f"a {node.op} node"
@@ -162,8 +166,8 @@ def refusal(node: fx.Node, device: str = "cpu") -> str | None:
                     return f"broadcasts {list(shape_of(v))} to {list(shape)} (Emmy broadcasts rows and columns)"
                 if kind != "full" and not isinstance(shape[-1], int):
                     return "broadcasts over a dynamic last axis"
-            elif not _is_number(x):
-                return f"operand {type(x).__name__} is neither a tensor nor a number"
+            elif not _is_number(x) and not (isinstance(x, fx.Node) and x.name in consts):
+                return f"operand {type(v).__name__} is neither a tensor nor a number"
         if len(node.kwargs) > (1 if "other" in node.kwargs or "input" in node.kwargs else 0):
             return "unsupported keyword arguments"
         return None
@@ -227,7 +231,7 @@ def refusal(node: fx.Node, device: str = "cpu") -> str | None:
         if w is None or bias is None:
             return "a norm without an elementwise weight (and bias)"
         eps = _arg(node, 4 if layer else 3, "eps")
-        if eps is not None and not _is_number(eps):
+        if eps is not None and not _is_number(eps) and not (isinstance(eps, fx.Node) and eps.name in consts):
             return "eps is not a constant (Dynamo made it symbolic)"
         return None
     return "Emmy has no kernel for it"
@@ -303,10 +307,15 @@ class Translated:
     params: tuple[tuple[str, int], ...]  # (parameter path, argument position)
     names: SizeNames
     binders: tuple[tuple[sympy.Symbol, int, int], ...]  # (symbol, argument position, dimension; -1: a SymInt)
+    consts: tuple[tuple[int, float], ...] = ()  # (argument position, the value baked in): guarded at every call
 
 
-def to_graph(sub: fx.GraphModule, params: Mapping[str, object], name: str) -> Translated:
-    """The Emmy graph of a fused partition; `params` names the placeholders that are module parameters."""
+def to_graph(sub: fx.GraphModule, params: Mapping[str, object], name: str,
+             consts: Mapping[str, float] | None = None) -> Translated:
+    """The Emmy graph of a fused partition; `params` names the placeholders that are module parameters,
+    `consts` the symbolic floats taken at their compile-time value (see `refusal`)."""
+    consts = consts or {}
+    baked: list[tuple[int, float]] = []
     names = SizeNames()
     nodes: list[Node] = []
     env: dict[fx.Node, str] = {}
@@ -316,6 +325,9 @@ def to_graph(sub: fx.GraphModule, params: Mapping[str, object], name: str) -> Tr
     placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
     for pos, ph in enumerate(placeholders):
         v = value(ph)
+        if ph.name in consts:
+            baked.append((pos, consts[ph.name]))
+            continue
         if isinstance(v, torch.SymInt):
             if isinstance(v.node.expr, sympy.Symbol):
                 symbols.setdefault(v.node.expr, (pos, -1))
@@ -344,7 +356,7 @@ def to_graph(sub: fx.GraphModule, params: Mapping[str, object], name: str) -> Tr
             items = n.args[0] if isinstance(n.args[0], tuple | list) else (n.args[0],)
             outputs = tuple(env[x] for x in items)
             continue
-        made = _node(n, env, names)
+        made = _node(n, env, names, consts)
         if isinstance(made, str):
             env[n] = made
         else:
@@ -357,17 +369,17 @@ def to_graph(sub: fx.GraphModule, params: Mapping[str, object], name: str) -> Tr
                           "shows")
     binders = tuple((s, pos, d) for s, (pos, d) in symbols.items())
     graph = Graph(name, tuple(nodes), outputs, tuple(sorted(names.hints.items())))
-    return Translated(graph, tuple(inputs), tuple(param_pos), names, binders)
+    return Translated(graph, tuple(inputs), tuple(param_pos), names, binders, tuple(baked))
 
 
-def _node(n: fx.Node, env: dict[fx.Node, str], names: SizeNames) -> list[Node] | str:
+def _node(n: fx.Node, env: dict[fx.Node, str], names: SizeNames, consts: Mapping[str, float]) -> list[Node] | str:
     """The Emmy nodes of one FX node (the last defines its value), or the name of the value it aliases."""
-    made = _one(n, env, names)
+    made = _one(n, env, names, consts)
     return made if isinstance(made, str | list) else [made]
 
 
-def _one(n: fx.Node, env: dict[fx.Node, str], names: SizeNames) -> Node | list[Node] | str:
-    why = refusal(n)
+def _one(n: fx.Node, env: dict[fx.Node, str], names: SizeNames, consts: Mapping[str, float]) -> Node | list[Node] | str:
+    why = refusal(n, consts=consts)
     if why is not None:
         raise Refused(n.name, why)
     out = value(n)
@@ -378,6 +390,9 @@ def _one(n: fx.Node, env: dict[fx.Node, str], names: SizeNames) -> Node | list[N
         if not isinstance(x, fx.Node) or x not in env:
             raise Refused(n.name, f"operand {str(x)[:40]} is not a tensor of the partition")
         return env[x]
+
+    def num(x: object) -> float:
+        return consts[x.name] if isinstance(x, fx.Node) else float(x)  # type: ignore[arg-type]
 
     def make(op: str, ins: Sequence[str], **attrs: object) -> Node:
         return Node(n.name, op, tuple(ins), ttype, tuple(attrs.items()), n.name)  # type: ignore[arg-type]
@@ -402,11 +417,12 @@ def _one(n: fx.Node, env: dict[fx.Node, str], names: SizeNames) -> Node | list[N
         op = BINARY[k]
         a = _arg(n, 0, "input")
         b = _arg(n, 1, "exponent" if op == "pow" else "other")
-        if isinstance(a, fx.Node) and isinstance(b, fx.Node):
+        a_tensor, b_tensor = (isinstance(x, fx.Node) and x.name not in consts for x in (a, b))
+        if a_tensor and b_tensor:
             return make(op, (t(a), t(b)))
-        if isinstance(a, fx.Node):
-            return make(op, (t(a),), scalar=float(b), scalar_first=False)  # type: ignore[arg-type]
-        return make(op, (t(b),), scalar=float(a), scalar_first=True)  # type: ignore[arg-type]
+        if a_tensor:
+            return make(op, (t(a),), scalar=num(b), scalar_first=False)
+        return make(op, (t(b),), scalar=num(a), scalar_first=True)
     if k in UNARY:
         op = UNARY[k]
         if op == "gelu":
@@ -432,6 +448,7 @@ def _one(n: fx.Node, env: dict[fx.Node, str], names: SizeNames) -> Node | list[N
         layer = NORMS[k] == "layernorm"
         ins = [t(n.args[0]), t(_arg(n, 2, "weight"))]
         eps = _arg(n, 4 if layer else 3, "eps")
+        eps = num(eps) if eps is not None else None
         if layer:
             ins.append(t(_arg(n, 3, "bias")))
             eps = 1e-5 if eps is None else eps

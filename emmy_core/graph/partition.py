@@ -28,12 +28,13 @@ MAX_ROUNDS = 64  # partitioning again after each refusal found late; a graph nee
 class EmmySupport(OperatorSupportBase):
     """The partitioner's question: does Emmy take this node (and has no later check handed it back)?"""
 
-    def __init__(self, refused: Mapping[str, str], device: str) -> None:
+    def __init__(self, refused: Mapping[str, str], device: str, consts: Mapping[str, float]) -> None:
         self.refused = refused
         self.device = device
+        self.consts = consts
 
     def is_node_supported(self, submodules: Mapping[str, object], node: fx.Node) -> bool:
-        return node.name not in self.refused and refusal(node, self.device) is None
+        return node.name not in self.refused and refusal(node, self.device, self.consts) is None
 
 
 @dataclass
@@ -44,17 +45,20 @@ class PartitionPlan:
     torch_ops: dict[str, str] = field(default_factory=dict)  # FX node name -> reason
 
 
-def plan_partitions(gm: fx.GraphModule, trial: Callable[[fx.GraphModule], None], device: str = "cpu") -> PartitionPlan:
-    """The partition of `gm`; `trial(sub)` compiles a candidate group and raises `Refused` (or any error) if it cannot."""
+def plan_partitions(gm: fx.GraphModule, trial: Callable[[fx.GraphModule], None], device: str = "cpu",
+                    consts: Mapping[str, float] | None = None) -> PartitionPlan:
+    """The partition of `gm`; `trial(sub)` compiles a candidate group and raises `Refused` (or any error) if it cannot.
+    `consts`: the symbolic floats Emmy takes at their compile-time value (`dynamo.refusal`)."""
+    consts = consts or {}
     refused: dict[str, str] = {}
     for n in gm.graph.nodes:
         if is_compute(n):
-            why = refusal(n, device)
+            why = refusal(n, device, consts)
             if why is not None:
                 refused[n.name] = why
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     for _ in range(MAX_ROUNDS):
-        parts = CapabilityBasedPartitioner(gm, EmmySupport(refused, device),
+        parts = CapabilityBasedPartitioner(gm, EmmySupport(refused, device, consts),
                                            allows_single_node_partition=True).propose_partitions()
         plan = PartitionPlan(torch_ops=dict(refused))
         again = False

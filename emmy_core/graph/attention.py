@@ -1,0 +1,129 @@
+"""Scaled dot-product attention rewritten, in a Dynamo graph, as the matrix products and softmax Emmy lowers.
+
+`F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p=0, is_causal, scale, enable_gqa)` is one
+torch op; Emmy has no attention kernel, but it lowers what attention is made of. `decompose_sdpa` replaces
+each such node (without dropout) by
+
+    k, v = repeat_interleave(k, v) over the heads    (grouped-query attention only; torch runs it)
+    m    = attention_mask(q, k, attn_mask, is_causal, scale)     (torch runs it; masked only)
+    s    = q @ k^T (+ m)                             (a batched matmul, the mask its residual epilogue)
+    p    = softmax(s * scale)                        (the scale folded into the softmax kernel)
+    out  = p @ v
+
+The mask is additive and already divided by the scale, so `softmax((q k^T + m/scale) * scale)` is
+`softmax(scale q k^T + m)`: torch's own definition (a causal mask keeps `j <= i`, aligned top-left, as
+torch's `is_causal` does; a boolean mask keeps True). It is materialised at the scores' full shape,
+because Emmy's elementwise kernels broadcast only rows and columns. Every node gets its fake value by
+running the op on its operands' fake values, so the partitioner and the translation read it like any
+node Dynamo made. The groups these nodes fall into are checked against torch at build time like any
+other, and a group handed back to torch computes the same decomposition with torch's ops.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+
+SDPA = frozenset({F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention})
+
+
+def attention_mask(q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor | None, is_causal: bool,
+                   scale: float) -> torch.Tensor:
+    """The additive mask divided by `scale` (0 kept, -inf masked), contiguous at the scores' shape `[..., L, S]`."""
+    length, source = q.shape[-2], k.shape[-2]
+    m = torch.zeros(length, source, dtype=q.dtype, device=q.device)
+    if is_causal:
+        keep = torch.ones(length, source, dtype=torch.bool, device=q.device).tril()
+        m = m.masked_fill(~keep, float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:  # torch.where broadcasts a batched mask ([B, 1, L, S]) as SDPA does
+            m = torch.where(attn_mask, m, torch.full((), float("-inf"), dtype=q.dtype, device=q.device))
+        else:
+            m = m + attn_mask.to(q.dtype) / scale
+    return m.expand(*q.shape[:-1], source).contiguous()
+
+
+def _value(x: object) -> Any:
+    return x.meta.get("example_value", x.meta.get("val")) if isinstance(x, fx.Node) else x
+
+
+def _arg(node: fx.Node, i: int, name: str, default: object) -> Any:
+    return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
+
+
+def decompose_sdpa(gm: fx.GraphModule, consts: dict[str, float]) -> list[str]:
+    """Rewrites every attention node of `gm` without dropout (in place); the names of the nodes rewritten.
+
+    `consts` gives the value of a scale Dynamo passes as a symbolic float (a module attribute it lifted);
+    a scale that is neither a number nor such a value leaves its node to torch."""
+    done: list[str] = []
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target in SDPA and _rewrite(gm.graph, node, consts):
+            done.append(node.name)
+    if done:
+        gm.graph.lint()
+        gm.recompile()
+    return done
+
+
+def _rewrite(graph: fx.Graph, node: fx.Node, consts: dict[str, float]) -> bool:
+    """Replaces one attention node by its decomposition; False (nothing changed) where it does not apply."""
+    q, k, v = node.args[:3]
+    mask = _arg(node, 3, "attn_mask", None)
+    dropout = _arg(node, 4, "dropout_p", 0.0)
+    causal = _arg(node, 5, "is_causal", False)
+    scale = _arg(node, 6, "scale", None)
+    gqa = node.kwargs.get("enable_gqa", False)
+    qv, kv, vv = (_value(x) for x in (q, k, v))
+    if not all(isinstance(t, torch.Tensor) and t.dim() >= 3 for t in (qv, kv, vv)):
+        return False
+    if dropout not in (0, 0.0) or not isinstance(causal, bool) or not isinstance(gqa, bool):
+        return False
+    if scale is None:
+        scale_value = float(qv.shape[-1]) ** -0.5 if isinstance(qv.shape[-1], int) else -1.0
+    elif isinstance(scale, int | float) and not isinstance(scale, bool):
+        scale_value = float(scale)
+    elif isinstance(scale, fx.Node) and scale.name in consts:
+        scale_value = consts[scale.name]
+    else:
+        return False
+    if scale_value <= 0 or (mask is not None and not isinstance(_value(mask), torch.Tensor)):
+        return False
+    heads_q, heads_k = qv.shape[-3], kv.shape[-3]
+    repeat = 1
+    if gqa and heads_q != heads_k:
+        if not (isinstance(heads_q, int) and isinstance(heads_k, int)) or heads_q % heads_k:
+            return False
+        repeat = heads_q // heads_k
+    fake_mode = getattr(qv, "fake_mode", None)  # the mode of the graph's own fake values
+    if fake_mode is None:
+        return False
+    the_scale = scale if isinstance(scale, fx.Node) else scale_value
+
+    def fake(a: object) -> Any:  # a lifted scale's fake value is an unbacked float: compute with its value
+        return consts[a.name] if isinstance(a, fx.Node) and a.name in consts else _value(a)
+
+    def add(target: Callable[..., Any], *args: Any, **kwargs: Any) -> fx.Node:
+        made = graph.call_function(target, args, kwargs)
+        with fake_mode:
+            made.meta["example_value"] = target(*map(fake, args), **{n: fake(a) for n, a in kwargs.items()})
+        made.meta["stack_trace"] = node.meta.get("stack_trace")
+        return made
+
+    with graph.inserting_before(node):
+        if repeat > 1:
+            k = add(torch.repeat_interleave, k, repeat, dim=-3)
+            v = add(torch.repeat_interleave, v, repeat, dim=-3)
+        scores = add(torch.matmul, q, add(torch.transpose, k, -2, -1))
+        if causal or mask is not None:
+            scores = add(operator.add, scores, add(attention_mask, q, k, mask, causal, the_scale))
+        probs = add(torch.softmax, add(operator.mul, scores, the_scale), -1)
+        out = add(torch.matmul, probs, v)
+    node.replace_all_uses_with(out)
+    graph.erase_node(node)
+    return True
