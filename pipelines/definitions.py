@@ -14,13 +14,14 @@ from collections.abc import Sequence
 import dagster as dg
 
 from assets.dataset import dataset, dataset_consistent
-from assets.evaluation import candidate_no_worse, evaluation, installed_prior
+from assets.evaluation import candidate_no_worse, evaluation
 from assets.freeze import freeze_files, refreshed_freeze
+from assets.install import installed_prior
 from assets.prior import prior
+from assets.resources import DuckDBStore, EmmyPaths, MLflowTracking
 from assets.tune import build_tune_asset, card_partitions
 from assets.tuning_db import tuning_db, tuning_db_consistent
 from pipelines.jobs import fit_and_evaluate, nightly_refresh, tune_card
-from pipelines.resources import DuckDBStore, EmmyPaths, MLflowTracking
 from pipelines.schedules import nightly, weekly_fit
 from pipelines.sensors import new_tune_files
 

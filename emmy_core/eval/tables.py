@@ -101,7 +101,7 @@ def worst_pools(doc: Mapping[str, Any], figure: str, kind: str, k: int = WORST) 
     if not pools:
         return ""
     members = "measured_members" if kind == "x" else "members"  # the pool the figure is over
-    rows = [[_pool_name(r), f"{r['card']} / {r['setting']}", fmt(r[figure], kind), str(r[members]),
+    rows = [[_pool_name(r), f"{r['card']} / {r['setting']}", fmt(r[figure], kind), str(r.get(members, "?")),
              fmt(r.get("first_slowdown" if kind == "x" else "first_golden_rank"), kind)] for r in pools]
     return pipe_table(["kernel (sizes)", "card / setting", figure, members.replace("_", " "), "first option"], rows,
                       left=2)

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from emmy_core.chain.evaluation import write_evaluation
 from emmy_core.cli.main import app
 from emmy_core.store.export import export_db
 from emmy_core.store.importer import import_db
+from tests.chain.reports import evaluation
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,18 +31,16 @@ def test_it_reads_the_evaluation_and_the_tuning_database_the_chain_left(tmp_path
     db = tmp_path / "tune.db"
     assert all(o.ok for o in import_db(db, sorted((ROOT / "freezes").glob("*.json")), fresh=True))
     export_db(db, tmp_path / "dataset")
-    ev = tmp_path / "evaluation"
-    ev.mkdir()
-    (ev / "table.md").write_text("| figure | candidate |\n|---|---:|\n| measured top-1 slowdown | 1.100 |\n")
-    (ev / "report.json").write_text(json.dumps({"verdict": {"passed": False, "reason": "worse beyond 2 %"}}))
+    write_evaluation(evaluation(1.1, 1.0), tmp_path / "evaluation")
     result = CliRunner().invoke(app, ["main", "--data", str(tmp_path), "--model", "llama_block"])
     assert result.exit_code == 0, result.output
     out = result.output
-    assert "| measured top-1 slowdown | 1.100 |" in out
-    assert "verdict: keep the installed prior (worse beyond 2 %)" in out
+    assert "A = installed: prior installed.json" in out and "| all pools" in out
+    assert "verdict: keep the installed prior (candidate top1 slowdown 1.1000 is worse" in out
+    assert f"report and plots: {tmp_path / 'evaluation'}/" in out
     assert "12 kernels, 9 distinct" in out
     assert "forks by tier:" in out
-    assert "Intel(R) Xeon(R) Processor AVX-512 x2" in out  # the DuckDB query of the dataset ran and printed its rows
+    assert "Intel(R) Xeon(R) Processor AVX-512 x2" in out
 
 
 def test_a_bad_shape_is_refused() -> None:

@@ -48,7 +48,7 @@ def test_the_tune_has_one_partition_per_matrix_card_and_this_machine() -> None:
 
 def test_the_mlflow_uri_is_read_when_a_fit_runs_not_when_the_definitions_are_built(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipelines.resources import DEFAULT_TRACKING_URI
+    from emmy_core.prior.tracking import DEFAULT_URI as DEFAULT_TRACKING_URI
 
     resource = defs.resources["mlflow"]
     assert resource.tracking_uri == ""

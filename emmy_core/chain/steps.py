@@ -1,0 +1,217 @@
+"""The chain's steps, one function each, with what each reads and writes on disk.
+
+tune -> fold -> import -> export -> fit -> (evaluate and judge: `emmy_core.chain.evaluation`) -> install.
+The assets, `emmy fit` and the installed prior's refit call these and nothing else. Every write
+goes through the store's atomic writers: a step that fails leaves the files it would have
+replaced as they were.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from emmy_core.chain.paths import ChainPaths
+
+if TYPE_CHECKING:
+    from emmy_core.prior.dataset import Dataset
+    from emmy_core.prior.fit import FitResult
+    from emmy_core.store.freeze_folder import FoldReport
+    from emmy_core.store.freeze_names import FreezeFolder
+
+Progress = Callable[[str], None]
+
+
+class ChainError(RuntimeError):
+    """A step refused its input; the message names the file and why, and says nothing was replaced."""
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """A tune: the matrix's report (cases, rows, kernels not benched) and the tune file of each setting."""
+
+    report: Any
+    files: dict[str, Path]
+
+    def problem(self) -> str:
+        """Why the tune failed though it ran ('' when every kernel was benched)."""
+        if not self.report.unit_errors:
+            return ""
+        unit, why = self.report.unit_errors[0]
+        return (f"{len(self.report.unit_errors)} kernels not benched; first: {unit.program.name} at "
+                f"{unit.sizes_text}: {why[:300]}")
+
+
+def tune(paths: ChainPaths, card: str, *, models: Sequence[str] = (), shapes: Sequence[str] = (),
+         settings: Sequence[str] = (), budget: int | None = None, seed: int = 0, timeout_s: float = 120.0,
+         spread_limit: float = 0.5, max_busy: float = 0.5, on_setting: Progress | None = None) -> Tuned:
+    """Benches the serving matrix on `card`, which must be this machine's (BenchError naming both otherwise).
+
+    Reads: the serving matrix. Writes: one tune file per setting, `<slug>.tune-<stamp>.json`, into
+    `paths.inbox` (created), merged in after every kernel; never the freeze or the database.
+    """
+    from emmy_core.bench.harness import BenchConfig
+    from emmy_core.bench.matrix import tune_matrix
+    from emmy_core.store.recorders import TuneFileRecorder
+
+    paths.inbox.mkdir(parents=True, exist_ok=True)
+    recorders: dict[str, TuneFileRecorder] = {}
+
+    def recorder_for(setting: str) -> TuneFileRecorder:
+        return recorders.setdefault(setting, TuneFileRecorder(paths.inbox))
+
+    bench = BenchConfig(timeout_s=timeout_s, spread_limit=spread_limit, seed=seed, max_busy=max_busy)
+    report = tune_matrix(card, recorder_for, models=models, shapes=shapes, settings=settings, budget=budget,
+                         seed=seed, config=bench, on_setting=on_setting)
+    return Tuned(report, {s: r.path for s, r in recorders.items() if r.path is not None})
+
+
+@dataclass(frozen=True)
+class Folder:
+    """The freeze folder as an observer sees it: its files by kind, the tune files waiting (beside it and in
+    the inbox) and the digest of its files' names and contents (its data version)."""
+
+    files: FreezeFolder
+    waiting: list[Path]
+    digest: str
+
+
+def look(paths: ChainPaths) -> Folder:
+    """The freeze folder observed. Reads: `paths.freezes` and `paths.inbox`. Writes nothing."""
+    from emmy_core.store.freeze_folder import folder_digest, pending_tune_files
+    from emmy_core.store.freeze_names import freeze_folder
+
+    return Folder(freeze_folder(paths.freezes), pending_tune_files(paths.freezes, paths.inbox),
+                  folder_digest(paths.freezes))
+
+
+def fold(paths: ChainPaths, progress: Progress | None = None) -> FoldReport:
+    """Folds the waiting tune files into the freeze.
+
+    Reads: the tune files in `paths.inbox` and beside the freeze (`<slug>.tune-<stamp>.json`).
+    Writes: each card's `<slug>.json` in `paths.freezes`, canonical (byte-identical when nothing new
+    came in); then removes the folded tune files. A bad file stops it with nothing changed.
+    """
+    from emmy_core.store.freeze_folder import fold_tune_files
+
+    return fold_tune_files(paths.freezes, paths.inbox, progress)
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What an import read and the database's content digest (its data version)."""
+
+    sources: list[str]
+    digest: str
+
+
+def import_freeze(paths: ChainPaths, progress: Progress | None = None, *, db: Path | None = None) -> Imported:
+    """Imports the freeze into a fresh tuning database.
+
+    Reads: the reviewed files of `paths.freezes` (`store.freeze_names`: freezes and golden records).
+    Writes: `db` (default `paths.tune_db`), built beside and swapped in only when every file imported.
+    ChainError naming the first refused file otherwise (the old database stays).
+    """
+    from emmy_core.store.digest import store_digest
+    from emmy_core.store.freeze_names import freeze_folder
+    from emmy_core.store.importer import import_db
+
+    target = db if db is not None else paths.tune_db
+    sources = freeze_folder(paths.freezes).reviewed
+    if not sources:
+        raise ChainError(f"{paths.freezes}: no freeze files (<card>.json) to import")
+    outcomes = import_db(target, sources, fresh=True, progress=progress)
+    refused = [o for o in outcomes if not o.ok]
+    if refused:
+        raise ChainError(f"{len(refused)} of {len(outcomes)} freeze files refused (nothing replaced): "
+                         f"{refused[0].message[:500]}")
+    return Imported([o.source for o in outcomes], store_digest(target))
+
+
+def export(paths: ChainPaths, progress: Progress | None = None, *, db: Path | None = None,
+           out: Path | None = None) -> dict[str, Any]:
+    """Exports the tuning database to the dataset the fit and the evaluation read; returns the manifest.
+
+    Reads: `db` (default `paths.tune_db`). Writes: `out` (default `paths.dataset`): one Parquet file per
+    table, the candidate pools and a manifest with versions, row counts and a content digest, swapped in whole.
+    """
+    from emmy_core.store.export import export_db
+
+    return export_db(db if db is not None else paths.tune_db, out if out is not None else paths.dataset, progress)
+
+
+def fit(dataset: Path | Dataset, out: Path, *, pools: str, folds: int, seed: int, tracking_uri: str | None,
+        fits_dir: Path, tags: Mapping[str, str] | None = None, cards_file: Path | None = None,
+        progress: Progress | None = None, install: bool = False) -> FitResult:
+    """Fits a prior on a dataset (an export folder, or one already read).
+
+    Reads: the dataset. Writes: the artifact `out` (atomically; `install` lets it be the installed prior),
+    `<fits_dir>/<time>-<digest>/metrics.json`, and one MLflow run (`tracking_uri` 'off': none).
+    """
+    from emmy_core.prior.dataset import read_dataset
+    from emmy_core.prior.fit import fit_dataset
+
+    data = read_dataset(dataset, cards_file, progress) if isinstance(dataset, str | Path) else dataset
+    return fit_dataset(data, out, pools=pools, folds=folds, seed=seed, tracking_uri=tracking_uri, tags=tags,
+                       progress=progress, fits_dir=fits_dir, install=install)
+
+
+def content_digest(artifact: Path) -> str:
+    """A prior artifact's content digest (its data version: the same dataset and recipe fit the same prior)."""
+    from emmy_core.prior import load_prior
+    from emmy_core.prior.provenance import content_digest as digest_of
+
+    return digest_of(load_prior(artifact).doc)
+
+
+@dataclass(frozen=True)
+class Installed:
+    """An install: where, whether a byte changed, and the prior's content digest and provenance."""
+
+    path: Path
+    written: bool
+    digest: str
+    provenance: dict[str, Any]
+
+
+def install(candidate: Path, target: Path) -> Installed:
+    """Installs a candidate prior.
+
+    Reads: `candidate` (checked to load). Writes: `target`, atomically and checked to load back; a
+    candidate of the same content changes no byte of it (`written` False).
+    """
+    from emmy_core.prior import load_prior
+    from emmy_core.prior.provenance import content_digest, install_artifact
+
+    prior = load_prior(candidate)
+    written = install_artifact(prior.doc, target)
+    return Installed(Path(target), written, content_digest(prior.doc), dict(prior.info["provenance"]))
+
+
+def refit_installed(freezes: Path | str, out: Path | str | None = None, *, seed: int | None = None,
+                    tracking_uri: str | None = "off", fits_dir: Path | str | None = None,
+                    progress: Progress | None = None) -> FitResult:
+    """Refits the installed prior from a freeze folder: import, export, fit, install, in a temporary folder.
+
+    Reads: the reviewed files of `freezes`. Writes: `out` (default the package's installed prior) through
+    `install`, so a refit of the same content changes no byte; the fit's metrics under `fits_dir`.
+    The seed is the one the installed artifact records unless given.
+    """
+    from emmy_core.prior.fit import FITS_DIR
+    from emmy_core.prior.installed import recorded_seed
+    from emmy_core.prior.training import DEFAULT_POOLS
+
+    with tempfile.TemporaryDirectory(prefix="emmy-install-") as tmp:
+        temp = ChainPaths(freezes=Path(freezes), data=Path(tmp), fits=Path(fits_dir) if fits_dir else FITS_DIR)
+        import_freeze(temp)
+        export(temp)
+        result = fit(temp.dataset, Path(tmp) / "prior.json", pools=DEFAULT_POOLS, folds=5,
+                     seed=recorded_seed() if seed is None else seed, tracking_uri=tracking_uri, fits_dir=temp.fits,
+                     progress=progress)
+        target = Path(out) if out is not None else ChainPaths().installed
+        install(result.artifact_path, target)
+    return dataclasses.replace(result, artifact_path=target)
