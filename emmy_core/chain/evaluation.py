@@ -99,8 +99,9 @@ def write_evaluation(evaluation: Evaluation, folder: Path) -> list[Path]:
     _check_table(table)
     check_plots_out(folder)
     ensure_folder(folder)
-    atomic_write_text(report, json.dumps(evaluation.to_json(), indent=1, sort_keys=True, allow_nan=False) + "\n")
-    atomic_write_text(table, f"{TABLE_MARK}\n{evaluation.table()}")
+    text = json.dumps(evaluation.to_json(), indent=1, sort_keys=True, allow_nan=False) + "\n"
+    atomic_write_text(report, text.encode("utf-8"))
+    atomic_write_text(table, f"{TABLE_MARK}\n{evaluation.table()}".encode())
     plots = write_plots(evaluation.report, folder) if evaluation.report is not None else []
     return [report, table, *plots]
 
