@@ -150,14 +150,32 @@ def fit(dataset: Path | Dataset, out: Path, *, pools: str, folds: int, seed: int
     """Fits a prior on a dataset (an export folder, or one already read).
 
     Reads: the dataset. Writes: the artifact `out` (atomically; `install` lets it be the installed prior),
-    `<fits_dir>/<time>-<digest>/metrics.json`, and one MLflow run (`tracking_uri` 'off': none).
+    `<fits_dir>/<time>-<digest>/metrics.json`, and one MLflow run (`tracking_uri` 'off': none), opened
+    before the work and closed when the fit is logged (FAILED when the fit fails).
     """
+    import json
+    import os
+
     from emmy_core.prior.dataset import read_dataset
     from emmy_core.prior.fit import fit_dataset
+    from emmy_core.prior.tracking import end_run, log_fit, start_run
 
-    data = read_dataset(dataset, cards_file, progress) if isinstance(dataset, str | Path) else dataset
-    return fit_dataset(data, out, pools=pools, folds=folds, seed=seed, tracking_uri=tracking_uri, tags=tags,
-                       progress=progress, fits_dir=fits_dir, install=install)
+    uri = tracking_uri if tracking_uri is not None else os.environ.get("MLFLOW_TRACKING_URI")
+    run_id = start_run(uri, dict(tags or {})) if uri != "off" else None
+    try:
+        data = read_dataset(dataset, cards_file, progress) if isinstance(dataset, str | Path) else dataset
+        result = fit_dataset(data, out, pools=pools, folds=folds, seed=seed, tracking_uri="off", progress=progress,
+                             fits_dir=fits_dir, install=install)
+    except BaseException:
+        if run_id is not None:
+            end_run(uri, run_id, failed=True)
+        raise
+    if run_id is None:
+        return result
+    doc = json.loads(result.artifact_path.read_text(encoding="utf-8"))
+    log_fit(uri, doc, result.metrics, result.artifact_path, result.fit_dir / "metrics.json", dict(tags or {}),
+            run_id=run_id)
+    return dataclasses.replace(result, run_id=run_id)
 
 
 def content_digest(artifact: Path) -> str:

@@ -83,7 +83,9 @@ def evaluation_section(folder: Path) -> None:
         written = _dt.datetime.fromtimestamp(doc.stat().st_mtime, _dt.UTC).replace(microsecond=0).isoformat()
         typer.echo(f"  STALE: the evaluation below is from an earlier run (written {written}), not from the run "
                    "that stopped")
-    for line in evaluation.table().splitlines():
+    from emmy_core.eval.tables import TERMINAL_WIDTH, terminal_text
+
+    for line in terminal_text(evaluation.table(), TERMINAL_WIDTH - 2).splitlines():
         typer.echo("  " + line)
     verdict = ev.judge(evaluation)
     typer.echo(f"  verdict: {'install' if verdict.passed else 'keep the installed prior'} ({verdict.reason[:600]})")

@@ -222,3 +222,39 @@ def fit_text(report: Mapping[str, Any]) -> str:
                f"{fmt(km.get('top1'), 'x')}, top-5 {fmt(km.get('top5'), 'x')}, first option "
                f"{fmt(km.get('first_slowdown'), 'x')}, random {fmt(km.get('random_slowdown'), 'x')}")
     return "\n".join(out)
+
+
+TERMINAL_WIDTH = 120
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def terminal_text(markdown: str, width: int = TERMINAL_WIDTH) -> str:
+    """The tables' text for a terminal: every pipe table re-laid out by rich to fit `width` columns, a long cell
+    wrapping within its column (nothing cut); figures stay right-aligned. Other lines are kept as they are."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    lines, out, i = markdown.splitlines(), [], 0
+    while i < len(lines):
+        if not (lines[i].startswith("|") and i + 1 < len(lines) and set(lines[i + 1]) <= set("|-: ")):
+            out.append(lines[i])
+            i += 1
+            continue
+        head, aligns = _cells(lines[i]), _cells(lines[i + 1])
+        table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
+        for h, a in zip(head, aligns, strict=False):
+            table.add_column(h, overflow="fold", justify="right" if a.endswith(":") else "left")
+        i += 2
+        while i < len(lines) and lines[i].startswith("|"):
+            table.add_row(*_cells(lines[i]))
+            i += 1
+        buf = io.StringIO()
+        Console(file=buf, width=width, color_system=None, force_terminal=False, highlight=False, emoji=False,
+                markup=False).print(table)
+        out += [line.rstrip() for line in buf.getvalue().splitlines()]
+    return "\n".join(out)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,8 @@ def test_it_reads_the_evaluation_and_the_tuning_database_the_chain_left(tmp_path
     result = CliRunner().invoke(app, ["main", "--data", str(tmp_path), "--model", "llama_block"])
     assert result.exit_code == 0, result.output
     out = result.output
-    assert "A = installed: prior installed.json" in out and "| all pools" in out
+    assert "A = installed: prior installed.json" in out and "all pools" in out
+    assert max(len(line) for line in out.splitlines() if not line.startswith("    .venv/bin/python -c")) <= 120
     assert "verdict: keep the installed prior (candidate top1 slowdown 1.1000 is worse" in out
     assert f"report and plots: {tmp_path / 'evaluation'}/" in out
     assert "12 kernels, 9 distinct" in out
@@ -57,3 +59,26 @@ def test_without_a_freeze_or_a_tuning_database_the_forks_fall_past_the_measured_
     result = CliRunner().invoke(app, ["main", "--data", str(tmp_path / "d"), "--model", "mlp"])
     assert result.exit_code == 0, result.output
     assert "forks by tier: golden 0, local 0, " in result.output and "6 fork(s) fell past" in result.output
+
+
+def test_it_says_truthfully_whether_the_candidate_is_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    from emmy_core.chain.paths import ChainPaths
+    from emmy_core.cli.main_job import install_line
+    from emmy_core.prior import installed_prior_path
+
+    monkeypatch.chdir(tmp_path)
+    paths = ChainPaths(installed_prior=tmp_path / "installed.json")
+    paths.candidate.parent.mkdir(parents=True)
+    shutil.copyfile(installed_prior_path(), paths.candidate)
+    shutil.copyfile(installed_prior_path(), paths.installed)
+    install_line(paths)
+    assert "installed: yes, the candidate is the installed prior" in capsys.readouterr().out
+    doc = json.loads(paths.candidate.read_text())
+    doc["provenance"]["seed"] += 1  # another fit: not the installed prior
+    paths.candidate.write_text(json.dumps(doc))
+    install_line(paths)
+    out = capsys.readouterr().out
+    assert "installed: no" in out and "`make run` never installs" in out

@@ -140,6 +140,29 @@ def test_the_evaluation_plot_is_an_artifact_of_the_fit_run(chain: Chain) -> None
     assert names == {f"evaluation/{n}" for n in (*PLOTS, "report.json")}
 
 
+def test_the_fit_run_is_opened_around_the_fit_in_a_model_training_experiment_and_holds_the_evaluations_figures(
+        chain: Chain) -> None:
+    """MLflow 3 opens an unmarked experiment in its GenAI view (no runs shown): the experiment is marked as model
+    training; the run starts before the artifact is written (it records the fit, not 94 ms after it); the
+    evaluation's figures are its metrics; the evaluation asset links the run and shows its plots as pictures."""
+    from mlflow.tracking import MlflowClient
+
+    from emmy_core.prior.tracking import KIND_TAG
+
+    run_id = metadata(chain.first, "prior")["mlflow_run_id"]
+    client = MlflowClient(tracking_uri=chain.resources["mlflow"].tracking_uri)
+    run = client.get_run(run_id)
+    assert client.get_experiment(run.info.experiment_id).tags[KIND_TAG[0]] == KIND_TAG[1]
+    artifact = Path(metadata(chain.first, "prior")["artifact"])
+    fit_dir = Path(metadata(chain.first, "prior")["fit folder"])
+    assert run.info.start_time <= (fit_dir / "metrics.json").stat().st_mtime * 1000 <= run.info.end_time
+    assert artifact.is_file() and run.info.status == "FINISHED"
+    ev = metadata(chain.first, "evaluation")
+    assert run.data.metrics["eval.candidate.top1"] == pytest.approx(ev["candidate top1"])
+    assert ev["mlflow_run"].endswith(f"/runs/{run_id}")
+    assert ev["plots"].count("](data:image/png;base64,") == len(PLOTS)
+
+
 def test_a_candidate_no_worse_is_installed_and_one_worse_beyond_the_tolerance_is_not(chain: Chain) -> None:
     from emmy_core.prior import load_prior
     from emmy_core.prior.artifact import write_artifact
