@@ -3,7 +3,7 @@
 import dagster as dg
 
 from assets.resources import EmmyPaths
-from assets.tune import KEY as TUNE
+from assets.tune import tune_files
 
 GROUP = "freeze"
 
@@ -20,7 +20,7 @@ def freeze_files(paths: EmmyPaths) -> dg.ObserveResult:
         "tune files waiting": len(folder.waiting), "folder": dg.MetadataValue.path(str(paths.freeze_dir))})
 
 
-@dg.asset(deps=[freeze_files, TUNE], group_name=GROUP, pool="freezes", description=(
+@dg.asset(deps=[freeze_files, tune_files], group_name=GROUP, pool="freezes", description=(
     "The freeze after the nightly fold (`chain.steps.fold`): the tune files in the inbox (`_tune/files/`) and "
     "beside the freeze folded into one canonical file per card, then removed. Byte-identical when nothing came in."))
 def refreshed_freeze(context: dg.AssetExecutionContext, paths: EmmyPaths) -> dg.MaterializeResult:

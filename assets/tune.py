@@ -1,12 +1,14 @@
-"""The per-card tune (`chain.steps.tune`): one static partition per card of the serving matrix (`local` read as
-this machine's card); a partition runs where its card is, elsewhere it fails at once naming card and machine."""
+"""The per-card tune (`chain.steps.tune`), a job with one static partition per card of the serving matrix (`local`
+read as this machine's card); its output, the tune files in the inbox, is the observed asset `tune_files`.
+
+The tune is a job, not an asset: a partition runs only where its card is (elsewhere it fails at once, naming
+card and machine), and tune files also arrive from other machines, so the chain depends on the inbox as observed.
+"""
 
 import dagster as dg
 from pydantic import Field
 
 from assets.resources import EmmyPaths
-
-KEY = dg.AssetKey("tune")
 
 
 class TuneConfig(dg.Config):
@@ -24,35 +26,32 @@ class TuneConfig(dg.Config):
     max_busy: float = 0.5
 
 
-def card_partitions(cards: list[str] | tuple[str, ...] | None = None) -> dg.StaticPartitionsDefinition:
-    """One partition per card: those given, else the serving matrix's with `local` read as this machine's."""
-    from emmy_core.bench.matrix import matrix_cards
+@dg.observable_source_asset(group_name="freeze", description=(
+    "The tune files waiting in the inbox (`_tune/files/`), written by `tune_card` here or copied from other "
+    "machines. Its data version is the digest of their names and contents."))
+def tune_files(paths: EmmyPaths) -> dg.ObserveResult:
+    from emmy_core.chain import steps
 
-    return dg.StaticPartitionsDefinition(list(cards) if cards is not None else list(matrix_cards()))
+    inbox = steps.look(paths.chain()).inbox
+    return dg.ObserveResult(data_version=dg.DataVersion(inbox.digest),
+                            metadata={"tune files": dg.MetadataValue.json([p.name for p in inbox.files])})
 
 
-def build_tune_asset(partitions: dg.StaticPartitionsDefinition) -> dg.AssetsDefinition:
-    """The tune asset over the given card partitions (built when the Definitions are, not at import)."""
+@dg.op(pool="bench", description="The serving matrix tuned on the partition's card into tune files in the inbox.")
+def tune(context: dg.OpExecutionContext, config: TuneConfig, paths: EmmyPaths) -> None:
+    from emmy_core.bench.harness import BenchError
+    from emmy_core.chain import steps
 
-    @dg.asset(key=KEY, partitions_def=partitions, group_name="tune", pool="bench", description=(
-        "The serving matrix tuned on one card (one partition per card): every kernel of every model and shape benched "
-        "over a sample of its candidates, into a tune file in `_tune/files/`. Runs where the card is."))
-    def tune(context: dg.AssetExecutionContext, config: TuneConfig, paths: EmmyPaths) -> dg.MaterializeResult:
-        from emmy_core.bench.harness import BenchError
-        from emmy_core.chain import steps
-
-        card = context.partition_key
-        try:
-            done = steps.tune(paths.chain(), card, **config.model_dump(exclude={"budget"}),
-                              budget=config.budget or None, on_setting=lambda s: context.log.info(f"{card}: {s}"))
-        except BenchError as exc:  # the card is not here, or the matrix refuses the selection: the message is all
-            raise dg.Failure(description=str(exc), allow_retries=False) from None
-        if done.problem():
-            raise dg.Failure(description=done.problem())
-        r, files = done.report, {s: str(p) for s, p in done.files.items()}
-        return dg.MaterializeResult(metadata={"card": card, "tune files": dg.MetadataValue.json(files),
-                                              "cases": dg.MetadataValue.json(r.cases), "rows recorded": r.rows_recorded,
-                                              **{k: r.count(k) for k in ("ok", "failed")},
-                                              "flagged (not recorded)": r.count("flagged")})
-
-    return tune
+    card = context.partition_key
+    try:
+        done = steps.tune(paths.chain(), card, **config.model_dump(exclude={"budget"}), budget=config.budget or None,
+                          on_setting=lambda s: context.log.info(f"{card}: {s}"))
+    except BenchError as exc:  # the card is not here, or the matrix refuses the selection: the message is all
+        raise dg.Failure(description=str(exc), allow_retries=False) from None
+    if done.problem():
+        raise dg.Failure(description=done.problem())
+    r = done.report
+    context.log_event(dg.AssetObservation(asset_key="tune_files", metadata={
+        "card": card, "tune files": dg.MetadataValue.json({s: str(p) for s, p in done.files.items()}),
+        "cases": dg.MetadataValue.json(r.cases), "rows recorded": r.rows_recorded, "ok": r.count("ok"),
+        "failed": r.count("failed"), "flagged (not recorded)": r.count("flagged")}))

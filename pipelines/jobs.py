@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import dagster as dg
 
-from assets.tune import KEY as TUNE
+from assets.tune import tune
 
 CHAIN = ("freeze_files", "refreshed_freeze", "tuning_db", "dataset", "prior", "evaluation")
 """What `make run` materializes: tune files -> freeze -> import -> export -> fit -> evaluation (no install)."""
@@ -27,9 +29,23 @@ fit_and_evaluate = dg.define_asset_job(
     "fit_and_evaluate", selection=selection(FIT_AND_EVALUATE),
     description="Import the freeze as it stands, export, fit, evaluate, and install when the check allows.")
 
-tune_card = dg.define_asset_job(
-    "tune_card", selection=dg.AssetSelection.assets(TUNE),
-    description="Tune the serving matrix on one card (one partition per card; runs where the card is).")
+def card_partitions(cards: Sequence[str] | None = None) -> dg.StaticPartitionsDefinition:
+    """One partition per card: those given, else the serving matrix's with `local` read as this machine's."""
+    from emmy_core.bench.matrix import matrix_cards
+
+    return dg.StaticPartitionsDefinition(list(cards) if cards is not None else list(matrix_cards()))
+
+
+def build_tune_job(partitions: dg.StaticPartitionsDefinition) -> dg.JobDefinition:
+    """`tune_card` over the given card partitions (built when the Definitions are, not at import)."""
+
+    @dg.job(name="tune_card", partitions_def=partitions, description=(
+        "Tune the serving matrix on one card (one partition per card; runs where the card is) into tune files in "
+        "the inbox, which the nightly refresh folds into the freeze."))
+    def tune_card() -> None:
+        tune()
+
+    return tune_card
 
 
 def run_chain(assets: list, resources: dict, instance: dg.DagsterInstance, keys: tuple[str, ...] = CHAIN, *,

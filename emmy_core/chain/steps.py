@@ -78,15 +78,28 @@ class Folder:
     files: FreezeFolder
     waiting: list[Path]
     digest: str
+    inbox: Inbox
+
+
+@dataclass(frozen=True)
+class Inbox:
+    """The tune files waiting in the inbox and the digest of their names and contents."""
+
+    files: list[Path]
+    digest: str
 
 
 def look(paths: ChainPaths) -> Folder:
-    """The freeze folder observed. Reads: `paths.freezes` and `paths.inbox`. Writes nothing."""
-    from emmy_core.store.freeze_folder import folder_digest, pending_tune_files
+    """The freeze folder and the inbox observed. Reads: `paths.freezes` and `paths.inbox`. Writes nothing."""
+    import hashlib
+
+    from emmy_core.store.freeze_folder import folder_digest, inbox_tune_files, pending_tune_files
     from emmy_core.store.freeze_names import freeze_folder
 
+    waiting = inbox_tune_files(paths.inbox)
+    text = "\n".join(f"{p.name}:{hashlib.sha256(p.read_bytes()).hexdigest()}" for p in waiting)
     return Folder(freeze_folder(paths.freezes), pending_tune_files(paths.freezes, paths.inbox),
-                  folder_digest(paths.freezes))
+                  folder_digest(paths.freezes), Inbox(waiting, hashlib.sha256(text.encode()).hexdigest()))
 
 
 def fold(paths: ChainPaths, progress: Progress | None = None) -> FoldReport:
