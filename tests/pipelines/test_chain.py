@@ -14,6 +14,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from pipelines.__main__ import failure_cause
 from pipelines.definitions import chain_assets
 from pipelines.jobs import CHAIN, run_chain
 from tests.pipelines.conftest import copy_freeze, events, make_resources, materialized
@@ -84,7 +85,7 @@ def metadata(result: dg.ExecuteInProcessResult, key: str) -> dict:
 
 
 def test_the_whole_chain_materializes_in_process(chain: Chain) -> None:
-    assert chain.first.success
+    assert chain.first.success, failure_cause(chain.first)
     assert materialized(chain.first) == set(CHAIN) - {"freeze_files"}
     checks = {e.event_specific_data.check_name: e.event_specific_data.passed  # type: ignore[union-attr]
               for e in events(chain.first, "ASSET_CHECK_EVALUATION")}
@@ -110,7 +111,7 @@ def test_a_frozen_snapshot_makes_a_fit_reproducible(chain: Chain) -> None:
     """A second materialization with no new input logs a new MLflow run whose metrics equal the first's."""
     from mlflow.tracking import MlflowClient
 
-    assert chain.second.success
+    assert chain.second.success, failure_cause(chain.second)
     a, b = metadata(chain.first, "prior")["mlflow_run_id"], metadata(chain.second, "prior")["mlflow_run_id"]
     assert a != b
     client = MlflowClient(tracking_uri=chain.resources["mlflow"].tracking_uri)

@@ -81,3 +81,17 @@ def test_the_chain_fits_by_the_installed_priors_recipe() -> None:
     config = FitConfig()
     assert (config.pools, config.folds, config.seed) == (shipped["pools"], shipped["folds"], shipped["seed"])
     assert Params().to_json() == shipped["params"]
+
+
+def test_the_dagster_cli_started_in_the_repository_uses_its_instance_not_a_temporary_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dagster dev` without DAGSTER_HOME makes a temporary home and says it will remove it; the CLI reads the
+    `.env` of the folder it starts in (as dagster's own loader reads it), which names the repository."""
+    from pathlib import Path
+
+    from dagster._core.secrets.env_file import get_env_var_dict
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("PWD", str(root))  # what a shell sets when the CLI starts in the repository root
+    home = Path(get_env_var_dict(str(root))["DAGSTER_HOME"])
+    assert home == root and (home / "dagster.yaml").is_file()
