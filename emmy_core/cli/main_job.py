@@ -19,6 +19,9 @@ import typer
 if TYPE_CHECKING:
     from emmy_core.chain.paths import ChainPaths
 
+WIDTH = 120
+"""Columns the report fits: long lines wrap (nothing is cut)."""
+
 DEFAULT_MODEL = "llama_block"
 DEFAULT_SHAPE = "B=1,S=128"
 
@@ -39,6 +42,19 @@ def main_job(
     except IRError as exc:
         fail(f"--shape {shape!r}: {exc}")
     report(model, dims, data, setting)
+
+
+def say(text: str, indent: str = "  ") -> None:
+    """Prints `text` wrapped to the report's width, every line indented by `indent` (a pasteable command is
+    printed whole: wrapping would break it)."""
+    import textwrap
+
+    for line in text.splitlines() or [""]:
+        if len(indent + line) <= WIDTH or line.lstrip().startswith((".venv/", "DAGSTER_HOME=")):
+            typer.echo(indent + line if line else "")
+        else:
+            typer.echo(textwrap.fill(line, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
+                                     break_on_hyphens=False))
 
 
 def report(model: str, dims: dict[str, int], data: Path, setting: str = "deploy") -> None:
@@ -68,28 +84,27 @@ def evaluation_section(folder: Path) -> None:
         status = read_status(folder.parent)
     except SourceError as exc:
         status = None
-        typer.echo(f"  (the last run's status cannot be read: {exc})")
+        say(f"(the last run's status cannot be read: {exc})")
     if status is not None and not status.success:
-        typer.echo(f"  the last chain run ({status.run_id[:36]}, {status.finished}) STOPPED: {status.cause}")
+        say(f"the last chain run ({status.run_id[:36]}, {status.finished}) STOPPED: {status.cause}")
     try:
         evaluation = ev.read_evaluation(folder)
     except SourceError as exc:
-        typer.echo(f"  the evaluation in {folder} cannot be read: {exc}")
+        say(f"the evaluation in {folder} cannot be read: {exc}")
         return
     if evaluation is None:
-        typer.echo(f"  no evaluation in {folder} yet: `make run` fits and evaluates a prior")
+        say(f"no evaluation in {folder} yet: `make run` fits and evaluates a prior")
         return
     if status is not None and not status.success and doc.stat().st_mtime < status.finished_at():
         written = _dt.datetime.fromtimestamp(doc.stat().st_mtime, _dt.UTC).replace(microsecond=0).isoformat()
-        typer.echo(f"  STALE: the evaluation below is from an earlier run (written {written}), not from the run "
+        say(f"STALE: the evaluation below is from an earlier run (written {written}), not from the run "
                    "that stopped")
     from emmy_core.eval.tables import TERMINAL_WIDTH, terminal_text
 
-    for line in terminal_text(evaluation.table(), TERMINAL_WIDTH - 2).splitlines():
-        typer.echo("  " + line)
+    say(terminal_text(evaluation.table(), TERMINAL_WIDTH - 2))
     verdict = ev.judge(evaluation)
-    typer.echo(f"  verdict: {'install' if verdict.passed else 'keep the installed prior'} ({verdict.reason[:600]})")
-    typer.echo(f"  report and plots: {folder}/ (report.json, table.md, "
+    say(f"verdict: {'install' if verdict.passed else 'keep the installed prior'} ({verdict.reason[:600]})")
+    say(f"report and plots: {folder}/ (report.json, table.md, "
                f"{', '.join(p.name for p in sorted(folder.glob('*.png'))) or 'no plots'})")
 
 
@@ -103,9 +118,9 @@ def install_line(paths: ChainPaths) -> None:
     try:
         same = steps.content_digest(paths.candidate) == steps.content_digest(paths.installed)
     except (PriorError, OSError) as exc:
-        typer.echo(f"  installed: cannot tell ({str(exc)[:200]})")
+        say(f"installed: cannot tell ({str(exc)[:200]})")
         return
-    typer.echo(f"  installed: {'yes, the candidate is the installed prior' if same else 'no'} "
+    say(f"installed: {'yes, the candidate is the installed prior' if same else 'no'} "
                f"({paths.installed}); `make run` never installs: the nightly_refresh job does when the verdict "
                "allows, and `emmy fit --install` refits the installed prior from the freeze")
 
@@ -123,11 +138,11 @@ def fork_section(model: str, dims: dict[str, int], setting: str) -> dict[str, in
     card, kernels = compiled.card, compiled.lowered.kernels
     counts = Counter(k.kernel_id for k in kernels)
     typer.echo(f"\n== {model} at {format_sizes(dims)} for {card.name} ({card.target}), setting {setting}")
-    typer.echo(f"  {len(kernels)} kernels, {len(counts)} distinct")
-    typer.echo("\n".join(f"  {line}" for line in compiled.explain().splitlines()))
+    say(f"{len(kernels)} kernels, {len(counts)} distinct")
+    say(compiled.explain(width=WIDTH - 2))
     tiers = compiled.record.tiers()
     if not tiers["golden"]:
-        typer.echo(f"  (no golden for {card.name} in the freeze: `emmy tune` measures this machine, and the "
+        say(f"(no golden for {card.name} in the freeze: `emmy tune` measures this machine, and the "
                    "nightly refresh folds its tune files in)")
     return tiers
 
@@ -140,9 +155,9 @@ def next_steps_section(data: Path) -> None:
     query = ("SELECT card, setting, count(*) AS rows, count(DISTINCT kernel_id) AS kernels FROM "
              f"'{table}' GROUP BY ALL ORDER BY ALL")
     typer.echo("\n== where to look further")
-    typer.echo("  the asset graph, its runs and checks (then open http://127.0.0.1:3000):")
-    typer.echo("    DAGSTER_HOME=\"$PWD\" .venv/bin/dagster dev -m pipelines.definitions -h 127.0.0.1 -p 3000")
-    typer.echo("  every fit, its parameters, metrics and plots (then open http://127.0.0.1:5000):")
-    typer.echo(f"    .venv/bin/mlflow ui --backend-store-uri sqlite:///{MLFLOW_DB} --host 127.0.0.1 --port 5000")
-    typer.echo("  the dataset, with DuckDB:")
-    typer.echo(f"    .venv/bin/python -c \"import duckdb; duckdb.sql(\\\"{query}\\\").show()\"")
+    say("the asset graph, its runs and checks (then open http://127.0.0.1:3000):")
+    say("  DAGSTER_HOME=\"$PWD\" .venv/bin/dagster dev -m pipelines.definitions -h 127.0.0.1 -p 3000")
+    say("every fit, its parameters, metrics and plots (then open http://127.0.0.1:5000):")
+    say(f"  .venv/bin/mlflow ui --backend-store-uri sqlite:///{MLFLOW_DB} --host 127.0.0.1 --port 5000")
+    say("the dataset, with DuckDB:")
+    say(f"  .venv/bin/python -c \"import duckdb; duckdb.sql(\\\"{query}\\\").show()\"")

@@ -68,7 +68,8 @@ def table_text(head: Sequence[str], rows: Sequence[Sequence[str]], width: int = 
     return "\n".join(line.rstrip() for line in out.getvalue().splitlines())
 
 
-def render_record(record: ResolutionRecord, axes: Mapping[str, Mapping[str, str]] | None = None) -> str:
+def render_record(record: ResolutionRecord, axes: Mapping[str, Mapping[str, str]] | None = None,
+                  width: int = WIDTH) -> str:
     """Plain text: a header, the fork table (fitted to 120 columns, sizes by the model's axes when `axes`
     says how each kernel's axes are made of them), the tiers counted, the notes, the stale recordings."""
     import textwrap
@@ -86,5 +87,5 @@ def render_record(record: ResolutionRecord, axes: Mapping[str, Mapping[str, str]
     for s in record.stale:
         lines.append(f"stale recording: {s.kernel} ({s.kernel_id[:12]}) at {s.sizes} ({s.setting}) in {s.source}: "
                      f"{s.why}")
-    wrapped = [textwrap.fill(line, WIDTH, subsequent_indent="  ", break_on_hyphens=False) for line in lines]
-    return "\n".join([wrapped[0], table_text(head, resolution_rows(record, axes)), *wrapped[1:]])
+    wrapped = [textwrap.fill(line, width, subsequent_indent="  ", break_on_hyphens=False) for line in lines]
+    return "\n".join([wrapped[0], table_text(head, resolution_rows(record, axes), width), *wrapped[1:]])

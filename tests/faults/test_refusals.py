@@ -175,7 +175,7 @@ def test_after_a_failed_chain_the_main_job_marks_the_old_evaluation_stale_with_t
     os.utime(evaluation / "report.json", (1_000_000_000, 1_000_000_000))  # written long before the run
     write_status(tmp_path, "run-1", False, "step dataset: freezes/x.json: not valid JSON at line 111 column 3")
     evaluation_section(evaluation)
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # the report wraps at 120 columns
     assert "STOPPED: step dataset: freezes/x.json: not valid JSON at line 111" in out
     assert "STALE" in out and out.index("STALE") < out.index("prior the old prior")
     write_status(tmp_path, "run-2", True)

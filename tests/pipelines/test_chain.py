@@ -169,7 +169,7 @@ def test_a_candidate_no_worse_is_installed_and_one_worse_beyond_the_tolerance_is
     from emmy_core.prior import load_prior
     from emmy_core.prior.artifact import write_artifact
 
-    paths = chain.resources["paths"]
+    paths = chain.resources["paths"].chain()
     installed = Path(paths.installed_prior)
     assert not installed.exists()
     assets = chain_assets(["here"])
@@ -197,7 +197,7 @@ def test_an_installed_prior_that_no_longer_loads_is_replaced_and_the_verdict_say
 
     from emmy_core.prior import load_prior
 
-    paths = chain.resources["paths"]
+    paths = chain.resources["paths"].chain()
     installed = Path(paths.installed_prior)
     stale = json.loads(Path(paths.candidate).read_text())
     stale["feature_version"] += 1  # written by another Emmy: refused on load, naming both versions
