@@ -80,5 +80,5 @@ def test_it_says_truthfully_whether_the_candidate_is_installed(tmp_path: Path, m
     doc["provenance"]["seed"] += 1  # another fit: not the installed prior
     paths.candidate.write_text(json.dumps(doc))
     install_line(paths)
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # wrapped at 120 columns
     assert "installed: no" in out and "`make run` never installs" in out
