@@ -2,30 +2,26 @@
 
 import dagster as dg
 
+from assets.resources import DuckDBStore, EmmyPaths
 from assets.tuning_db import check_result, tuning_db
-from pipelines.resources import DuckDBStore, EmmyPaths
 
 GROUP = "store"
 
 
 @dg.asset(deps=[tuning_db], group_name=GROUP, pool="duckdb", description=(
-    "The dataset export (`_data/dataset/`): one Parquet file per table, the candidate pools the fit needs, "
-    "and a manifest with versions, row counts and a content digest."))
+    "The dataset export (`_data/dataset/`, `chain.steps.export`): one Parquet file per table, the candidate pools "
+    "the fit needs, and a manifest with versions, row counts and a content digest (its data version)."))
 def dataset(context: dg.AssetExecutionContext, paths: EmmyPaths, store: DuckDBStore) -> dg.MaterializeResult:
-    from emmy_core.store.export import export_db
+    from emmy_core.chain import steps
 
-    manifest = export_db(store.file, paths.dataset, progress=lambda t: context.log.info(f"exporting {t}"))
+    chain = paths.chain()
+    manifest = steps.export(chain, lambda t: context.log.info(f"exporting {t}"), db=store.file)
     pools = manifest["tables"]["pools"]["candidates"]
-    return dg.MaterializeResult(
-        data_version=dg.DataVersion(manifest["digest"]),
-        metadata={
-            "path": dg.MetadataValue.path(str(paths.dataset)),
-            "digest": manifest["digest"],
-            "rows": dg.MetadataValue.json({n: t["rows"] for n, t in manifest["tables"].items()}),
-            "pools": pools["pools"],
-            "pools with enumerated candidates": pools["enumerated"],
-            "pools on undescribed cards": pools["unknown_card"],
-        })
+    return dg.MaterializeResult(data_version=dg.DataVersion(manifest["digest"]), metadata={
+        "path": dg.MetadataValue.path(str(chain.dataset)), "digest": manifest["digest"],
+        "rows": dg.MetadataValue.json({n: t["rows"] for n, t in manifest["tables"].items()}),
+        "pools": pools["pools"], "pools with enumerated candidates": pools["enumerated"],
+        "pools on undescribed cards": pools["unknown_card"]})
 
 
 @dg.asset_check(asset=dataset, blocking=True, description=(
@@ -36,7 +32,7 @@ def dataset_consistent(paths: EmmyPaths) -> dg.AssetCheckResult:
     from emmy_core.store.errors import StoreError
 
     try:
-        report = check_export(paths.dataset)
+        report = check_export(paths.chain().dataset)
     except StoreError as exc:  # the manifest or a file does not verify: that is the finding
         return dg.AssetCheckResult(passed=False, description=str(exc)[:1000])
     return check_result(report)

@@ -52,9 +52,9 @@ def peer_files(peer: Path) -> list[Path]:
 
 
 def bench_golden(tmp: Path, json_dir: Path | None) -> None:
-    from emmy_core.prior.installed import freeze_files
+    from emmy_core.store.freeze_names import freeze_folder
 
-    export = export_of(freeze_files(ROOT / "freezes"), tmp)
+    export = export_of(freeze_folder(ROOT / "freezes").reviewed, tmp)
     t = time.monotonic()
     report = evaluate(export, load_installed_prior(), pools="golden")
     say(f"golden: the installed prior on the repository freeze, {time.monotonic() - t:.1f} s ({load()})")

@@ -210,8 +210,8 @@ def bench_loco(dataset: Dataset, params: Params, seeds: Sequence[int]) -> None:
 
 
 def bench_cpu(cpu_db: Path, prior_path: Path | None) -> None:
-    from emmy_core.prior.installed import freeze_files
     from emmy_core.store.export import export_db
+    from emmy_core.store.freeze_names import freeze_folder
     from emmy_core.store.importer import import_db
 
     if not cpu_db.is_file():
@@ -221,7 +221,8 @@ def bench_cpu(cpu_db: Path, prior_path: Path | None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         export_db(cpu_db, Path(tmp) / "here")
         here = read_dataset(Path(tmp) / "here")
-        assert all(o.ok for o in import_db(Path(tmp) / "freeze.db", freeze_files(ROOT / "freezes"), fresh=True))
+        sources = freeze_folder(ROOT / "freezes").reviewed
+        assert all(o.ok for o in import_db(Path(tmp) / "freeze.db", sources, fresh=True))
         export_db(Path(tmp) / "freeze.db", Path(tmp) / "freeze")
         freeze = read_dataset(Path(tmp) / "freeze")
     figures = []

@@ -14,21 +14,22 @@ from collections.abc import Sequence
 import dagster as dg
 
 from assets.dataset import dataset
-from assets.evaluation import evaluation, installed_prior
+from assets.evaluation import evaluation
 from assets.freeze import freeze_files, refreshed_freeze
+from assets.install import installed_prior
 from assets.prior import prior
-from assets.tune import build_tune_asset, card_partitions
+from assets.resources import ComputeScheduler, DuckDBStore, EmmyPaths, MLflowTracking
+from assets.tune import tune_files
 from assets.tuning_db import tuning_db
-from pipelines.jobs import CHECKS, fit_and_evaluate, nightly_refresh, tune_card
-from pipelines.resources import ComputeScheduler, DuckDBStore, EmmyPaths, MLflowTracking
+from pipelines.jobs import CHECKS, build_tune_job, card_partitions, fit_and_evaluate, nightly_refresh
 from pipelines.schedules import nightly, weekly_fit
 from pipelines.sensors import new_tune_files
 
 
 def chain_assets(cards: Sequence[str] | None = None) -> list[dg.AssetsDefinition | dg.SourceAsset]:
-    """Every asset of the chain (the tune asset partitioned over `cards`, default the matrix's)."""
-    return [freeze_files, build_tune_asset(card_partitions(cards)), refreshed_freeze, tuning_db, dataset, prior,
-            evaluation, installed_prior]
+    """Every asset of the chain (none is partitioned: `dagster asset materialize --select '*'` runs them all;
+    `cards` is kept for callers that also build the tune job)."""
+    return [freeze_files, tune_files, refreshed_freeze, tuning_db, dataset, prior, evaluation, installed_prior]
 
 
 def build_definitions(*, paths: EmmyPaths | None = None, store: DuckDBStore | None = None,
@@ -38,7 +39,7 @@ def build_definitions(*, paths: EmmyPaths | None = None, store: DuckDBStore | No
     return dg.Definitions(
         assets=chain_assets(cards),
         asset_checks=list(CHECKS),
-        jobs=[nightly_refresh, fit_and_evaluate, tune_card],
+        jobs=[nightly_refresh, fit_and_evaluate, build_tune_job(card_partitions(cards))],
         schedules=[nightly, weekly_fit],
         sensors=[new_tune_files],
         resources={"paths": paths or EmmyPaths(), "store": store or DuckDBStore(),

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import dagster as dg
 
 from assets.dataset import dataset_consistent
 from assets.evaluation import candidate_no_worse
-from assets.tune import KEY as TUNE
+from assets.tune import tune
 from assets.tuning_db import tuning_db_consistent
 from pipelines.card_executor import card_dask_executor
 
@@ -34,10 +36,25 @@ fit_and_evaluate = dg.define_asset_job(
     "fit_and_evaluate", selection=selection(FIT_AND_EVALUATE),
     description="Import the freeze as it stands, export, fit, evaluate, and install when the check allows.")
 
-tune_card = dg.define_asset_job(
-    "tune_card", selection=dg.AssetSelection.assets(TUNE), executor_def=card_dask_executor,
-    description="Tune the serving matrix on one card (one partition per card; runs where the card is: on a "
-                "Dask worker offering that card's resource, `pipelines.card_executor`).")
+def card_partitions(cards: Sequence[str] | None = None) -> dg.StaticPartitionsDefinition:
+    """One partition per card: those given, else the serving matrix's with `local` read as this machine's."""
+    from emmy_core.bench.matrix import matrix_cards
+
+    return dg.StaticPartitionsDefinition(list(cards) if cards is not None else list(matrix_cards()))
+
+
+def build_tune_job(partitions: dg.StaticPartitionsDefinition) -> dg.JobDefinition:
+    """`tune_card` over the given card partitions (built when the Definitions are, not at import), on the card
+    executor: each partition's step runs on a Dask worker offering that card's resource (`pipelines.card_executor`)."""
+
+    @dg.job(name="tune_card", partitions_def=partitions, executor_def=card_dask_executor, description=(
+        "Tune the serving matrix on one card (one partition per card; runs where the card is: on a Dask worker "
+        "offering that card's resource) into tune files in the inbox, which the nightly refresh folds into the "
+        "freeze. `replay_from` serves the card from a frozen file instead (no hardware)."))
+    def tune_card() -> None:
+        tune()
+
+    return tune_card
 
 
 def run_chain(assets: list, resources: dict, instance: dg.DagsterInstance, keys: tuple[str, ...] = CHAIN, *,

@@ -10,8 +10,8 @@ import json
 
 import dagster as dg
 
+from assets.resources import EmmyPaths
 from pipelines.jobs import nightly_refresh
-from pipelines.resources import EmmyPaths
 
 
 def read_cursor(cursor: str | None) -> set[str]:
@@ -26,9 +26,9 @@ def read_cursor(cursor: str | None) -> set[str]:
 @dg.sensor(job=nightly_refresh, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
            description="Starts the nightly refresh when a tune file that was not waiting before appears.")
 def new_tune_files(context: dg.SensorEvaluationContext, paths: EmmyPaths) -> dg.SensorResult:
-    from emmy_core.store.freeze_folder import pending_tune_files
+    from emmy_core.chain import steps
 
-    waiting = sorted({p.name for p in pending_tune_files(paths.freezes, paths.inbox_source)})
+    waiting = sorted({p.name for p in steps.look(paths.chain()).waiting})
     new = [n for n in waiting if n not in read_cursor(context.cursor)]
     cursor = json.dumps(waiting)
     if not new:

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from emmy_core.cli.common import fail
+from emmy_core.prior.tracking import DEFAULT_URI
 from emmy_core.prior.training import DEFAULT_POOLS
 
 MAX_SEED = 2**32 - 1
@@ -43,7 +44,7 @@ def fit(dataset: Annotated[Path | None, typer.Argument(help="dataset export fold
         freeze_dir: Annotated[Path, typer.Option("--freeze-dir", help="freeze folder --install fits on")] = Path(
             "freezes"),
         tracking_uri: Annotated[str | None, typer.Option(
-            "--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI, else sqlite:///_tune/mlflow.db;"
+            "--tracking-uri", help=f"MLflow tracking URI (default $MLFLOW_TRACKING_URI, else {DEFAULT_URI};"
                                    " 'off' logs nothing)")] = None,
         compare: Annotated[tuple[str, str] | None, typer.Option(
             "--compare", help="print two MLflow runs' metrics side by side: --compare RUN_A RUN_B")] = None,
@@ -55,7 +56,7 @@ def fit(dataset: Annotated[Path | None, typer.Argument(help="dataset export fold
     MLflow."""
     from emmy_core.compute import ComputeError, parse_scheduler
     from emmy_core.prior import PriorError
-    from emmy_core.prior.tracking import TrackingError
+    from emmy_core.prior.tracking import TrackingError, resolve_uri
     from emmy_core.store.errors import StoreError
     from emmy_core.targets import CardTableError
 
@@ -68,47 +69,54 @@ def fit(dataset: Annotated[Path | None, typer.Argument(help="dataset export fold
         parse_scheduler(scheduler)
     except ComputeError as exc:
         fail(str(exc))
+    from emmy_core.chain import evaluation as ev
+    from emmy_core.chain import steps
+    from emmy_core.chain.paths import ChainPaths
+
     progress = progress_printer()
+    verdict = None
     try:
         if install:
             if scheduler != "inprocess":
                 fail("--install refits in this process; give no --scheduler")
             if dataset is not None or out is not None:
                 fail("--install refits from the repository freeze (--freeze-dir); give no DATASET or OUT")
-            from emmy_core.prior.installed import refit_installed
-
-            result = refit_installed(freeze_dir, seed=seed, tracking_uri=tracking_uri, progress=progress)
+            result = steps.refit_installed(freeze_dir, seed=seed, tracking_uri=tracking_uri, progress=progress)
         else:
             if dataset is None or out is None:
                 fail("give DATASET and OUT.json (or --install, or --compare RUN_A RUN_B)")
             from emmy_core.prior.artifact import check_artifact_out
-            from emmy_core.prior.fit import fit_prior
 
             check_artifact_out(out)  # before minutes of fitting: a refusal comes first
-            result = fit_prior(dataset, out, pools=pools, folds=folds, seed=0 if seed is None else seed,
-                               cards_file=cards, tracking_uri=tracking_uri, progress=progress, scheduler=scheduler)
-    except (PriorError, StoreError, CardTableError, TrackingError, ComputeError, ValueError,
+            result = steps.fit(dataset, out, pools=pools, folds=folds, seed=0 if seed is None else seed,
+                               cards_file=cards, tracking_uri=tracking_uri, fits_dir=ChainPaths().fits,
+                               progress=progress, scheduler=scheduler)
+    except (PriorError, StoreError, CardTableError, TrackingError, ComputeError, steps.ChainError, ValueError,
             FileNotFoundError) as exc:
         fail(str(exc))
     if dataset is not None:
-        from emmy_core.eval.tracking import evaluate_fit
-
         try:  # the fit is written whatever happens here: a failure is reported, never swallowed
-            evaluate_fit(dataset, result.artifact_path, result.fit_dir, result.run_id, tracking_uri,  # type: ignore[attr-defined]
-                         cards_file=cards, progress=progress)
+            done = ev.evaluate(dataset, result.artifact_path, ChainPaths().installed, progress=progress)
+            files = ev.write_evaluation(done, result.fit_dir / "evaluation")
+            verdict = ev.judge(done)
+            if result.run_id is not None:
+                ev.log_to_run(resolve_uri(tracking_uri), result.run_id, done, files)
         except (PriorError, StoreError, TrackingError, ValueError) as exc:
             typer.echo(f"emmy: warning: the fit was written, but its evaluation was not kept: {exc}", err=True)
     from emmy_core.eval.tables import fit_text
 
-    m = result.metrics  # type: ignore[attr-defined]
+    m = result.metrics
     mean = m["mean"]
-    typer.echo(f"wrote {result.artifact_path}; metrics in {result.fit_dir / 'metrics.json'}")  # type: ignore[attr-defined]
+    typer.echo(f"wrote {result.artifact_path}; metrics in {result.fit_dir / 'metrics.json'}")
     typer.echo(fit_text(m))
+    if verdict is not None:
+        typer.echo(f"against the installed prior: {'may replace it' if verdict.passed else 'keep the installed'} "
+                   f"({verdict.reason}); evaluation in {result.fit_dir / 'evaluation'}")
     typer.echo(json.dumps({"cv": mean, "split": m["split"], "ranking": {k: m["ranking"].get(k) for k in (
                                "mode", "source", "weight", "top1", "vs_first", "vs_ranker", "vs_transfer_order")},
                            "folds": len(m["folds"]), "train_groups": m["train_groups"],
                            "undescribed_pools": m["undescribed_pools"],
-                           "mlflow_run": result.run_id}, sort_keys=True))  # type: ignore[attr-defined]
+                           "mlflow_run": result.run_id}, sort_keys=True))
 
 
 def _compare(uri: str | None, run_a: str, run_b: str) -> None:

@@ -12,15 +12,20 @@ from __future__ import annotations
 import datetime as _dt
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from emmy_core.cli.options import SettingOpt, ShapeOpt, shape_of
 
+if TYPE_CHECKING:
+    from emmy_core.chain.paths import ChainPaths
+
+WIDTH = 120
+"""Columns the report fits: long lines wrap (nothing is cut)."""
+
 DEFAULT_MODEL = "llama_block"
 DEFAULT_SHAPE = "B=1,S=128"
-MLFLOW_DB = Path("_tune/mlflow.db")
 
 
 def main_job(
@@ -34,107 +39,120 @@ def main_job(
     report(model, shape_of(shape), data, setting)
 
 
+def say(text: str, indent: str = "  ") -> None:
+    """Prints `text` wrapped to the report's width, every line indented by `indent` (a pasteable command is
+    printed whole: wrapping would break it)."""
+    import textwrap
+
+    for line in text.splitlines() or [""]:
+        if len(indent + line) <= WIDTH or line.lstrip().startswith((".venv/", "DAGSTER_HOME=")):
+            typer.echo(indent + line if line else "")
+        else:
+            typer.echo(textwrap.fill(line, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
+                                     break_on_hyphens=False))
+
+
 def report(model: str, dims: dict[str, int], data: Path, setting: str = "deploy") -> None:
     """The main job's report, from the files under `data` (missing parts say how to make them)."""
-    evaluation_section(data / "evaluation")
+    from emmy_core.chain.paths import ChainPaths
+
+    paths = ChainPaths(data=data)
+    evaluation_section(paths.evaluation)
+    install_line(paths)
     fork_section(model, dims, setting)
     next_steps_section(data)
 
 
 def evaluation_section(folder: Path) -> None:
-    """The evaluation table: the candidate prior beside the installed one, the baselines, and the verdict.
+    """The evaluation table: the candidate prior beside the installed one, the baselines, and the verdict
+    (`chain.evaluation.judge` on the report the chain wrote).
 
     An evaluation older than the last chain run, when that run stopped, is marked stale with the run's
     cause (`chain-status.json`): it is never shown as if it were this run's."""
+    from emmy_core.chain import evaluation as ev
     from emmy_core.store.chainstatus import read_status
-    from emmy_core.store.sourcefile import SourceError, load_json_file
+    from emmy_core.store.sourcefile import SourceError
 
     typer.echo("== the prior, judged on the dataset (candidate beside the installed prior)")
-    table, doc = folder / "table.md", folder / "report.json"
+    doc = folder / "report.json"
     try:
         status = read_status(folder.parent)
     except SourceError as exc:
         status = None
-        typer.echo(f"  (the last run's status cannot be read: {exc})")
+        say(f"(the last run's status cannot be read: {exc})")
     if status is not None and not status.success:
-        typer.echo(f"  the last chain run ({status.run_id[:36]}, {status.finished}) STOPPED: {status.cause}")
-    if not table.is_file() or not doc.is_file():
-        typer.echo(f"  no evaluation in {folder} yet: `make run` fits and evaluates a prior")
+        say(f"the last chain run ({status.run_id[:36]}, {status.finished}) STOPPED: {status.cause}")
+    try:
+        evaluation = ev.read_evaluation(folder)
+    except SourceError as exc:
+        say(f"the evaluation in {folder} cannot be read: {exc}")
+        return
+    if evaluation is None:
+        say(f"no evaluation in {folder} yet: `make run` fits and evaluates a prior")
         return
     if status is not None and not status.success and doc.stat().st_mtime < status.finished_at():
         written = _dt.datetime.fromtimestamp(doc.stat().st_mtime, _dt.UTC).replace(microsecond=0).isoformat()
-        typer.echo(f"  STALE: the evaluation below is from an earlier run (written {written}), not from the run "
+        say(f"STALE: the evaluation below is from an earlier run (written {written}), not from the run "
                    "that stopped")
-    for line in table.read_text(encoding="utf-8", errors="replace").splitlines():
-        typer.echo("  " + line)
+    from emmy_core.eval.tables import TERMINAL_WIDTH, terminal_text
+
+    say(terminal_text(evaluation.table(), TERMINAL_WIDTH - 2))
+    verdict = ev.judge(evaluation)
+    say(f"verdict: {'install' if verdict.passed else 'keep the installed prior'} ({verdict.reason[:600]})")
+    say(f"report and plots: {folder}/ (report.json, table.md, "
+               f"{', '.join(p.name for p in sorted(folder.glob('*.png'))) or 'no plots'})")
+
+
+def install_line(paths: ChainPaths) -> None:
+    """Whether the candidate is the installed prior now (content digests compared): `make run` never installs."""
+    from emmy_core.chain import steps
+    from emmy_core.prior import PriorError
+
+    if not paths.candidate.is_file():
+        return
     try:
-        report = load_json_file(doc, 256 * 1024 * 1024)
-        verdict = report.get("verdict", {}) if isinstance(report, dict) else {}
-        verdict = verdict if isinstance(verdict, dict) else {}
-    except SourceError as exc:
-        verdict = {"reason": f"the report cannot be read: {exc}"}
-    typer.echo(f"  verdict: {'install' if verdict.get('passed') is True else 'keep the installed prior'} "
-               f"({str(verdict.get('reason', 'no verdict recorded'))[:600]})")
+        same = steps.content_digest(paths.candidate) == steps.content_digest(paths.installed)
+    except (PriorError, OSError) as exc:
+        say(f"installed: cannot tell ({str(exc)[:200]})")
+        return
+    say(f"installed: {'yes, the candidate is the installed prior' if same else 'no'} "
+               f"({paths.installed}); `make run` never installs: the nightly_refresh job does when the verdict "
+               "allows, and `emmy fit --install` refits the installed prior from the freeze")
 
 
 def fork_section(model: str, dims: dict[str, int], setting: str) -> dict[str, int]:
-    """The model's forks on this machine's card, each settled by the evidence resolver as a compile would.
-
-    The tiers, in order: the freeze's goldens, the local tuning database, the installed prior, the
-    rule's first option; the resolution record says which answered each fork. Returns the count per tier.
-    """
-    import torch
-
-    from emmy_core.evidence.context import open_sources
-    from emmy_core.evidence.model import ModelResolver, resolutions_of
-    from emmy_core.evidence.render import render_record
-    from emmy_core.evidence.resolution import ResolutionRecord
-    from emmy_core.graph.forks import forks
-    from emmy_core.graph.pipeline import compile_model
+    """The model's forks on this machine's card, each settled by the evidence resolver as a compile would
+    (`emmy_core.compiler.explain`, nothing built): the freeze's goldens, the local tuning database, the
+    installed prior, the rule's first option. Returns the count per tier."""
+    from emmy_core.cli.compile_cmd import SMALL, model_and_inputs
+    from emmy_core.compiler import explain
     from emmy_core.ir import format_sizes
-    from emmy_core.targets import local_card
 
-    card = local_card()
-    shape = format_sizes(dims)
-    typer.echo(f"\n== {model} at {shape} for {card.name} ({card.target}), setting {setting}")
-    lowered = compile_model(model, dims, torch.float16)
-    counts = Counter(k.kernel_id for k in lowered.kernels)
-    for k in {k.kernel_id: k for k in lowered.kernels}.values():
-        typer.echo(f"  {k.kernel_id[:12]}  {k.family:<11} x{counts[k.kernel_id]}  {k.program.name}")
-    fork_list = forks(lowered, card)
-    by_rule = Counter(f.rule.split(":")[0] for f in fork_list)
-    typer.echo(f"  {len(lowered.kernels)} kernels, {len(counts)} distinct; forks: "
-               + ", ".join(f"{n} {rule}" for rule, n in sorted(by_rule.items())))
-    sources = open_sources(card, setting)  # the shipped freeze's goldens, the local tuning database, the prior
-    try:
-        plans = ModelResolver(sources).model(lowered, dims)
-    finally:
-        skipped = sources.close()
-    record = ResolutionRecord(model, card.name, setting, resolutions_of(plans), [*sources.notes, *skipped],
-                              sizes=[shape])
-    typer.echo("\n".join(f"  {line}" for line in render_record(record).splitlines()))
-    tiers = record.tiers()
+    module, inputs_fn = model_and_inputs(model, "f16", None)
+    compiled = explain(module, inputs_fn(SMALL), dims, setting=setting, name=model)
+    card, kernels = compiled.card, compiled.lowered.kernels
+    counts = Counter(k.kernel_id for k in kernels)
+    typer.echo(f"\n== {model} at {format_sizes(dims)} for {card.name} ({card.target}), setting {setting}")
+    say(f"{len(kernels)} kernels, {len(counts)} distinct")
+    say(compiled.explain(width=WIDTH - 2))
+    tiers = compiled.record.tiers()
     if not tiers["golden"]:
-        typer.echo(f"  (no golden for {card.name} in the freeze: `emmy tune` measures this machine, and the "
+        say(f"(no golden for {card.name} in the freeze: `emmy tune` measures this machine, and the "
                    "nightly refresh folds its tune files in)")
     return tiers
 
 
 def next_steps_section(data: Path) -> None:
     """The three ways to look further, each a command to paste."""
-    table = data / "dataset" / "measurements.parquet"
-    select = "SELECT card, setting, count(*) AS rows, count(DISTINCT kernel_id) AS kernels FROM "
-    group = " GROUP BY ALL ORDER BY ALL"
-    typer.echo("\n== where to look further")
-    typer.echo("  the asset graph, its runs and checks (then open http://127.0.0.1:3000):")
-    typer.echo("    DAGSTER_HOME=\"$PWD\" .venv/bin/dagster dev -m pipelines.definitions -h 127.0.0.1 -p 3000")
-    typer.echo("  every fit, its parameters, metrics and plots (then open http://127.0.0.1:5000):")
-    typer.echo(f"    .venv/bin/mlflow ui --backend-store-uri sqlite:///{MLFLOW_DB} --host 127.0.0.1 --port 5000")
-    typer.echo("  the dataset, with DuckDB:")
-    typer.echo(f"    .venv/bin/python -c \"import duckdb; duckdb.sql(\\\"{select}'{table}'{group}\\\").show()\"")
-    if table.is_file():
-        import duckdb
+    from emmy_core.chain.paths import MLFLOW_DB
 
-        with duckdb.connect() as con:
-            for line in str(con.sql(select + "read_parquet(?)" + group, params=[str(table)])).splitlines():
-                typer.echo("    " + line)
+    table = data / "dataset" / "measurements.parquet"
+    query = ("SELECT card, setting, count(*) AS rows, count(DISTINCT kernel_id) AS kernels FROM "
+             f"'{table}' GROUP BY ALL ORDER BY ALL")
+    typer.echo("\n== where to look further")
+    say("the asset graph, its runs and checks (then open http://127.0.0.1:3000):")
+    say("  DAGSTER_HOME=\"$PWD\" .venv/bin/dagster dev -m pipelines.definitions -h 127.0.0.1 -p 3000")
+    say("every fit, its parameters, metrics and plots (then open http://127.0.0.1:5000):")
+    say(f"  .venv/bin/mlflow ui --backend-store-uri sqlite:///{MLFLOW_DB} --host 127.0.0.1 --port 5000")
+    say("the dataset, with DuckDB:")
+    say(f"  .venv/bin/python -c \"import duckdb; duckdb.sql(\\\"{query}\\\").show()\"")

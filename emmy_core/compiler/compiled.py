@@ -226,15 +226,18 @@ class Compiled:
             out = self.runner(sizes).run(inputs)
         return out[0] if len(out) == 1 else out
 
-    def explain(self, as_json: bool = False) -> str:
-        """The resolution record as a table (or JSON)."""
+    def explain(self, as_json: bool = False, width: int = 120) -> str:
+        """The resolution record as a table fitted to `width` columns (or JSON); a kernel's sizes named by the
+        model's axes."""
         from emmy_core.evidence.render import render_record
 
         if as_json:
             import json
 
             return json.dumps(self.record.to_json(), indent=2, sort_keys=True)
-        return render_record(self.record)
+        axes = {k.kernel_id: {a: "·".join(str(d) for d in dims) for a, dims in k.axes}
+                for k in self.lowered.kernels}
+        return render_record(self.record, axes, width)
 
 
 def _example_device(example_inputs: Sequence[torch.Tensor]) -> torch.device:

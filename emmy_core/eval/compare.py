@@ -47,8 +47,12 @@ def read_report(path: Path | str) -> dict[str, Any]:
     """A report written by `emmy eval prior --json`, checked; SourceError naming the file and field otherwise."""
     from emmy_core.store.sourcefile import load_json_file
 
-    name = str(path)
-    top = Fields(name, "$", load_json_file(path, MAX_REPORT_BYTES), "an evaluation report")
+    return check_report(load_json_file(path, MAX_REPORT_BYTES), str(path))
+
+
+def check_report(doc: object, name: str, record: str = "$") -> dict[str, Any]:
+    """A report's JSON (`EvalReport.to_json`) checked strictly; SourceError naming `name`, the record and field."""
+    top = Fields(name, record, doc, "an evaluation report")
     if top.obj.get("format") != REPORT_FORMAT:
         found = f"{str(top.obj['format'])[:40]!r} is not {REPORT_FORMAT}" if "format" in top.obj else "missing"
         raise top.fail("format", f"{found}: not an evaluation report (a fit's metrics.json compares by diff, or "
@@ -64,12 +68,12 @@ def read_report(path: Path | str) -> dict[str, Any]:
     prior = top.sub("prior")
     prior.text("source", 4096)
     prior.mapping("provenance")
-    _summary(name, "$.mean", top.raw("mean"))
+    _summary(name, f"{record}.mean", top.raw("mean"))
     for field in ("by_card", "by_family"):
         for key, value in top.mapping(field).items():
-            _summary(name, json_path(f"$.{field}", str(key)[:80]), value)
-    for i, record in enumerate(top.array("per_pool")):
-        r = Fields(name, json_path("$.per_pool", i), record, "a pool")
+            _summary(name, json_path(f"{record}.{field}", str(key)[:80]), value)
+    for i, pool in enumerate(top.array("per_pool")):
+        r = Fields(name, json_path(f"{record}.per_pool", i), pool, "a pool")
         for field in ("card", "setting", "kernel", "kernel_id", "sizes"):
             r.text(field, 4096, allow_empty=True)
     return top.obj

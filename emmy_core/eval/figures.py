@@ -14,7 +14,7 @@ a figure means the same in a fit and in an evaluation:
   replaced by the next working one), whether the pick failed; beside them on the same members
   the rule's first option (for an extern kernel, the first configuration of its cache file's
   own order, when that order was given), a random pick, the most similar card's best and the
-  transfer baseline (`emmy_core.prior.transfer.fork_baselines`).
+  transfer baseline: each a ranker of `emmy_core.ranking`, looped over (`ranking.figures`).
 
 A figure a pool is too small for is None and counted nowhere (`metrics.minimum_sizes`).
 """
@@ -26,9 +26,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from emmy_core.ir import Extern
-from emmy_core.prior import baselines, metrics
+from emmy_core.prior import metrics
 from emmy_core.prior.dataset import DatasetFork
-from emmy_core.prior.transfer import fork_baselines
+from emmy_core.ranking import FirstOption, RankContext
+from emmy_core.ranking.figures import golden_baselines, measured_baselines
 
 KS = (1, 5, 10)
 GOLDEN = ("golden_rank", "golden_rank_ties", "golden_plateau", "golden_picked")
@@ -40,16 +41,10 @@ Figures = dict[str, float | None]
 
 
 def rule_order(fork: DatasetFork, order: Mapping[str, int] | None) -> np.ndarray | None:
-    """Scores that rank the pool in the rule's order (higher first): for an Emmy kernel the pool's own
-    order (the rule's options by rank, then schedules it does not emit); for an extern kernel its cache
-    file's order (`order`, schedule_id -> position; a member the file lacks after every listed one).
-    None for an extern kernel without an order."""
-    n = len(fork.schedule_ids)
-    if not isinstance(fork.kernel, Extern):
-        return -np.arange(n, dtype=np.float64) if fork.first is not None else None
-    if order is None:
-        return None
-    return -np.array([order.get(sid, n + i) for i, sid in enumerate(fork.schedule_ids)], dtype=np.float64)
+    """Scores that rank the whole pool in the rule's order (higher first), the first option on top: the
+    `FirstOption` ranker's (an extern kernel: its cache file's order `order`, schedule_id -> position).
+    None where the rule has no order (an extern kernel without one)."""
+    return FirstOption().rank(RankContext(fork, (), order), np.arange(len(fork.schedule_ids)))
 
 
 def golden_view(fork: DatasetFork, scores: np.ndarray, others: Sequence[DatasetFork], order: Mapping[str, int] | None) -> Figures:
@@ -59,16 +54,7 @@ def golden_view(fork: DatasetFork, scores: np.ndarray, others: Sequence[DatasetF
     out: Figures = dict(metrics.golden_figures(scores, g))
     if out["golden_rank"] is None:
         return out
-    rule = rule_order(fork, order)
-    out["first_golden_rank"] = None if rule is None else float(metrics.golden_rank(rule, g)[0])
-    out["random_golden_rank"] = metrics.random_golden_rank(len(scores))
-    elsewhere = baselines.same_kernel_elsewhere(fork, others)
-    if elsewhere:
-        for name, s in (("transfer", baselines.transfer_scores(fork, elsewhere)),
-                        ("similar", baselines.most_similar_scores(fork, elsewhere))):
-            if s is not None:
-                strict, ties = metrics.golden_rank(s, g)
-                out[f"{name}_golden_rank"], out[f"{name}_golden_rank_ties"] = float(strict), float(ties)
+    out.update(golden_baselines(RankContext(fork, others, order)))
     return out
 
 
@@ -77,11 +63,7 @@ def measured_view(fork: DatasetFork, scores: np.ndarray, others: Sequence[Datase
     m = np.flatnonzero(fork.measured)
     times, ok = fork.times[m], fork.ok[m]
     out: Figures = dict(metrics.pool_metrics(scores, times, ok, KS))
-    out.update(fork_baselines(fork, others))
+    out.update(measured_baselines(RankContext(fork, others, order)))
     if isinstance(fork.kernel, Extern):
-        rule = rule_order(fork, order)
-        out["first_slowdown"] = None
-        if rule is not None:
-            along = [int(i) for i in metrics.order(rule[m])]  # the file's order over the measured members
-            out["first_slowdown"] = metrics.index_slowdown(along[0], times, ok, along)
+        out.setdefault("first_slowdown", None)  # an extern kernel without its cache file's order has no first option
     return out

@@ -28,6 +28,7 @@ from emmy_core.eval.extern_order import FileOrder
 from emmy_core.ir import Extern
 from emmy_core.prior import FEATURE_VERSION, Prior, load_prior, metrics
 from emmy_core.prior.dataset import Dataset, DatasetFork
+from emmy_core.ranking import PriorRanker, RankContext
 
 REPORT_FORMAT = "emmy-eval"
 REPORT_VERSION = 2  # 2: by_family
@@ -197,6 +198,7 @@ def evaluate(dataset_dir: Path | str | Dataset, prior: Prior | Path | str, *, po
 
         data = read_dataset(dataset_dir, cards_file, progress)
     index = _others_index(data.forks)
+    ranker = PriorRanker(prior)
     records: list[dict[str, Any]] = []
     points: dict[str, PricePoints] = {}
     golden, measured = pools in ("golden", "both"), pools in ("measured", "both")
@@ -206,8 +208,8 @@ def evaluate(dataset_dir: Path | str | Dataset, prior: Prior | Path | str, *, po
         has_measured = measured and len(m) > 0
         if not (has_golden or has_measured) or (cards is not None and fork.card_name not in cards):
             continue
-        candidates = fork.knobs if has_golden else [fork.knobs[j] for j in m]
-        scores = prior.score(fork.kernel, fork.sizes, fork.card, fork.setting, candidates)
+        candidates = np.arange(len(fork.knobs)) if has_golden else m
+        scores = ranker.rank(RankContext(fork), candidates)
         others = index[(fork.kernel_id, fork.sizes, fork.setting)]
         order = extern_order.get((fork.kernel_id, fork.card_name)) if extern_order is not None else None
         record: dict[str, Any] = {

@@ -101,7 +101,7 @@ def worst_pools(doc: Mapping[str, Any], figure: str, kind: str, k: int = WORST) 
     if not pools:
         return ""
     members = "measured_members" if kind == "x" else "members"  # the pool the figure is over
-    rows = [[_pool_name(r), f"{r['card']} / {r['setting']}", fmt(r[figure], kind), str(r[members]),
+    rows = [[_pool_name(r), f"{r['card']} / {r['setting']}", fmt(r[figure], kind), str(r.get(members, "?")),
              fmt(r.get("first_slowdown" if kind == "x" else "first_golden_rank"), kind)] for r in pools]
     return pipe_table(["kernel (sizes)", "card / setting", figure, members.replace("_", " "), "first option"], rows,
                       left=2)
@@ -222,4 +222,40 @@ def fit_text(report: Mapping[str, Any]) -> str:
     out.append(f"kernel split ({len(report.get('kernel_folds', []))} folds, new kernels on known cards): top-1 "
                f"{fmt(km.get('top1'), 'x')}, top-5 {fmt(km.get('top5'), 'x')}, first option "
                f"{fmt(km.get('first_slowdown'), 'x')}, random {fmt(km.get('random_slowdown'), 'x')}")
+    return "\n".join(out)
+
+
+TERMINAL_WIDTH = 120
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def terminal_text(markdown: str, width: int = TERMINAL_WIDTH) -> str:
+    """The tables' text for a terminal: every pipe table re-laid out by rich to fit `width` columns, a long cell
+    wrapping within its column (nothing cut); figures stay right-aligned. Other lines are kept as they are."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    lines, out, i = markdown.splitlines(), [], 0
+    while i < len(lines):
+        if not (lines[i].startswith("|") and i + 1 < len(lines) and set(lines[i + 1]) <= set("|-: ")):
+            out.append(lines[i])
+            i += 1
+            continue
+        head, aligns = _cells(lines[i]), _cells(lines[i + 1])
+        table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
+        for h, a in zip(head, aligns, strict=False):
+            table.add_column(h, overflow="fold", justify="right" if a.endswith(":") else "left")
+        i += 2
+        while i < len(lines) and lines[i].startswith("|"):
+            table.add_row(*_cells(lines[i]))
+            i += 1
+        buf = io.StringIO()
+        Console(file=buf, width=width, color_system=None, force_terminal=False, highlight=False, emoji=False,
+                markup=False).print(table)
+        out += [line.rstrip() for line in buf.getvalue().splitlines()]
     return "\n".join(out)

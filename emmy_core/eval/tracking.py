@@ -1,21 +1,28 @@
-"""The evaluation of a fit kept in the fit's MLflow run: its report and plots, under `evaluation/`."""
+"""The evaluation of a fit kept in the fit's MLflow run: its report and plots under `evaluation/`, its figures
+as metrics."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 ARTIFACT_DIR = "evaluation"
 
 
-def log_evaluation(uri: str | None, run_id: str, files: Sequence[Path | str]) -> list[str]:
-    """Logs `files` into run `run_id` under `evaluation/`; returns the artifact paths. TrackingError
-    (naming the run and the store) when MLflow refuses, so a caller reports it rather than losing it."""
+def log_evaluation(uri: str | None, run_id: str, files: Sequence[Path | str],
+                   metrics: Mapping[str, float] | None = None) -> list[str]:
+    """Logs `files` into run `run_id` under `evaluation/` and `metrics` (the evaluation's figures) as the run's
+    metrics; returns the artifact paths. TrackingError (naming the run and the store) when MLflow refuses, so
+    a caller reports it rather than losing it."""
+    from mlflow.entities import Metric
+
     from emmy_core.prior.tracking import TrackingError, client, resolve_uri
 
     c = client(uri)
     out = []
     try:
+        if metrics:
+            c.log_batch(run_id, metrics=[Metric(k, float(v), 0, 0) for k, v in sorted(metrics.items())])
         for f in files:
             c.log_artifact(run_id, str(f), artifact_path=ARTIFACT_DIR)
             out.append(f"{ARTIFACT_DIR}/{Path(f).name}")
@@ -25,17 +32,15 @@ def log_evaluation(uri: str | None, run_id: str, files: Sequence[Path | str]) ->
     return out
 
 
-def evaluate_fit(dataset_dir: Path | str, artifact: Path | str, fit_dir: Path | str, run_id: str | None,
-                 uri: str | None, *, cards_file: Path | str | None = None,
-                 progress: Callable[[str], None] | None = None) -> list[Path]:
-    """A fit evaluated on its own dataset (both views), written into `<fit_dir>/evaluation/` (report and
-    plots) and logged into the fit's run when it has one; returns the files written."""
-    from emmy_core.eval.plots import write_plots
-    from emmy_core.eval.report import evaluate, write_json
 
-    report = evaluate(dataset_dir, artifact, pools="both", cards_file=cards_file, progress=progress)
-    out = Path(fit_dir) / ARTIFACT_DIR
-    files = [write_json(report.to_json(), out / "report.json"), *write_plots(report, out)]
-    if run_id is not None:
-        log_evaluation(uri, run_id, files)
-    return files
+LOCAL_UI = "http://127.0.0.1:5000"
+"""Where `mlflow ui` serves a local SQLite store (the command `emmy main` prints)."""
+
+
+def run_url(uri: str, run_id: str) -> str:
+    """The run's page in the MLflow UI: on the tracking server for an http(s) URI, else on the local UI."""
+    from emmy_core.prior.tracking import client
+
+    experiment = client(uri).get_run(run_id).info.experiment_id
+    base = uri.rstrip("/") if uri.startswith(("http://", "https://")) else LOCAL_UI
+    return f"{base}/#/experiments/{experiment}/runs/{run_id}"

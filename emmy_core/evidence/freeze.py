@@ -4,8 +4,8 @@ Where: `freezes=` (a folder, a file or a list of files), else `$EMMY_FREEZES`, e
 that ships with the package: `emmy_core/freezes` is the repository's `freezes/` folder itself
 (a link in the source tree, followed when a wheel is built), so nothing is copied and a checkout
 reads the freeze it has. In a folder, a card's files are `<card-slug>.json` (the freeze) and
-`<card-slug>.<anything>.json` (golden records); tune files (`<card-slug>.tune-*.json`) are
-unreviewed and are not read. Every file is parsed strictly by the store's own readers into a
+`<card-slug>.<label>.json` (golden records); tune files (`<card-slug>.tune-*.json`) are
+unreviewed and are not read (the one rule: `store.freeze_names`). Every file is parsed strictly by the store's own readers into a
 `MemoryStore` (no duckdb); a file that is refused is skipped whole, its reason (file, record,
 field) kept as a note. Parsed files are cached in the process by path, size and modification time.
 """
@@ -20,7 +20,6 @@ from pathlib import Path
 from emmy_core.evidence.measured import GoldenSource
 
 FREEZES_ENV = "EMMY_FREEZES"
-TUNE_MARK = ".tune-"
 
 FreezesArg = Path | str | Sequence[Path | str] | None
 
@@ -42,6 +41,7 @@ def freeze_root(freezes: FreezesArg = None) -> list[Path]:
 
 def card_files(card: str, freezes: FreezesArg = None) -> tuple[list[Path], list[str]]:
     """The freeze files of `card` (and notes on what was not found)."""
+    from emmy_core.store.freeze_names import freeze_folder
     from emmy_core.targets import card_slug
 
     slug = card_slug(card)
@@ -49,9 +49,7 @@ def card_files(card: str, freezes: FreezesArg = None) -> tuple[list[Path], list[
     notes: list[str] = []
     for root in freeze_root(freezes):
         if root.is_dir():
-            found = sorted(p for p in root.glob(f"{slug}*.json")
-                           if (p.name == f"{slug}.json" or p.name.startswith(f"{slug}."))
-                           and TUNE_MARK not in p.name)
+            found = freeze_folder(root, slug).reviewed
             files.extend(found)
             if not found:
                 notes.append(f"freeze {root}: no file for {card} ({slug}.json)")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from emmy_core.evidence.resolution import Resolution, ResolutionRecord
 
-MAX_CELL = 48
+MAX_CELL = 200  # a cell wraps in its column; only a text longer than this (a hostile name) is cut
 
 
 def _cut(text: str, width: int = MAX_CELL) -> str:
@@ -15,31 +17,65 @@ def _margin(r: Resolution) -> str:
     if r.runner_up is None:
         return "-"
     if r.margin is None:
-        return _cut(r.runner_up, 30)
+        return _cut(r.runner_up)
     if r.tier == "prior" and r.rule == "schedule":  # a score gap; elsewhere a relative time
-        return f"{_cut(r.runner_up, 30)} (score -{r.margin:.3g})"
-    return f"{_cut(r.runner_up, 30)} (+{100 * r.margin:.1f}%)"
+        return f"{_cut(r.runner_up)} (score -{r.margin:.3g})"
+    return f"{_cut(r.runner_up)} (+{100 * r.margin:.1f}%)"
 
 
-def resolution_rows(record: ResolutionRecord) -> list[list[str]]:
+def model_sizes(sizes: str, axes: Mapping[str, str] | None) -> str:
+    """A kernel's sizes named by the model's axes: `B=128` of a kernel whose axis B is the model's B·S reads
+    `B·S=128` (a model run at B=1,S=128 has no B of 128). `axes`: kernel axis -> the model dims it is made of."""
+    if not axes or not sizes:
+        return sizes or "-"
+    parts = []
+    for part in sizes.split(","):
+        name, _, value = part.partition("=")
+        parts.append(f"{axes.get(name, name)}={value}")
+    return ",".join(parts)
+
+
+def resolution_rows(record: ResolutionRecord, axes: Mapping[str, Mapping[str, str]] | None = None) -> list[list[str]]:
+    """One row per fork; `axes` (kernel_id -> kernel axis -> model dims) names the sizes by the model's axes."""
     rows = []
     for r in record.resolutions:
-        blocked = "; ".join(f"{_cut(o, 24)}: {_cut(w, 60)}" for o, w in r.blocked)
-        rows.append([_cut(r.kernel, 40), r.key.sizes or "-", r.rule, _cut(r.label, 40),
-                     r.tier + ("" if r.applied else " (superseded)"), _cut(r.evidence, 60), _margin(r),
-                     blocked or "-"])
+        blocked = "; ".join(f"{_cut(o)}: {_cut(w)}" for o, w in r.blocked)
+        rows.append([_cut(r.kernel), model_sizes(r.key.sizes, (axes or {}).get(r.key.kernel_id)), r.rule,
+                     _cut(r.label), r.tier + ("" if r.applied else " (superseded)"), _cut(r.evidence),
+                     _margin(r), blocked or "-"])
     return rows
 
 
-def render_record(record: ResolutionRecord) -> str:
-    """Plain text: a header, the fork table, the tiers counted, the notes, the stale recordings."""
+WIDTH = 120
+"""Columns a table is fitted to: a cell too wide wraps within its column, nothing is cut."""
+
+
+def table_text(head: Sequence[str], rows: Sequence[Sequence[str]], width: int = WIDTH) -> str:
+    """A table as plain text fitted to `width` columns (rich), wrapping long cells rather than cutting them."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold", expand=False)
+    for h in head:
+        table.add_column(h, overflow="fold")
+    for r in rows:
+        table.add_row(*r)
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None, force_terminal=False, highlight=False,
+            emoji=False, markup=False).print(table)
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines())
+
+
+def render_record(record: ResolutionRecord, axes: Mapping[str, Mapping[str, str]] | None = None,
+                  width: int = WIDTH) -> str:
+    """Plain text: a header, the fork table (fitted to 120 columns, sizes by the model's axes when `axes`
+    says how each kernel's axes are made of them), the tiers counted, the notes, the stale recordings."""
+    import textwrap
+
     head = ["kernel", "sizes", "rule", "choice", "tier", "evidence", "runner-up (margin)", "blocked"]
-    rows = resolution_rows(record)
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
     lines = [f"{record.model} on {record.card} ({record.setting}), sizes {', '.join(record.sizes) or '-'}"]
-    lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip())
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     tiers = record.tiers()
     lines.append("forks by tier: " + ", ".join(f"{t} {n}" for t, n in tiers.items()))
     fell = record.fell_through()
@@ -51,4 +87,5 @@ def render_record(record: ResolutionRecord) -> str:
     for s in record.stale:
         lines.append(f"stale recording: {s.kernel} ({s.kernel_id[:12]}) at {s.sizes} ({s.setting}) in {s.source}: "
                      f"{s.why}")
-    return "\n".join(lines)
+    wrapped = [textwrap.fill(line, width, subsequent_indent="  ", break_on_hyphens=False) for line in lines]
+    return "\n".join([wrapped[0], table_text(head, resolution_rows(record, axes), width), *wrapped[1:]])

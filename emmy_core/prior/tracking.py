@@ -66,11 +66,40 @@ def client(uri: str | None) -> Any:
     return MlflowClient(tracking_uri=resolved)
 
 
+KIND_TAG = ("mlflow.experimentKind", "custom_model_development")
+"""MLflow 3's mark of a model-training experiment: without it the UI opens the experiment in its GenAI view
+(traces), where a fit's runs do not show."""
+
+
 def _experiment(c: Any, uri: str) -> str:
     exp = c.get_experiment_by_name(EXPERIMENT)
-    if exp is not None:
-        return str(exp.experiment_id)
-    return str(c.create_experiment(EXPERIMENT, artifact_location=_artifact_location(uri)))
+    if exp is None:
+        return str(c.create_experiment(EXPERIMENT, artifact_location=_artifact_location(uri), tags=dict([KIND_TAG])))
+    if exp.tags.get(KIND_TAG[0]) != KIND_TAG[1]:
+        c.set_experiment_tag(exp.experiment_id, *KIND_TAG)
+    return str(exp.experiment_id)
+
+
+def start_run(uri: str | None, tags: Mapping[str, str]) -> str:
+    """Opens a run (status RUNNING) in the fits' experiment before the work it records; returns its id.
+    TrackingError when MLflow cannot, before any work is done."""
+    resolved = resolve_uri(uri)
+    try:
+        c = client(resolved)
+        return str(c.create_run(_experiment(c, resolved), tags={str(k): str(v)[:5000] for k, v in tags.items()})
+                   .info.run_id)
+    except Exception as exc:  # MLflow raises its own exception types
+        raise TrackingError(f"MLflow at {resolved} could not start a run: {str(exc)[:400]}{bound_http(resolved)}") \
+            from exc
+
+
+def end_run(uri: str | None, run_id: str, failed: bool = False) -> None:
+    """Closes a run started by `start_run` (FAILED when the work did not finish); a store that refuses is
+    not an error here: the failure that came first is the one reported."""
+    try:
+        client(uri).set_terminated(run_id, status="FAILED" if failed else "FINISHED")
+    except Exception:  # the store that failed may refuse this too
+        pass
 
 
 def _flat(prefix: str, value: Any, out: dict[str, Any]) -> None:
@@ -82,8 +111,9 @@ def _flat(prefix: str, value: Any, out: dict[str, Any]) -> None:
 
 
 def log_fit(uri: str | None, doc: Mapping[str, Any], report: Mapping[str, Any], artifact: Path, metrics_path: Path,
-            tags: Mapping[str, str]) -> str:
-    """Logs one fit; returns the run id. TrackingError (naming the artifact) when tracking fails."""
+            tags: Mapping[str, str], run_id: str | None = None) -> str:
+    """Logs one fit, into `run_id` when a run was opened around the fit (`start_run`; it is closed here), else
+    into a new run; returns the run id. TrackingError (naming the artifact) when tracking fails."""
     from mlflow.entities import Metric, Param, RunTag
 
     resolved = resolve_uri(uri)
@@ -93,8 +123,11 @@ def log_fit(uri: str | None, doc: Mapping[str, Any], report: Mapping[str, Any], 
         run_tags = {"feature_version": str(doc["feature_version"]), "dataset_digest": str(prov["dataset_digest"]),
                     "code_revision": str(prov["code_revision"]), "mlflow.runName": f"fit-{metrics_path.parent.name}",
                     **{str(k): str(v)[:5000] for k, v in tags.items()}}
-        run = c.create_run(_experiment(c, resolved), tags=run_tags)
-        run_id = run.info.run_id
+        if run_id is None:
+            run_id = c.create_run(_experiment(c, resolved), tags=run_tags).info.run_id
+        else:
+            for k, v in run_tags.items():
+                c.set_tag(run_id, k, v)
     except Exception as exc:
         raise TrackingError(f"the prior was written to {artifact} (it is kept), but MLflow at {resolved} could "
                             f"not start a run: {str(exc)[:400]}{bound_http(resolved)}") from exc

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from emmy_core.prior import baselines, metrics
 from emmy_core.prior.dataset import DatasetFork
 from emmy_core.prior.featurize import transfer_view
 from emmy_core.prior.fold_tasks import FoldTrainer
@@ -28,21 +27,12 @@ Progress = Callable[[str], None]
 
 
 def fork_baselines(fork: DatasetFork, others: Sequence[DatasetFork]) -> dict[str, float | None]:
-    """The baselines' figures on one fork's measured members, from the other cards' forks of its kernel."""
-    m = np.flatnonzero(fork.measured)
-    times, ok = fork.times[m], fork.ok[m]
-    out: dict[str, float | None] = {"random_slowdown": metrics.random_slowdown(times, ok)}
-    if fork.first is not None and fork.measured[fork.first]:
-        out["first_slowdown"] = metrics.index_slowdown(int(np.flatnonzero(m == fork.first)[0]), times, ok)
-    elsewhere = baselines.same_kernel_elsewhere(fork, others)
-    if elsewhere:
-        transfer = baselines.transfer_scores(fork, elsewhere)[m]
-        out["transfer_top1"] = metrics.top_k_slowdown(transfer, times, ok, 1)
-        out["transfer_top5"] = metrics.top_k_slowdown(transfer, times, ok, 5)
-        similar = baselines.most_similar_scores(fork, elsewhere)
-        if similar is not None:
-            out["similar_slowdown"] = metrics.top_k_slowdown(similar[m], times, ok, 1)
-    return out
+    """The baselines' figures on one fork's measured members, from the other cards' forks of its kernel
+    (`emmy_core.ranking.figures.measured_baselines`)."""
+    from emmy_core.ranking import RankContext
+    from emmy_core.ranking.figures import measured_baselines
+
+    return measured_baselines(RankContext(fork, others))
 
 
 def score_forks(model: Any, forks: Sequence[DatasetFork], names: Sequence[str]) -> list[np.ndarray]:

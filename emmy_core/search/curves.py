@@ -68,7 +68,7 @@ def frozen_pools(dataset: Any, prior: Any | None, extern_order: Mapping[tuple[st
     measured members, at least one working. Scores come from `prior` (None: none); transfer evidence
     from the same kernel, sizes and setting on the dataset's other cards."""
     from emmy_core.eval.figures import rule_order
-    from emmy_core.prior import baselines
+    from emmy_core.ranking import baselines
 
     out: list[tuple[str, FrozenPool]] = []
     for fork in dataset.forks:

@@ -56,7 +56,7 @@ def connect(path: Path, *, read_only: bool, lock_timeout: float = DEFAULT_LOCK_T
                 raise StoreLockedError(
                     f"{path} is locked by another process{who} that has it open for writing; waited "
                     f"{lock_timeout:g} s. DuckDB allows one writing process per file: let it finish, or "
-                    "funnel rows through one writer (emmy_core.store.funnel)") from None
+                    "write a tune file (`emmy tune --tune-file`) and import it afterwards") from None
             time.sleep(min(pause, left))
             pause = min(pause * 1.5, 0.5)
         except duckdb.ConnectionException as exc:

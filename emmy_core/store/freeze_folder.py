@@ -21,9 +21,10 @@ from typing import Any
 
 from emmy_core.store.errors import StoreError
 from emmy_core.store.freeze import card_file_slug
+from emmy_core.store.freeze_names import TUNE_NAME, freeze_folder
 from emmy_core.store.importer import Progress, load_source
 from emmy_core.store.memory import MemoryStore
-from emmy_core.store.refresh import TUNE_NAME, RefreshReport, freeze_dir_files, refresh_freeze
+from emmy_core.store.refresh import RefreshReport, refresh_freeze
 from emmy_core.store.safefile import atomic_write_text
 from emmy_core.store.sourcefile import SourceError, gc_paused
 from emmy_core.store.urlfolder import (
@@ -58,8 +59,7 @@ def inbox_tune_files(inbox: Path | str | None) -> list[Path]:
 
 def pending_tune_files(freeze_dir: Path | str, inbox: Path | str | None = None) -> list[Path]:
     """Every tune file a fold would take: those beside the freeze and those in the inbox."""
-    d = Path(freeze_dir)
-    beside = freeze_dir_files(d)[1] if d.is_dir() else []
+    beside = freeze_folder(freeze_dir).tunes
     return sorted([*beside, *inbox_tune_files(inbox)], key=lambda p: (p.name, str(p)))
 
 
@@ -69,10 +69,10 @@ def _digest(path: Path) -> str:
 
 
 def folder_digest(freeze_dir: Path | str) -> str:
-    """sha256 over the names and contents of the folder's freeze and tune files (other files ignored)."""
-    d = Path(freeze_dir)
-    freezes, tunes = freeze_dir_files(d) if d.is_dir() else ([], [])
-    text = "\n".join(f"{p.name}:{_digest(p)}" for p in sorted([*freezes, *tunes]))
+    """sha256 over the names and contents of the folder's freeze, golden and tune files (`store.freeze_names`;
+    other files ignored)."""
+    folder = freeze_folder(freeze_dir)
+    text = "\n".join(f"{p.name}:{_digest(p)}" for p in sorted([*folder.reviewed, *folder.tunes]))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -144,8 +144,8 @@ def _fold_urls(freeze: Path | str, inbox: Path | str | None, progress: Any = Non
         else:
             report = fold_tune_files(local, None if inbox is None else local_path(inbox), progress)
         if is_url(freeze):
-            freezes, tunes = freeze_dir_files(local)
-            publish_folder(local, str(freeze), [p.name for p in [*freezes, *tunes]])
+            folder = freeze_folder(local)  # the folder's own files (`store.freeze_names`), nothing else
+            publish_folder(local, str(freeze), [p.name for p in [*folder.reviewed, *folder.tunes]])
         if keys:
             drop_keys(str(inbox), keys)
         return report

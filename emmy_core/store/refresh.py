@@ -10,19 +10,16 @@ the better of equal rows, and the freeze is canonical).
 
 from __future__ import annotations
 
-import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from emmy_core.store.errors import StoreError
 from emmy_core.store.freeze import card_file_slug, freeze_store
+from emmy_core.store.freeze_names import FREEZE_NAME, TUNE_NAME, freeze_folder
 from emmy_core.store.importer import Progress, load_source
 from emmy_core.store.safefile import FileWriteError, shown, why
 from emmy_core.store.sourcefile import SourceError, gc_paused
-
-FREEZE_NAME = re.compile(r"([a-z0-9]+(?:-[a-z0-9]+)*)\.json\Z")
-TUNE_NAME = re.compile(r"([a-z0-9]+(?:-[a-z0-9]+)*)\.tune-([0-9A-Za-z-]{1,64})\.json\Z")
 
 
 @dataclass
@@ -32,25 +29,13 @@ class RefreshReport:
     rows: int = 0
 
 
-def freeze_dir_files(freeze_dir: Path) -> tuple[list[Path], list[Path]]:
-    """The freeze files and the tune files of a folder, sorted (other files are not touched)."""
-    freezes, tunes = [], []
-    for p in sorted(freeze_dir.iterdir()):
-        if not p.is_file():
-            continue
-        if TUNE_NAME.match(p.name):
-            tunes.append(p)
-        elif FREEZE_NAME.match(p.name):
-            freezes.append(p)
-    return freezes, tunes
-
-
 def refresh_freeze(freeze_dir: Path | str, progress: Progress | None = None) -> RefreshReport:
     """Imports the freeze and its tune files into a fresh database, re-freezes, then removes the tune files."""
     d = Path(freeze_dir)
     if not d.is_dir():
         raise StoreError(f"{d} is not a folder")
-    freezes, tunes = freeze_dir_files(d)
+    folder = freeze_folder(d)
+    freezes, tunes = folder.freezes, folder.tunes
     report = RefreshReport()
     try:
         report.freezes = _fold(d, freezes, tunes, report, progress)

@@ -42,3 +42,10 @@ def db_stats(path: Path | str, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) ->
         }
     finally:
         store.close()
+
+
+def cards_markdown(stats: dict[str, Any]) -> str:
+    """`db_stats`'s per-card counts as a Markdown table (what the tuning database's asset shows)."""
+    rows = [f"| {c['card']} | {c['target']} | {c['measurements']} | {c['failed']} | {c['kernels']} |"
+            for c in stats["per_card"]]
+    return "| card | target | measurements | failed | kernels |\n|---|---|---:|---:|---:|\n" + "\n".join(rows)

@@ -74,6 +74,12 @@ def inbox_keys(url: str, pattern: re.Pattern[str]) -> list[str]:
     return sorted(names, key=lambda p: p.rsplit("/", 1)[-1])
 
 
+def read_key(url: str, key: str) -> bytes:
+    """The content of one key `inbox_keys(url, ...)` listed (to digest what waits without moving it)."""
+    fs, _ = _fs(url)
+    return bytes(fs.cat_file(key))
+
+
 @contextmanager
 def staged_inbox(url: str, pattern: re.Pattern[str]) -> Iterator[tuple[Path, list[str]]]:
     """The inbox's matching keys copied into a local folder: (folder, keys). The caller folds the folder and

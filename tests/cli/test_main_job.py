@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from emmy_core.chain.evaluation import write_evaluation
 from emmy_core.cli.main import app
 from emmy_core.store.export import export_db
 from emmy_core.store.importer import import_db
+from tests.chain.reports import evaluation
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,18 +32,17 @@ def test_it_reads_the_evaluation_and_the_tuning_database_the_chain_left(tmp_path
     db = tmp_path / "tune.db"
     assert all(o.ok for o in import_db(db, sorted((ROOT / "freezes").glob("*.json")), fresh=True))
     export_db(db, tmp_path / "dataset")
-    ev = tmp_path / "evaluation"
-    ev.mkdir()
-    (ev / "table.md").write_text("| figure | candidate |\n|---|---:|\n| measured top-1 slowdown | 1.100 |\n")
-    (ev / "report.json").write_text(json.dumps({"verdict": {"passed": False, "reason": "worse beyond 2 %"}}))
+    write_evaluation(evaluation(1.1, 1.0), tmp_path / "evaluation")
     result = CliRunner().invoke(app, ["main", "--data", str(tmp_path), "--model", "llama_block"])
     assert result.exit_code == 0, result.output
-    out = result.output
-    assert "| measured top-1 slowdown | 1.100 |" in out
-    assert "verdict: keep the installed prior (worse beyond 2 %)" in out
+    assert max(len(line) for line in result.output.splitlines() if not line.startswith("    .venv/bin/python -c")) <= 120
+    out = " ".join(result.output.split())  # long lines wrap at 120 columns
+    assert "A = installed: prior installed.json" in out and "all pools" in out
+    assert "verdict: keep the installed prior (candidate top1 slowdown 1.1000 is worse" in out
+    assert f"report and plots: {tmp_path / 'evaluation'}/" in out
     assert "12 kernels, 9 distinct" in out
     assert "forks by tier:" in out
-    assert "Intel(R) Xeon(R) Processor AVX-512 x2" in out  # the DuckDB query of the dataset ran and printed its rows
+    assert "Intel(R) Xeon(R) Processor AVX-512 x2" in out
 
 
 def test_a_bad_shape_is_refused() -> None:
@@ -58,3 +59,26 @@ def test_without_a_freeze_or_a_tuning_database_the_forks_fall_past_the_measured_
     result = CliRunner().invoke(app, ["main", "--data", str(tmp_path / "d"), "--model", "mlp"])
     assert result.exit_code == 0, result.output
     assert "forks by tier: golden 0, local 0, " in result.output and "6 fork(s) fell past" in result.output
+
+
+def test_it_says_truthfully_whether_the_candidate_is_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    from emmy_core.chain.paths import ChainPaths
+    from emmy_core.cli.main_job import install_line
+    from emmy_core.prior import installed_prior_path
+
+    monkeypatch.chdir(tmp_path)
+    paths = ChainPaths(installed_prior=tmp_path / "installed.json")
+    paths.candidate.parent.mkdir(parents=True)
+    shutil.copyfile(installed_prior_path(), paths.candidate)
+    shutil.copyfile(installed_prior_path(), paths.installed)
+    install_line(paths)
+    assert "installed: yes, the candidate is the installed prior" in capsys.readouterr().out
+    doc = json.loads(paths.candidate.read_text())
+    doc["provenance"]["seed"] += 1  # another fit: not the installed prior
+    paths.candidate.write_text(json.dumps(doc))
+    install_line(paths)
+    out = " ".join(capsys.readouterr().out.split())  # wrapped at 120 columns
+    assert "installed: no" in out and "`make run` never installs" in out

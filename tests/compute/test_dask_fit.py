@@ -61,6 +61,29 @@ def test_dask_fit_equals_in_process_fit(toy_export: Path, in_process: tuple[byte
     assert result.metrics == metrics
 
 
+def test_the_chain_fit_step_trains_on_the_scheduler_it_is_given(
+        toy_export: Path, in_process: tuple[bytes, dict[str, Any]], cluster: Any, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`chain.steps.fit` (what `emmy fit` and the `prior` asset call, the latter with its `compute` resource)
+    on the cluster: the in-process artifact bit for bit; a dataset already read cannot go to Dask workers."""
+    from distributed import Client, get_task_stream
+
+    from emmy_core.chain import steps
+    from emmy_core.prior.dataset import read_dataset
+
+    monkeypatch.chdir(tmp_path)
+    with Client(cluster.scheduler_address) as client, get_task_stream(client) as stream:
+        result = steps.fit(toy_export, tmp_path / "prior.json", fits_dir=tmp_path / "fits",
+                           scheduler=cluster.scheduler_address, **FIT)
+    assert any(str(t["key"]).startswith("run_train_task") for t in stream.data)  # trained on the workers
+    assert (tmp_path / "prior.json").read_bytes() == in_process[0]
+    assert result.metrics == in_process[1] and result.run_id is None
+    with pytest.raises(steps.ChainError, match="export folder"):
+        steps.fit(read_dataset(toy_export), tmp_path / "again.json", fits_dir=tmp_path / "fits",
+                  scheduler=cluster.scheduler_address, **FIT)
+    assert not (tmp_path / "again.json").exists()
+
+
 def _kill_a_worker_when_training(cluster: Any, done: threading.Event, killed: list[int]) -> None:
     from distributed import Client
 

@@ -92,7 +92,7 @@ def test_the_fit_keeps_its_evaluation_plots_in_its_mlflow_run(caches_export: Cal
     names = {a.path for a in client(uri).list_artifacts(run_id, "evaluation")}
     assert names == {"evaluation/report.json", "evaluation/price_vs_time.png", "evaluation/slowdowns.png"}
     (fit_dir,) = (tmp_path / "_tune" / "fits").iterdir()
-    assert json.loads((fit_dir / "evaluation" / "report.json").read_text())["pools"] == "both"
+    assert json.loads((fit_dir / "evaluation" / "report.json").read_text())["candidate"]["pools"] == "both"
 
 
 def test_cards_merges_a_user_card_file_for_a_card_the_export_does_not_describe(caches_export: Callable,

@@ -26,9 +26,10 @@ from emmy_core.ir import kernel_id
 from emmy_core.store import MeasurementRow, MeasurementStore, MemoryStore, open_store
 from emmy_core.store.check import check_db
 from emmy_core.store.freeze import freeze_db
+from emmy_core.store.freeze_names import freeze_folder
 from emmy_core.store.importer import import_db, import_into
 from emmy_core.store.promote import promote_fastest
-from emmy_core.store.refresh import freeze_dir_files, refresh_freeze
+from emmy_core.store.refresh import refresh_freeze
 from emmy_core.store.tunefile import tune_file_name, write_tune_file
 from tests.store.test_files_freeze import CPU, H100, H200, KERNELS, populate
 
@@ -67,7 +68,7 @@ def row_map(store: MeasurementStore) -> dict[tuple, tuple[str, float]]:
 def folder_rows(folder: Path) -> dict[tuple, tuple[str, float]]:
     """The rows the freeze and tune files of a folder hold together (each file must import whole)."""
     mem = MemoryStore()
-    freezes, tunes = freeze_dir_files(folder)
+    freezes, tunes = freeze_folder(folder).freezes, freeze_folder(folder).tunes
     for path in (*freezes, *tunes):
         (outcome,) = import_into(mem, [path])
         if not outcome.ok:
@@ -221,7 +222,7 @@ def refresh_scenario(template: Path, rows: int) -> Scenario:
 
     def check(work: Path) -> None:
         folder = work / "fz"
-        for p in freeze_dir_files(folder)[0]:
+        for p in freeze_folder(folder).freezes:
             if p.read_bytes() not in (old.get(p.name), new.get(p.name)):
                 raise Loss(f"{p.name} is neither the old freeze nor the refreshed one")
         lost = lost_rows(before, folder_rows(folder))

@@ -165,19 +165,19 @@ def test_after_a_failed_chain_the_main_job_marks_the_old_evaluation_stale_with_t
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import os
 
+    from emmy_core.chain.evaluation import Evaluation, write_evaluation
     from emmy_core.cli.main_job import evaluation_section
     from emmy_core.store.chainstatus import write_status
+    from tests.chain.reports import report
 
     evaluation = tmp_path / "evaluation"
-    evaluation.mkdir()
-    (evaluation / "table.md").write_text("| the old table |\n")
-    (evaluation / "report.json").write_text(json.dumps({"verdict": {"passed": True, "reason": "old"}}))
+    write_evaluation(Evaluation(report(1.0, "the old prior"), None, "", 0.02), evaluation)
     os.utime(evaluation / "report.json", (1_000_000_000, 1_000_000_000))  # written long before the run
     write_status(tmp_path, "run-1", False, "step dataset: freezes/x.json: not valid JSON at line 111 column 3")
     evaluation_section(evaluation)
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # the report wraps at 120 columns
     assert "STOPPED: step dataset: freezes/x.json: not valid JSON at line 111" in out
-    assert "STALE" in out and out.index("STALE") < out.index("the old table")
+    assert "STALE" in out and out.index("STALE") < out.index("prior the old prior")
     write_status(tmp_path, "run-2", True)
     evaluation_section(evaluation)
     assert "STALE" not in capsys.readouterr().out

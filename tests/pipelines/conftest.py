@@ -10,7 +10,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from pipelines.resources import ComputeScheduler, DuckDBStore, EmmyPaths, MLflowTracking
+from assets.resources import ComputeScheduler, DuckDBStore, EmmyPaths, MLflowTracking
 
 ROOT = Path(__file__).resolve().parents[2]
 

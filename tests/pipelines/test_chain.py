@@ -14,6 +14,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from pipelines.__main__ import failure_cause
 from pipelines.definitions import chain_assets
 from pipelines.jobs import CHAIN, run_chain
 from tests.pipelines.conftest import copy_freeze, events, make_resources, materialized
@@ -84,7 +85,7 @@ def metadata(result: dg.ExecuteInProcessResult, key: str) -> dict:
 
 
 def test_the_whole_chain_materializes_in_process(chain: Chain) -> None:
-    assert chain.first.success
+    assert chain.first.success, failure_cause(chain.first)
     assert materialized(chain.first) == set(CHAIN) - {"freeze_files"}
     checks = {e.event_specific_data.check_name: e.event_specific_data.passed  # type: ignore[union-attr]
               for e in events(chain.first, "ASSET_CHECK_EVALUATION")}
@@ -110,12 +111,13 @@ def test_a_frozen_snapshot_makes_a_fit_reproducible(chain: Chain) -> None:
     """A second materialization with no new input logs a new MLflow run whose metrics equal the first's."""
     from mlflow.tracking import MlflowClient
 
-    assert chain.second.success
+    assert chain.second.success, failure_cause(chain.second)
     a, b = metadata(chain.first, "prior")["mlflow_run_id"], metadata(chain.second, "prior")["mlflow_run_id"]
     assert a != b
     client = MlflowClient(tracking_uri=chain.resources["mlflow"].tracking_uri)
     run_a, run_b = client.get_run(a), client.get_run(b)
-    assert run_a.data.metrics and run_a.data.metrics == run_b.data.metrics
+    fit_a, fit_b = ({k: v for k, v in r.data.metrics.items() if not k.startswith("eval.")} for r in (run_a, run_b))
+    assert fit_a and fit_a == fit_b  # the fit's own metrics (the first run also holds its evaluation's figures)
     assert run_a.data.tags["dagster_run_id"] == chain.first.run_id
     assert run_b.data.tags["dagster_run_id"] == chain.second.run_id
     assert run_a.data.tags["code_revision"]
@@ -140,11 +142,34 @@ def test_the_evaluation_plot_is_an_artifact_of_the_fit_run(chain: Chain) -> None
     assert names == {f"evaluation/{n}" for n in (*PLOTS, "report.json")}
 
 
+def test_the_fit_run_is_opened_around_the_fit_in_a_model_training_experiment_and_holds_the_evaluations_figures(
+        chain: Chain) -> None:
+    """MLflow 3 opens an unmarked experiment in its GenAI view (no runs shown): the experiment is marked as model
+    training; the run starts before the artifact is written (it records the fit, not 94 ms after it); the
+    evaluation's figures are its metrics; the evaluation asset links the run and shows its plots as pictures."""
+    from mlflow.tracking import MlflowClient
+
+    from emmy_core.prior.tracking import KIND_TAG
+
+    run_id = metadata(chain.first, "prior")["mlflow_run_id"]
+    client = MlflowClient(tracking_uri=chain.resources["mlflow"].tracking_uri)
+    run = client.get_run(run_id)
+    assert client.get_experiment(run.info.experiment_id).tags[KIND_TAG[0]] == KIND_TAG[1]
+    artifact = Path(metadata(chain.first, "prior")["artifact"])
+    fit_dir = Path(metadata(chain.first, "prior")["fit folder"])
+    assert run.info.start_time <= (fit_dir / "metrics.json").stat().st_mtime * 1000 <= run.info.end_time
+    assert artifact.is_file() and run.info.status == "FINISHED"
+    ev = metadata(chain.first, "evaluation")
+    assert run.data.metrics["eval.candidate.top1"] == pytest.approx(ev["candidate top1"])
+    assert ev["mlflow_run"].endswith(f"/runs/{run_id}")
+    assert ev["plots"].count("](data:image/png;base64,") == len(PLOTS)
+
+
 def test_a_candidate_no_worse_is_installed_and_one_worse_beyond_the_tolerance_is_not(chain: Chain) -> None:
     from emmy_core.prior import load_prior
     from emmy_core.prior.artifact import write_artifact
 
-    paths = chain.resources["paths"]
+    paths = chain.resources["paths"].chain()
     installed = Path(paths.installed_prior)
     assert not installed.exists()
     assets = chain_assets(["here"])
@@ -172,7 +197,7 @@ def test_an_installed_prior_that_no_longer_loads_is_replaced_and_the_verdict_say
 
     from emmy_core.prior import load_prior
 
-    paths = chain.resources["paths"]
+    paths = chain.resources["paths"].chain()
     installed = Path(paths.installed_prior)
     stale = json.loads(Path(paths.candidate).read_text())
     stale["feature_version"] += 1  # written by another Emmy: refused on load, naming both versions

@@ -14,12 +14,11 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from assets.tune import KEY, build_tune_asset, card_partitions
+from assets.resources import EmmyPaths
 from emmy_core.compute.placement import card_resource
 from emmy_core.store.freeze import card_file_slug
 from emmy_core.targets import local_card
-from pipelines.card_executor import card_dask_executor
-from pipelines.resources import EmmyPaths
+from pipelines.jobs import build_tune_job, card_partitions
 from tests.store.test_url_folders import small_tune_file
 
 FROZEN = Path(__file__).resolve().parents[2] / "freezes" / "intel-r-xeon-r-processor-avx-512-x2.json"
@@ -29,10 +28,9 @@ HERE_TUNE = {"budget": 1, "models": ["mlp"], "shapes": ["B=1,S=128"], "settings"
 
 
 def tune_job() -> dg.JobDefinition:
-    """The tune job over this machine's card and OTHER, with the card executor (rebuilt on each worker)."""
-    tune = build_tune_asset(card_partitions([local_card().name, OTHER]))
-    defs = dg.Definitions(assets=[tune], resources={"paths": EmmyPaths()}, jobs=[dg.define_asset_job(
-        "tune_card", selection=dg.AssetSelection.assets(KEY), executor_def=card_dask_executor)])
+    """The tune job over this machine's card and OTHER, on its card executor (rebuilt on each worker)."""
+    defs = dg.Definitions(jobs=[build_tune_job(card_partitions([local_card().name, OTHER]))],
+                          resources={"paths": EmmyPaths()})
     return defs.resolve_job_def("tune_card")
 
 

@@ -38,17 +38,27 @@ def test_duckdb_writers_share_one_pool() -> None:
     assert specs["tuning_db"].op.pool == specs["dataset"].op.pool == "duckdb"
 
 
+def test_materializing_every_asset_is_one_run_as_the_readme_says() -> None:
+    """`dagster asset materialize -m pipelines.definitions --select '*'`: the CLI builds one implicit job for the
+    selection, which Dagster refuses when the assets' partitions differ; no asset of the chain is partitioned
+    (the per-card tune is a partitioned job, its output the observed `tune_files`)."""
+    repo = defs.get_repository_def()
+    keys = dg.AssetSelection.from_coercible(["*"]).resolve(repo.asset_graph)
+    assert {k.to_user_string() for k in keys} >= {*CHAIN, "installed_prior"} - {"freeze_files"}
+    job = repo.get_implicit_job_def_for_assets(keys)
+    assert job is not None and all(job.asset_layer.get(k).partitions_def is None for k in keys)
+
+
 def test_the_tune_has_one_partition_per_matrix_card_and_this_machine() -> None:
     from emmy_core.targets import local_card
 
-    tune = next(a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition) and dg.AssetKey("tune") in a.keys)
-    keys = tune.partitions_def.get_partition_keys()
+    keys = defs.resolve_job_def("tune_card").partitions_def.get_partition_keys()  # type: ignore[union-attr]
     assert local_card().name in keys and "NVIDIA H200" in keys and "local" not in keys
 
 
 def test_the_mlflow_uri_is_read_when_a_fit_runs_not_when_the_definitions_are_built(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipelines.resources import DEFAULT_TRACKING_URI
+    from emmy_core.prior.tracking import DEFAULT_URI as DEFAULT_TRACKING_URI
 
     resource = defs.resources["mlflow"]
     assert resource.tracking_uri == ""
@@ -71,3 +81,17 @@ def test_the_chain_fits_by_the_installed_priors_recipe() -> None:
     config = FitConfig()
     assert (config.pools, config.folds, config.seed) == (shipped["pools"], shipped["folds"], shipped["seed"])
     assert Params().to_json() == shipped["params"]
+
+
+def test_the_dagster_cli_started_in_the_repository_uses_its_instance_not_a_temporary_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dagster dev` without DAGSTER_HOME makes a temporary home and says it will remove it; the CLI reads the
+    `.env` of the folder it starts in (as dagster's own loader reads it), which names the repository."""
+    from pathlib import Path
+
+    from dagster._core.secrets.env_file import get_env_var_dict
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("PWD", str(root))  # what a shell sets when the CLI starts in the repository root
+    home = Path(get_env_var_dict(str(root))["DAGSTER_HOME"])
+    assert home == root and (home / "dagster.yaml").is_file()

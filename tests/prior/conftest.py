@@ -17,11 +17,11 @@ SMALL = Params(iterations=60, depth=4)  # a quick fit for tests that need any fi
 @pytest.fixture(scope="session")
 def freeze_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The committed freeze imported into a fresh database and exported (what `emmy fit` reads)."""
-    from emmy_core.prior.installed import freeze_files
     from emmy_core.store.export import export_db
+    from emmy_core.store.freeze_names import freeze_folder
     from emmy_core.store.importer import import_db
 
-    files = freeze_files(FREEZES)
+    files = freeze_folder(FREEZES).reviewed
     if not files:
         pytest.skip("no freeze committed in freezes/")
     tmp = tmp_path_factory.mktemp("freeze")

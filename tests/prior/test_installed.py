@@ -10,10 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
+from emmy_core.chain.steps import refit_installed
 from emmy_core.ir.builders import matmul, rmsnorm
 from emmy_core.knobs import candidates
 from emmy_core.prior import installed_prior_path, load_installed_prior
-from emmy_core.prior.installed import recorded_seed, refit_installed
+from emmy_core.prior.installed import recorded_seed
 from emmy_core.prior.provenance import content_digest, content_of, install_artifact
 from emmy_core.targets import Card
 from tests.prior.conftest import FREEZES

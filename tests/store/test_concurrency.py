@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import queue
 import subprocess
 import sys
 import time
@@ -11,10 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from emmy_core.store import BatchError, MeasurementRow, StoreError, StoreLockedError, open_store
-from emmy_core.store.funnel import FunnelClient, RowFunnel
+from emmy_core.store import MeasurementRow, StoreLockedError, open_store
 from tests.store.conftest import ADD, ADD_ID, CARDS, H100, H200, KNOBS_A
-from tests.store.workers import funnel_worker
 
 ROOT = Path(__file__).resolve().parents[2]
 HOLD = """
@@ -91,43 +87,3 @@ def test_two_processes_recording_at_once_lose_no_row(tmp_path: Path) -> None:
         assert s.counts()["measurements"] == 2 * batches * size + 1
         best = s.measurement(ADD_ID, "B=1", KNOBS_A, H100, "rank")
         assert best is not None and best.median_us == pytest.approx(100.0 - 1 - (batches - 1) / 100)
-
-
-def test_batching_writer_funnels_many_workers_without_losing_rows(tmp_path: Path) -> None:
-    path = _prepared(tmp_path / "s.db")
-    workers, batches, size = 3, 6, 50
-    funnel = RowFunnel(path, flush_rows=300, flush_seconds=0.2)
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=funnel_worker, args=(funnel.client, w, batches, size)) for w in range(workers)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=240)
-        assert p.exitcode == 0
-    report = funnel.close()
-    assert report.batches == workers * batches and report.rows == workers * batches * (size + 1)
-    assert report.errors == [] and 1 <= report.commits <= workers * batches
-    with open_store(path, "r") as s:
-        assert s.counts()["measurements"] == workers * batches * size + 1
-        best = s.measurement(ADD_ID, "B=1", KNOBS_A, H100, "rank")
-        assert best is not None and best.median_us == pytest.approx(100.0 - (workers - 1) - (batches - 1) / 100)
-
-
-def test_funnel_client_refuses_a_bad_batch_in_the_worker() -> None:
-    q: queue.Queue = queue.Queue()
-    client = FunnelClient(q)
-    with pytest.raises(BatchError, match="structural decision"):
-        client.record([MeasurementRow.ok(ADD_ID, "B=8", {"split_k": 2}, H200, "deploy", 1.0)])
-    assert q.empty()
-
-
-def test_funnel_reports_a_batch_the_writer_refused_and_keeps_the_others(tmp_path: Path) -> None:
-    path = _prepared(tmp_path / "s.db")
-    funnel = RowFunnel(path, flush_rows=10_000, flush_seconds=5)
-    funnel.client.record([MeasurementRow.ok(ADD_ID, "B=8", KNOBS_A, H200, "deploy", 2.0)], origin="good")
-    funnel.client.record([MeasurementRow.ok("a" * 64, "B=8", KNOBS_A, H200, "deploy", 2.0)], origin="orphan")
-    with pytest.raises(StoreError, match="orphan"):
-        funnel.close()
-    assert funnel.report is not None and funnel.report.commits == 1
-    with open_store(path, "r") as s:
-        assert [m.median_us for m in s.measurements()] == [2.0]

@@ -310,7 +310,7 @@ def test_importing_the_store_loads_no_database_library() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, emmy_core.store, emmy_core.store.funnel, emmy_core.store.check; "
+    code = ("import sys, emmy_core.store, emmy_core.store.check; "
             "print(sorted(m for m in ('duckdb', 'pyarrow', 'polars') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

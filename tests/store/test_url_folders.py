@@ -98,26 +98,34 @@ def test_an_export_to_a_memory_url_reads_back_as_the_local_export(tmp_path: Path
 
 
 def test_a_tune_into_a_memory_inbox_delivers_whole_files_the_fold_takes(tmp_path: Path, mem: str) -> None:
-    """The tune asset's replay partition with a memory:// inbox: the file lands under its name only whole."""
-    import dagster as dg
+    """The tune job's replay partition with a memory:// inbox: the file lands under its name only whole; the
+    chain's observer sees it waiting (digest of its content) and the chain's fold takes it from the URL."""
+    import hashlib
 
-    from assets.tune import build_tune_asset, card_partitions
-    from pipelines.resources import EmmyPaths
+    from assets.resources import EmmyPaths
+    from emmy_core.chain import steps
+    from pipelines.jobs import build_tune_job, card_partitions
 
     cache, _rows = small_tune_file(tmp_path / "cache")
     card = "Intel(R) Xeon(R) Processor AVX-512 x2"
-    tune = build_tune_asset(card_partitions([card]))
-    paths = EmmyPaths(tune_inbox=f"{mem}/inbox", data_dir=str(tmp_path / "data"))
-    result = dg.materialize([tune], partition_key=card, resources={"paths": paths}, run_config={
+    job = build_tune_job(card_partitions([card]))
+    paths = EmmyPaths(tune_inbox=f"{mem}/inbox", data_dir=str(tmp_path / "data"),
+                      freeze_dir=str(tmp_path / "freezes"))
+    result = job.execute_in_process(partition_key=card, resources={"paths": paths}, run_config={
         "ops": {"tune": {"config": {"replay_from": str(cache), "settings": ["deploy"]}}}})
     assert result.success
     fs = fsspec.filesystem("memory")
     (key,) = fs.ls(f"{mem}/inbox", detail=False)
-    assert key.rsplit("/", 1)[-1].startswith("intel-r-xeon-r-processor-avx-512-x2.tune-")
+    name = key.rsplit("/", 1)[-1]
+    assert name.startswith("intel-r-xeon-r-processor-avx-512-x2.tune-")
     assert not any((tmp_path / "data" / "outbox").iterdir())
     (tmp_path / "freezes").mkdir()
-    from emmy_core.store.freeze_folder import pending_tune_files
-
-    assert [p.name for p in pending_tune_files(tmp_path / "freezes", f"{mem}/inbox")] == [key.rsplit("/", 1)[-1]]
-    report = fold_tune_files(tmp_path / "freezes", f"{mem}/inbox")
+    chain = paths.chain()
+    assert chain.inbox_url == f"{mem}/inbox" and chain.inbox == tmp_path / "data" / "outbox"
+    seen = steps.look(chain)
+    assert [p.name for p in seen.waiting] == [p.name for p in seen.inbox.files] == [name]
+    content = hashlib.sha256(fs.cat_file(key)).hexdigest()
+    assert seen.inbox.digest == hashlib.sha256(f"{name}:{content}".encode()).hexdigest()
+    report = steps.fold(chain)
     assert len(report.moved) == 1 and not fs.find(f"{mem}/inbox")
+    assert not steps.look(chain).waiting and (tmp_path / "freezes" / "intel-r-xeon-r-processor-avx-512-x2.json").is_file()

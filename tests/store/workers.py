@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 from emmy_core.store import MeasurementRow, open_store
-from emmy_core.store.funnel import FunnelClient
 from tests.store.conftest import ADD_ID, H100, H200, KNOBS_A
 
 
@@ -17,11 +16,6 @@ def rows_for(worker: int, batch: int, size: int) -> list[MeasurementRow]:
                               H200 if i % 2 else H100, "deploy", 1.0 + i) for i in range(size)]
     rows.append(MeasurementRow.ok(ADD_ID, "B=1", KNOBS_A, H100, "rank", 100.0 - worker - batch / 100))
     return rows
-
-
-def funnel_worker(client: FunnelClient, worker: int, batches: int, size: int) -> None:
-    for b in range(batches):
-        client.record(rows_for(worker, b, size), origin=f"worker {worker} batch {b}")
 
 
 def direct_writer(path: str, worker: int, batches: int, size: int, start_at: float = 0.0) -> None:

@@ -1,0 +1,36 @@
+"""The resolution record as a person reads it: fitted to 120 columns, long cells wrapped (never cut), and a
+kernel's sizes named by the model's axes (a model at B=1,S=128 runs its row kernels at B·S=128, not "B=128")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from emmy_core.compiler import explain
+from emmy_core.evidence.render import WIDTH, model_sizes, table_text
+from emmy_core.graph.models import build_model
+
+LONG = "matmul_f16_Tdyn_N1024_K256_bt_bias_gelu_and_a_very_long_epilogue_name_that_must_not_be_cut"
+
+
+def test_a_table_fits_120_columns_by_wrapping_cells_not_cutting_them() -> None:
+    text = table_text(["kernel", "choice"], [[LONG, "tile_m=128," * 12]])
+    assert max(len(line) for line in text.splitlines()) <= WIDTH
+    assert LONG in "".join(line.split("  ")[0].strip() for line in text.splitlines()[1:])  # all there, wrapped
+    assert "…" not in text
+
+
+def test_sizes_are_named_by_the_models_axes() -> None:
+    assert model_sizes("B=128", {"B": "B·S"}) == "B·S=128"
+    assert model_sizes("B=1,S=128", {"B": "B", "S": "S"}) == "B=1,S=128"
+    assert model_sizes("", {"B": "B·S"}) == "-"
+
+
+def test_explain_of_a_model_fits_120_columns_and_names_kernel_sizes_by_the_models_axes(tmp_path: Path) -> None:
+    module, inputs = build_model("mlp", torch.float32)
+    compiled = explain(module, inputs({"B": 1, "S": 1}), {"B": 1, "S": 128}, tuning_db=tmp_path / "none.db",
+                       prior=False)
+    text = compiled.explain()
+    assert max(len(line) for line in text.splitlines()) <= WIDTH
+    assert "B·S=128" in text and " B=128 " not in text
