@@ -1,4 +1,4 @@
-"""`emmy_core.compile(module, example_inputs, ...)`: a model that runs on generated kernels.
+"""`Compiled`: a model that runs on generated kernels (what `emmy_core.compile` returns; `api.py`).
 
 `compile` captures the module on small stand-ins of its example inputs (never at the sizes
 asked for), runs the graph passes and lowers, opens the evidence sources of its card and
@@ -20,7 +20,6 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -41,9 +40,6 @@ from emmy_core.graph.lower import Lowered
 from emmy_core.ir.check import MAX_EXTENT
 from emmy_core.ir.sizes import format_sizes, parse_sizes
 from emmy_core.targets.card import Card
-
-if TYPE_CHECKING:
-    from emmy_core.compiler.graphs import CompiledGraphs
 
 
 class NoGradientsWarning(UserWarning):
@@ -247,7 +243,7 @@ def _example_device(example_inputs: Sequence[torch.Tensor]) -> torch.device:
     return next(iter(devices))
 
 
-def _prepare(module: nn.Module, example_inputs: Sequence[torch.Tensor], card: str | Card, setting: str, *,
+def prepare(module: nn.Module, example_inputs: Sequence[torch.Tensor], card: str | Card, setting: str, *,
              strict_evidence: bool, tuning_db: Path | str | None, freezes: FreezesArg, prior: PriorArg,
              build: bool, name: str | None = None) -> tuple[Compiled, dict[str, int]]:
     from emmy_core.codegen.backend import get_setting
@@ -282,52 +278,3 @@ def _prepare(module: nn.Module, example_inputs: Sequence[torch.Tensor], card: st
     compiled = Compiled(lowered, the_card, setting, sources, strict_evidence=strict_evidence, device=device,
                         builder=builder, module=module)
     return compiled, dict(lowered.graph.sizes)
-
-
-def compile(module: nn.Module, example_inputs: Sequence[torch.Tensor], *, card: str | Card = "local",
-            setting: str = "deploy", strict_evidence: bool = False, tuning_db: Path | str | None = None,
-            freezes: FreezesArg = None, prior: PriorArg = None, torch_ops: str = "refuse") -> Compiled | CompiledGraphs:
-    """Compiles `module` for `card` (default: this machine's) from its example inputs.
-
-    `torch_ops="refuse"` (the default) compiles the whole module to Emmy kernels as one graph with named
-    dynamic axes `B` and `S`, or refuses naming the op and model line Emmy does not lower; `torch_ops="run"`
-    compiles it through the emmy Dynamo backend (`CompiledGraphs`, see `graphs.py`): ops Emmy does not lower
-    run as torch, groups of the rest on Emmy kernels, sizes from Dynamo's symbolic shapes.
-
-    Every fork is settled by the best evidence: the freeze's goldens (`freezes=`, `$EMMY_FREEZES`
-    or the freeze shipped with the package), the local tuning database (`tuning_db=`,
-    `$EMMY_TUNING_DB` or `~/.cache/emmy/autotune.db`), the prior (`prior=`: None the installed one,
-    a path, a loaded prior, or False for none), the rule's first option. The example's sizes are
-    settled and their kernels built now; other sizes when first called. The module's weights are
-    read when a size first runs (a CPU build packs a matmul's weight then) and followed afterwards:
-    every call takes in a weight edited in place (torch's version counter) or replaced by one of the
-    same shape and type (`Compiled.follow_weights`), and refuses one of another shape or type.
-    """
-    if torch_ops == "run":
-        from emmy_core.compiler.graphs import compile_graphs
-
-        if strict_evidence is not False:
-            raise TypeError("strict_evidence= applies to torch_ops='refuse' (one graph settled at compile); the "
-                            "Dynamo path settles each group's forks when its sizes first run")
-        return compile_graphs(module, example_inputs, card=card, setting=setting, tuning_db=tuning_db,
-                              freezes=freezes, prior=prior)
-    if torch_ops != "refuse":
-        raise TypeError(f"torch_ops= must be 'refuse' or 'run', got {str(torch_ops)[:40]!r}")
-    compiled, sizes = _prepare(module, example_inputs, card, setting, strict_evidence=strict_evidence,
-                               tuning_db=tuning_db, freezes=freezes, prior=prior, build=True)
-    if compiled.builder is not None:
-        compiled.prepare(sizes)
-    else:
-        compiled.resolve(sizes)
-    return compiled
-
-
-def explain(module: nn.Module, example_inputs: Sequence[torch.Tensor], sizes: Mapping[str, int] | str | None = None,
-            *, card: str | Card = "local", setting: str = "deploy", tuning_db: Path | str | None = None,
-            freezes: FreezesArg = None, prior: PriorArg = None, name: str | None = None) -> Compiled:
-    """A compile that resolves only (no build, no allocation), with `sizes` (default: the example's) resolved."""
-    compiled, example = _prepare(module, example_inputs, card, setting, strict_evidence=False, tuning_db=tuning_db,
-                                 freezes=freezes, prior=prior, build=False, name=name)
-    compiled.resolve(sizes if sizes is not None else example)
-    return compiled
-

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from emmy_core.compiler.backend import GraphReport, GraphState, render_reports
+from emmy_core.compiler.compiled import NoGradientsWarning
 
 
 class CompiledGraphs:
@@ -31,7 +32,6 @@ class CompiledGraphs:
         self._warned_no_grad = False
 
     def __call__(self, *inputs: Any) -> Any:
-        from emmy_core.compiler.compiled import NoGradientsWarning
 
         if not self._warned_no_grad and torch.is_grad_enabled() and (
                 any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
