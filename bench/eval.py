@@ -52,7 +52,7 @@ def peer_files(peer: Path) -> list[Path]:
 
 
 def bench_golden(tmp: Path, json_dir: Path | None) -> None:
-    from emmy_core.store.freeze_names import freeze_folder
+    from emmy_core.freezefolder.freeze_names import freeze_folder
 
     export = export_of(freeze_folder(ROOT / "freezes").reviewed, tmp)
     t = time.monotonic()

@@ -265,7 +265,7 @@ def export_race(work: Path, reads: int) -> int:
 
 LOCKER = """
 import sys, time, json
-from emmy_core.store.runlock import RunLockedError, run_lock
+from emmy_core.chain.runlock import RunLockedError, run_lock
 lock, log, wait = sys.argv[1], sys.argv[2], float(sys.argv[3])
 notes = []
 try:
@@ -348,7 +348,7 @@ def import_source(p):
     load_source(p, MemoryStore("x"))
 
 def loop_program(p):
-    from emmy_core.store.inputfile import read_input
+    from emmy_core.files.inputfile import read_input
     read_input(p, 1 << 20, "source file")
 
 def export(p):

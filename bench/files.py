@@ -33,11 +33,11 @@ SECONDS_PER_MILLION_ROWS = {"import": 20.0, "export": 5.0, "freeze": 20.0}  # th
 
 def generate(path: Path, rows: int) -> int:
     """A canonical freeze of `rows` rows: rmsnorm kernels x sizes x schedules, 1 in 20 failed."""
+    from emmy_core.files.cardfile import FREEZE_FORMAT, KernelEntry, RowWriter, render_document
     from emmy_core.ir import render
     from emmy_core.ir.builders import rmsnorm
     from emmy_core.knobs.vocab import canonical_knobs
     from emmy_core.store import CardRow
-    from emmy_core.store.cardfile import FREEZE_FORMAT, KernelEntry, RowWriter, render_document
 
     schedules = [canonical_knobs({"block": b, "num_stages": s, "num_warps": w})
                  for b in (64, 128, 256, 512, 1024) for w in (1, 2, 4, 8, 16) for s in (1, 2, 3, 4)]  # 100
@@ -92,7 +92,7 @@ def step(name: str, work: Path, rows: int) -> None:
         assert o.ok, o.message
         detail = o.message
     elif name == "freeze":
-        from emmy_core.store.freeze import freeze_db
+        from emmy_core.files.freeze import freeze_db
 
         (p,) = freeze_db(work / "synthetic.db", work / "refrozen")
         same = p.read_bytes() == (work / "synthetic.json").read_bytes()

@@ -210,8 +210,8 @@ def bench_loco(dataset: Dataset, params: Params, seeds: Sequence[int]) -> None:
 
 
 def bench_cpu(cpu_db: Path, prior_path: Path | None) -> None:
+    from emmy_core.freezefolder.freeze_names import freeze_folder
     from emmy_core.store.export import export_db
-    from emmy_core.store.freeze_names import freeze_folder
     from emmy_core.store.importer import import_db
 
     if not cpu_db.is_file():

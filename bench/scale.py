@@ -37,12 +37,12 @@ def card_name(i: int) -> str:
 
 def generate(inbox: Path, cards: int) -> int:
     """One tune file per card in `inbox`; returns the rows written."""
+    from emmy_core.files.cardfile import TUNE_FORMAT, KernelEntry, RowWriter, render_document
+    from emmy_core.files.tunefile import tune_file_name
     from emmy_core.ir import render
     from emmy_core.ir.builders import rmsnorm
     from emmy_core.knobs.vocab import canonical_knobs
     from emmy_core.store import CardRow
-    from emmy_core.store.cardfile import TUNE_FORMAT, KernelEntry, RowWriter, render_document
-    from emmy_core.store.tunefile import tune_file_name
 
     schedules = [canonical_knobs({"block": b, "num_stages": s, "num_warps": w})
                  for b in (64, 128, 256, 512) for w in (1, 2, 4, 8) for s in (1, 2)]
@@ -77,7 +77,7 @@ def step(name: str, work: Path, cards: int) -> None:
     if name == "generate":
         detail = f"{generate(work / 'inbox', cards)} rows in {cards} tune files"
     elif name == "fold":
-        from emmy_core.store.freeze_folder import fold_tune_files
+        from emmy_core.freezefolder.fold import fold_tune_files
 
         (work / "freezes").mkdir()
         report = fold_tune_files(work / "freezes", work / "inbox")

@@ -99,8 +99,8 @@ def main(
     """Materialize the whole chain in this process, then print what it found (exit 1 when a step failed,
     3 when another chain holds the workspace)."""
     dims = shape_of(shape)
-    from emmy_core.store.chainstatus import write_status
-    from emmy_core.store.runlock import RunLockedError, run_lock
+    from emmy_core.chain.chainstatus import write_status
+    from emmy_core.chain.runlock import RunLockedError, run_lock
 
     root = Path.cwd()
     data = Path(defs.resources["paths"].data_dir)  # type: ignore[union-attr]

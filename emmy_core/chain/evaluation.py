@@ -91,8 +91,8 @@ def write_evaluation(evaluation: Evaluation, folder: Path) -> list[Path]:
     The plots need the evaluation as made in this process (`Evaluation.report`); one read back has none.
     Refuses (FileWriteError), before writing anything, a name held by another kind of file."""
     from emmy_core.eval.plots import check_plots_out, write_plots
-    from emmy_core.store.filekind import check_output
-    from emmy_core.store.safefile import atomic_write_text, ensure_folder
+    from emmy_core.files.filekind import check_output
+    from emmy_core.files.safefile import atomic_write_text, ensure_folder
 
     report, table = folder / "report.json", folder / "table.md"
     check_output(report, EVALUATION_FORMAT, "the chain's evaluation report")
@@ -107,7 +107,7 @@ def write_evaluation(evaluation: Evaluation, folder: Path) -> list[Path]:
 
 
 def _check_table(path: Path) -> None:
-    from emmy_core.store.safefile import FileWriteError, shown
+    from emmy_core.files.safefile import FileWriteError, shown
 
     if not path.exists() and not path.is_symlink():
         return
@@ -125,7 +125,7 @@ def read_evaluation(folder: Path) -> Evaluation | None:
     """The evaluation in `folder`, None when it has none; SourceError naming the file, record and field when
     report.json is not this Emmy's evaluation."""
     from emmy_core.eval.compare import check_report
-    from emmy_core.store.sourcefile import Fields, load_json_file
+    from emmy_core.files.sourcefile import Fields, load_json_file
 
     path = folder / "report.json"
     if not path.exists() and not path.is_symlink():

@@ -19,11 +19,11 @@ from emmy_core.chain.paths import ChainPaths
 
 if TYPE_CHECKING:
     from emmy_core.compute import Scheduler
+    from emmy_core.freezefolder.fold import FoldReport
+    from emmy_core.freezefolder.freeze_names import FreezeFolder
     from emmy_core.prior.dataset import Dataset
     from emmy_core.prior.fit import FitResult
     from emmy_core.prior.training import Params
-    from emmy_core.store.freeze_folder import FoldReport
-    from emmy_core.store.freeze_names import FreezeFolder
 
 Progress = Callable[[str], None]
 
@@ -91,8 +91,8 @@ def tune(paths: ChainPaths, card: str, *, models: Sequence[str] = (), shapes: Se
 
 def _replay(paths: ChainPaths, card: str, frozen: str, settings: Sequence[str]) -> Tuned:
     from emmy_core.bench.replay_runner import replay_tune
+    from emmy_core.files.sourcefile import SourceError
     from emmy_core.store.errors import StoreError
-    from emmy_core.store.sourcefile import SourceError
 
     try:
         report = replay_tune(card, frozen, paths.inbox, settings)
@@ -102,11 +102,11 @@ def _replay(paths: ChainPaths, card: str, frozen: str, settings: Sequence[str]) 
 
 
 def _delivered(paths: ChainPaths, done: Tuned) -> Tuned:
-    """`done` with its finished tune files moved into the URL inbox (`store.urlfolder.deliver`: each under a
+    """`done` with its finished tune files moved into the URL inbox (`files.urlfolder.deliver`: each under a
     partial key, then renamed) and removed from the local outbox; unchanged for a local inbox."""
     if paths.inbox_url is None or not done.files:
         return done
-    from emmy_core.store.urlfolder import deliver
+    from emmy_core.files.urlfolder import deliver
 
     local = [Path(f) for f in done.files.values()]
     keys = deliver(local, paths.inbox_url)
@@ -138,8 +138,8 @@ def look(paths: ChainPaths) -> Folder:
     """The freeze folder and the inbox observed. Reads: `paths.freezes` and `paths.inbox`. Writes nothing."""
     import hashlib
 
-    from emmy_core.store.freeze_folder import folder_digest, inbox_tune_files, pending_tune_files
-    from emmy_core.store.freeze_names import freeze_folder
+    from emmy_core.freezefolder.fold import folder_digest, inbox_tune_files, pending_tune_files
+    from emmy_core.freezefolder.freeze_names import freeze_folder
 
     waiting = inbox_tune_files(paths.inbox_source)
     text = "\n".join(f"{p.name}:{_inbox_digest(paths, p)}" for p in waiting)
@@ -153,7 +153,7 @@ def _inbox_digest(paths: ChainPaths, file: Path) -> str:
 
     if paths.inbox_url is None:
         return hashlib.sha256(file.read_bytes()).hexdigest()
-    from emmy_core.store.urlfolder import read_key
+    from emmy_core.files.urlfolder import read_key
 
     return hashlib.sha256(read_key(paths.inbox_url, str(file))).hexdigest()
 
@@ -166,7 +166,7 @@ def fold(paths: ChainPaths, progress: Progress | None = None) -> FoldReport:
     Writes: each card's `<slug>.json` in `paths.freezes`, canonical (byte-identical when nothing new
     came in); then removes the folded tune files. A bad file stops it with nothing changed.
     """
-    from emmy_core.store.freeze_folder import fold_tune_files
+    from emmy_core.freezefolder.fold import fold_tune_files
 
     return fold_tune_files(paths.freezes, paths.inbox_source, progress)
 
@@ -182,12 +182,12 @@ class Imported:
 def import_freeze(paths: ChainPaths, progress: Progress | None = None, *, db: Path | None = None) -> Imported:
     """Imports the freeze into a fresh tuning database.
 
-    Reads: the reviewed files of `paths.freezes` (`store.freeze_names`: freezes and golden records).
+    Reads: the reviewed files of `paths.freezes` (`freezefolder.freeze_names`: freezes and golden records).
     Writes: `db` (default `paths.tune_db`), built beside and swapped in only when every file imported.
     ChainError naming the first refused file otherwise (the old database stays).
     """
+    from emmy_core.freezefolder.freeze_names import freeze_folder
     from emmy_core.store.digest import store_digest
-    from emmy_core.store.freeze_names import freeze_folder
     from emmy_core.store.importer import import_db
 
     target = db if db is not None else paths.tune_db
@@ -268,7 +268,7 @@ def _fit_on(where: Scheduler, dataset: Path | Dataset, out: Path, *, pools: str,
     if where.kind == "inprocess":
         return fit_dataset(data, out, pools=pools, folds=folds, seed=seed, tracking_uri="off", progress=progress,
                            fits_dir=fits_dir, install=install, params=params)
-    from emmy_core.store.urlfolder import is_url
+    from emmy_core.files.urlfolder import is_url
 
     assert isinstance(dataset, str | Path), "fit refuses a dataset already read for a Dask scheduler"
     folder = str(dataset) if is_url(dataset) else str(Path(dataset).resolve())

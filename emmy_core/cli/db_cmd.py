@@ -10,7 +10,7 @@ import typer
 
 from emmy_core.cli.common import fail
 from emmy_core.cli.options import DbOpt, JsonOpt
-from emmy_core.store.promote import DEFAULT_MIN_POOL
+from emmy_core.freezefolder.promote import DEFAULT_MIN_POOL
 
 app = typer.Typer(help="The measurement store (DuckDB): check, stats, import, export, freeze, promote, refresh-freeze.", no_args_is_help=True)
 
@@ -86,8 +86,8 @@ def promote(db: DbOpt = None,
             lock_timeout: LockOption = 30.0) -> None:
     """Make the fastest clean row of every measured pool of at least --min-pool ok rows its golden; print
     each new or replaced golden with the time it beat."""
+    from emmy_core.freezefolder.promote import promote_fastest
     from emmy_core.store import StoreError, open_store
-    from emmy_core.store.promote import promote_fastest
 
     try:
         store = open_store(_path(db), "w", lock_timeout=lock_timeout)

@@ -39,8 +39,8 @@ def freeze(db: DbOpt = None,
            card: Annotated[str | None, typer.Option("--card", help="freeze this card only (full name)")] = None,
            ) -> None:
     """Write one canonical JSON file per card (kernels as loop-program text, decisions, rows, goldens)."""
+    from emmy_core.files.freeze import freeze_db
     from emmy_core.store import StoreError
-    from emmy_core.store.freeze import freeze_db
 
     try:
         paths = freeze_db(_path(db), out, card)
@@ -106,8 +106,8 @@ def export(out_dir: Annotated[Path, typer.Argument(help="dataset folder to write
 def refresh_freeze(freeze_dir: Annotated[Path, typer.Option(
         "--freeze-dir", help="folder holding <card-slug>.json and tune files")] = Path("freezes")) -> None:
     """Fold the tune files beside the freeze into it, re-freeze, then remove the folded tune files."""
+    from emmy_core.freezefolder.refresh import refresh_freeze as run
     from emmy_core.store import StoreError
-    from emmy_core.store.refresh import refresh_freeze as run
 
     try:
         with _progress("folding") as progress:

@@ -65,7 +65,7 @@ def compare(a: Annotated[Path, typer.Argument(help="report A (emmy eval prior --
             b: Annotated[Path, typer.Argument(help="report B", show_default=False)]) -> None:
     """Print two evaluation reports side by side, per card and setting, with the change from A to B."""
     from emmy_core.eval import compare_reports
-    from emmy_core.store.sourcefile import SourceError
+    from emmy_core.files.sourcefile import SourceError
 
     try:
         text = compare_reports(a, b)
@@ -98,10 +98,10 @@ def search(dataset: Annotated[Path, typer.Argument(help="dataset export folder (
     """Replay search strategies on every measured pool: per budget, best found / pool best (geomean), per card."""
     from emmy_core.compute import ComputeError, parse_scheduler
     from emmy_core.eval.extern_order import file_order
+    from emmy_core.files.sourcefile import SourceError
     from emmy_core.prior import PriorError
     from emmy_core.search.curves import plot_curves, write_curves
     from emmy_core.search.evaluate import evaluate_search
-    from emmy_core.store.sourcefile import SourceError
     from emmy_core.targets import CardTableError
 
     def numbers(text: str, what: str) -> list[int]:

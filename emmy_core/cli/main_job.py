@@ -70,8 +70,8 @@ def evaluation_section(folder: Path) -> None:
     An evaluation older than the last chain run, when that run stopped, is marked stale with the run's
     cause (`chain-status.json`): it is never shown as if it were this run's."""
     from emmy_core.chain import evaluation as ev
-    from emmy_core.store.chainstatus import read_status
-    from emmy_core.store.sourcefile import SourceError
+    from emmy_core.chain.chainstatus import read_status
+    from emmy_core.files.sourcefile import SourceError
 
     typer.echo("== the prior, judged on the dataset (candidate beside the installed prior)")
     doc = folder / "report.json"

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from emmy_core.store.sourcefile import SourceError
+from emmy_core.files.sourcefile import SourceError
 
 FileOrder = Mapping[tuple[str, str], Mapping[str, int]]  # (kernel_id, card) -> schedule_id -> position
 
@@ -36,9 +36,9 @@ def file_order(paths: Iterable[Path | str]) -> dict[tuple[str, str], dict[str, i
     Raises SourceError for a file that is not a Kernel Tuner cache, or that names a (kernel, card)
     another file named already (two orders of one pool: which is first would be a guess).
     """
+    from emmy_core.files.kerneltuner import looks_like_cache, parse_cache
+    from emmy_core.files.sourcefile import load_json_file
     from emmy_core.ir import kernel_id
-    from emmy_core.store.kerneltuner import looks_like_cache, parse_cache
-    from emmy_core.store.sourcefile import load_json_file
 
     out: dict[tuple[str, str], dict[str, int]] = {}
     where: dict[tuple[str, str], str] = {}

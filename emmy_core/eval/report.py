@@ -132,15 +132,15 @@ class EvalReport:
 
 def check_report_out(out: Path | str) -> None:
     """Refuses (FileWriteError) a report's output unless it is absent or an evaluation report already."""
-    from emmy_core.store.filekind import check_output
+    from emmy_core.files.filekind import check_output
 
     check_output(Path(out), REPORT_FORMAT, "an evaluation report")
 
 
 def write_json(doc: Mapping[str, Any], out: Path | str) -> Path:
-    """Writes a report through a temporary file beside `out` and a rename (`emmy_core.store.safefile`): an
+    """Writes a report through a temporary file beside `out` and a rename (`emmy_core.files.safefile`): an
     older report there stays whole until the new one is complete; any other kind of file is refused."""
-    from emmy_core.store.safefile import atomic_write_text
+    from emmy_core.files.safefile import atomic_write_text
 
     out = Path(out)
     check_report_out(out)

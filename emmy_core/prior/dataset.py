@@ -132,8 +132,8 @@ def describe_cards(rows: list[dict[str, Any]], names: set[str], cards_file: Path
 
 def _kernel(snap: Any, kernels: dict[str, str], kid: str) -> Program | Extern:
     """A pool's kernel parsed from the export's text; SourceError naming the file, row and column else."""
+    from emmy_core.files.sourcefile import SourceError
     from emmy_core.ir import IRError
-    from emmy_core.store.sourcefile import SourceError
 
     try:
         return parse(kernels[kid])

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from emmy_core.compute import Scheduler, parse_scheduler, task_map
+from emmy_core.files.safefile import atomic_write_text, fresh_folder
 from emmy_core.ir import Extern
 from emmy_core.prior import metrics
 from emmy_core.prior.artifact import (
@@ -66,7 +67,6 @@ from emmy_core.prior.training import (
 from emmy_core.prior.transfer import Held, card_split, score_forks, transfer_column
 from emmy_core.prior.transfer_features import TransferTable
 from emmy_core.prior.trees import parse_model
-from emmy_core.store.safefile import atomic_write_text, fresh_folder
 
 Progress = Callable[[str], None]
 FITS_DIR = Path("_tune") / "fits"
@@ -252,7 +252,7 @@ def fit_prior(dataset_dir: Path | str, out_path: Path | str, *, pools: str = DEF
     if where.kind == "inprocess":
         return fit_dataset(dataset, out_path, pools=pools, folds=folds, seed=seed, params=params,
                            tracking_uri=tracking_uri, tags=tags, progress=progress)
-    from emmy_core.store.urlfolder import is_url
+    from emmy_core.files.urlfolder import is_url
 
     where_data = str(dataset_dir) if is_url(dataset_dir) else str(Path(dataset_dir).resolve())
     ref = DatasetRef(where_data, None if cards_file is None else str(Path(cards_file).resolve()), dataset.digest)

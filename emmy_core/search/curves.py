@@ -287,7 +287,7 @@ def write_curves(curves: SearchCurves, out: Any) -> Any:
     import json
     from pathlib import Path
 
-    from emmy_core.store.safefile import atomic_write_text
+    from emmy_core.files.safefile import atomic_write_text
 
     path = Path(out)
     if path.exists():

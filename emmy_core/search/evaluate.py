@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from emmy_core.compute import parse_scheduler, task_map
+from emmy_core.files.urlfolder import is_url
 from emmy_core.prior import load_installed_prior, load_prior
 from emmy_core.prior.dataset import read_dataset
 from emmy_core.search.curves import SearchCurves, emmy_search_curves, frozen_pools
 from emmy_core.search.replay_tasks import MappedReplay, pools_ref
 from emmy_core.search.strategy import STRATEGIES
-from emmy_core.store.urlfolder import is_url
 
 
 def evaluate_search(dataset_dir: Any, prior_path: Any | None, strategies: Sequence[str], budgets: Sequence[int],

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from emmy_core.files.safefile import ensure_folder
 from emmy_core.graph.forks import ForkKey
 from emmy_core.store.batch import MEASUREMENT_COLUMNS, Prepared
 from emmy_core.store.connect import DEFAULT_LOCK_TIMEOUT, connect, first_line, translated
@@ -28,7 +29,6 @@ from emmy_core.store.rows import (
     StoredMeasurement,
     WriteSummary,
 )
-from emmy_core.store.safefile import ensure_folder
 from emmy_core.store.schema import TABLE_NAMES
 from emmy_core.store.versions import move_aside, open_schema
 

@@ -17,14 +17,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from emmy_core.chain.runlock import alive
+from emmy_core.files.filekind import is_duckdb
+from emmy_core.files.safefile import ensure_folder, fsync_folder, shown
+from emmy_core.files.sourcefile import MAX_SOURCE_BYTES, SourceError, gc_paused, load_json_file
 from emmy_core.store.batch import Batch
 from emmy_core.store.errors import StoreError, VersionMismatchError
-from emmy_core.store.filekind import is_duckdb
 from emmy_core.store.interface import MeasurementStore
 from emmy_core.store.rows import WriteSummary
-from emmy_core.store.runlock import alive
-from emmy_core.store.safefile import ensure_folder, fsync_folder, shown
-from emmy_core.store.sourcefile import MAX_SOURCE_BYTES, SourceError, gc_paused, load_json_file
 from emmy_core.store.versions import move_aside, stale_versions
 
 Progress = Callable[[str], None]
@@ -54,7 +54,7 @@ def load_source(path: Path | str, store: MeasurementStore, *, card: str | None =
                 max_bytes: int = MAX_SOURCE_BYTES) -> LoadedSource:
     """The kind of a source and the batch that imports it (nothing written); refuses with a SourceError,
     also when the source names this machine's CPU card with another description (`localcard`)."""
-    from emmy_core.store.localcard import check_cards, local_cpu
+    from emmy_core.files.localcard import check_cards, local_cpu
 
     loaded = _load_source(path, store, card=card, max_bytes=max_bytes)
     loaded.batch.taken_now = False  # a row read from a file keeps the file's time or none, never the import's
@@ -64,7 +64,8 @@ def load_source(path: Path | str, store: MeasurementStore, *, card: str | None =
 
 
 def _load_source(path: Path | str, store: MeasurementStore, *, card: str | None, max_bytes: int) -> LoadedSource:
-    from emmy_core.store import cardfile, golden, kerneltuner, tablesource
+    from emmy_core.files import cardfile, golden, kerneltuner
+    from emmy_core.store import tablesource
 
     p = Path(path)
     name = str(path)

@@ -74,7 +74,7 @@ class TuneFileRecorder:
     """
 
     def __init__(self, target: str | Path, card: Card | None = None, setting: str | None = None) -> None:
-        from emmy_core.store.tunefile import read_own_tune_file, tune_file_path
+        from emmy_core.files.tunefile import read_own_tune_file, tune_file_path
 
         self.target = target
         self.setting = setting
@@ -93,7 +93,7 @@ class TuneFileRecorder:
         return set()
 
     def record_kernel(self, program: Program, card: Card, outcomes: Sequence[Outcome]) -> None:
-        from emmy_core.store.tunefile import merge_into_tune_file, tune_file_path
+        from emmy_core.files.tunefile import merge_into_tune_file, tune_file_path
 
         recordable = [o for o in outcomes if o.recordable]
         if not recordable:

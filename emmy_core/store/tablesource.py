@@ -14,6 +14,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
+from emmy_core.files.sourcefile import SourceError
 from emmy_core.ir import IRError, kernel_id, parse
 from emmy_core.store.batch import Batch
 from emmy_core.store.rows import (
@@ -25,7 +26,6 @@ from emmy_core.store.rows import (
     RoutingRow,
     Schedule,
 )
-from emmy_core.store.sourcefile import SourceError
 
 TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "cards": ("name", "target", "arch", "tensor_cores", *CARD_NUMBERS),

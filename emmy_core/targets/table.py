@@ -119,7 +119,7 @@ def _default_table() -> tuple[tuple[str, Card], ...]:
 
 def _load(path: Path, file: str) -> dict[str, Card]:
     """Reads `path`; messages call it `file` (the packaged table by its name, a user's file as given)."""
-    from emmy_core.store.inputfile import InputFileError, read_input
+    from emmy_core.files.inputfile import InputFileError, read_input
 
     try:
         doc = json.loads(read_input(path, MAX_TABLE_BYTES, "card table").decode("utf-8"),

@@ -1,5 +1,5 @@
 """One rule says which files of a freeze folder are freezes, golden records and tune files
-(`store.freeze_names`): the chain's import, the fold, the folder's digest and a compile's golden tier
+(`freezefolder.freeze_names`): the chain's import, the fold, the folder's digest and a compile's golden tier
 all read a folder by it, so a golden record beside the freeze is imported and compiled from alike."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from emmy_core.chain import steps
 from emmy_core.chain.paths import ChainPaths
 from emmy_core.evidence.freeze import card_files
-from emmy_core.store.freeze_folder import folder_digest
-from emmy_core.store.freeze_names import file_kind, freeze_folder
+from emmy_core.freezefolder.fold import folder_digest
+from emmy_core.freezefolder.freeze_names import file_kind, freeze_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,9 +10,9 @@ import pytest
 
 from emmy_core.eval import evaluate
 from emmy_core.eval.extern_order import file_order
+from emmy_core.files.sourcefile import SourceError
 from emmy_core.prior import load_installed_prior
 from emmy_core.prior import metrics as m
-from emmy_core.store.sourcefile import SourceError
 
 A4000 = "NVIDIA RTX A4000 / deploy"
 

@@ -14,12 +14,12 @@ import pytest
 import torch
 from torch import nn
 
+from emmy_core.files.freeze import freeze_store
 from emmy_core.graph.decisions import Decision
 from emmy_core.graph.lower import Lowered
 from emmy_core.graph.pipeline import compile_module
 from emmy_core.ir import Program, format_sizes, kernel_id
 from emmy_core.store import CardRow, GoldenRow, MeasurementRow, MemoryStore, RoutingRow, open_store
-from emmy_core.store.freeze import freeze_store
 from emmy_core.targets.card import Card
 
 CARD = Card(name="Test CPU x2", target="cpu", arch="x86_64", compute_capability="", tensor_cores=(),

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from emmy_core.store.runlock import RunLockedError, run_lock
+from emmy_core.chain.runlock import RunLockedError, run_lock
 
 ROOT = Path(__file__).resolve().parents[2]
 HOLDER = textwrap.dedent("""
     import sys, time
-    from emmy_core.store.runlock import run_lock
+    from emmy_core.chain.runlock import run_lock
     with run_lock(sys.argv[1], say=lambda m: None):
         print("held", flush=True)
         time.sleep(float(sys.argv[2]))

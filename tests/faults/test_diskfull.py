@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from emmy_core.files.freeze import freeze_db
+from emmy_core.files.tunefile import tune_file_name, write_tune_file
 from emmy_core.ir import kernel_id
 from emmy_core.store import MeasurementRow, open_store
 from emmy_core.store.check import check_db
 from emmy_core.store.export import export_db
-from emmy_core.store.freeze import freeze_db
-from emmy_core.store.tunefile import tune_file_name, write_tune_file
 from tests.store.test_files_freeze import H200, NORM, populate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,7 +116,7 @@ TUNE_WRITER = """
 import sys
 from pathlib import Path
 from emmy_core.store import StoreError
-from emmy_core.store.tunefile import merge_into_tune_file
+from emmy_core.files.tunefile import merge_into_tune_file
 from tests.faults.test_diskfull import big_rows
 from tests.store.test_files_freeze import H200, NORM
 try:

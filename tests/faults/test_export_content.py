@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from emmy_core.cli.main import app
+from emmy_core.files.sourcefile import SourceError
 from emmy_core.store.check_export import check_export
 from emmy_core.store.export import open_snapshot
-from emmy_core.store.sourcefile import SourceError
 from tests.faults.exports import CORRUPTIONS, corrupted_copy
 from tests.prior.conftest import freeze_export  # noqa: F401  (the repository freeze as an export)
 

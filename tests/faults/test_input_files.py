@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from emmy_core.store.inputfile import InputFileError, read_input
+from emmy_core.files.inputfile import InputFileError, read_input
 
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 120  # a reader that blocks on a FIFO would run into this instead of returning at once
@@ -61,7 +61,7 @@ def test_a_fifo_or_dev_zero_as_cards_file_is_refused_at_once(fifo: Path, special
 
 def test_a_fifo_as_extern_order_is_refused_at_once(fifo: Path) -> None:
     from emmy_core.eval.extern_order import file_order
-    from emmy_core.store.sourcefile import SourceError
+    from emmy_core.files.sourcefile import SourceError
 
     with pytest.raises(SourceError, match="not a regular file"):
         file_order([fifo])

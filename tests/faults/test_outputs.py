@@ -15,10 +15,10 @@ import pytest
 from typer.testing import CliRunner
 
 from emmy_core.cli.main import app
+from emmy_core.files.safefile import FileWriteError, fresh_folder
 from emmy_core.prior import installed_prior_path, load_prior
 from emmy_core.prior.artifact import write_artifact
 from emmy_core.store import open_store
-from emmy_core.store.safefile import FileWriteError, fresh_folder
 from tests.prior.conftest import freeze_export  # noqa: F401  (the repository freeze as an export)
 from tests.store.test_files_freeze import populate
 
@@ -120,7 +120,7 @@ def test_a_failed_artifact_write_names_the_target_and_says_the_old_file_stands(t
     write_artifact(doc, out)
     before = out.read_bytes()
     script = ("import sys; from emmy_core.prior import load_prior, installed_prior_path; "
-              "from emmy_core.prior.artifact import write_artifact; from emmy_core.store.safefile import FileWriteError\n"
+              "from emmy_core.prior.artifact import write_artifact; from emmy_core.files.safefile import FileWriteError\n"
               "try:\n    write_artifact(load_prior(installed_prior_path()).doc, sys.argv[1])\n"
               "except FileWriteError as e:\n    print(e); sys.exit(3)\n")
 

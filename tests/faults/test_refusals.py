@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from emmy_core.cli.main import app
+from emmy_core.files.sourcefile import SourceError
 from emmy_core.prior import PriorError, installed_prior_path, load_prior
 from emmy_core.prior.artifact import artifact_text
-from emmy_core.store.sourcefile import SourceError
 from tests.eval.conftest import cache_doc, caches_export  # noqa: F401  (small exports from Kernel Tuner caches)
 from tests.prior.conftest import freeze_export  # noqa: F401  (the repository freeze as an export)
 
@@ -143,7 +143,7 @@ def test_a_400_digit_integer_in_a_card_file_is_refused_naming_the_field(tmp_path
 
 
 def test_a_400_digit_integer_in_a_source_number_field_is_refused_not_an_overflow() -> None:
-    from emmy_core.store.sourcefile import Fields
+    from emmy_core.files.sourcefile import Fields
 
     with pytest.raises(SourceError, match="400 digits"):
         Fields("f.json", "$", {"x": BIG}).number("x")
@@ -165,9 +165,9 @@ def test_after_a_failed_chain_the_main_job_marks_the_old_evaluation_stale_with_t
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import os
 
+    from emmy_core.chain.chainstatus import write_status
     from emmy_core.chain.evaluation import Evaluation, write_evaluation
     from emmy_core.cli.main_job import evaluation_section
-    from emmy_core.store.chainstatus import write_status
     from tests.chain.reports import report
 
     evaluation = tmp_path / "evaluation"

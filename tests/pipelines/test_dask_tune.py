@@ -16,7 +16,7 @@ import pytest
 
 from assets.resources import EmmyPaths
 from emmy_core.compute.placement import card_resource
-from emmy_core.store.freeze import card_file_slug
+from emmy_core.files.freeze import card_file_slug
 from emmy_core.targets import local_card
 from pipelines.jobs import build_tune_job, card_partitions
 from tests.store.test_url_folders import small_tune_file
@@ -52,7 +52,7 @@ def test_two_card_partitions_run_on_their_workers_and_the_nightly_fold_takes_bot
         card_cluster: Any, tmp_path: Path) -> None:
     from distributed import Client, get_task_stream
 
-    from emmy_core.store.freeze_folder import fold_tune_files
+    from emmy_core.freezefolder.fold import fold_tune_files
 
     freezes, inbox = tmp_path / "freezes", tmp_path / "inbox"
     freezes.mkdir()

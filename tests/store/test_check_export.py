@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from emmy_core.files.sourcefile import SourceError
 from emmy_core.store import open_store
 from emmy_core.store.check_export import check_export
 from emmy_core.store.export import export_db
-from emmy_core.store.sourcefile import SourceError
 from tests.store.test_files_freeze import populate
 
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from emmy_core.files.sourcefile import SourceError
 from emmy_core.ir import identity, kernel_id
 from emmy_core.knobs import candidates
 from emmy_core.knobs.vocab import schedule_id
 from emmy_core.store import StoreError, open_store
 from emmy_core.store.export import export_db, read_export, read_pools, verify_export
 from emmy_core.store.importer import import_db
-from emmy_core.store.sourcefile import SourceError
 from tests.store.test_files_freeze import H200, NORM, populate, stats_of
 
 

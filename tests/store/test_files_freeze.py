@@ -11,6 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from emmy_core.files.cardfile import parse_card_document
+from emmy_core.files.freeze import freeze_db, freeze_store, render_snapshot, snapshot
 from emmy_core.ir import identity, kernel_id, render
 from emmy_core.ir.builders import matmul, rmsnorm, softmax
 from emmy_core.store import (
@@ -23,8 +25,6 @@ from emmy_core.store import (
     StoreError,
     open_store,
 )
-from emmy_core.store.cardfile import parse_card_document
-from emmy_core.store.freeze import freeze_db, freeze_store, render_snapshot, snapshot
 from emmy_core.store.importer import import_db, import_into
 from emmy_core.store.stats import db_stats
 

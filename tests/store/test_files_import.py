@@ -11,11 +11,11 @@ import pytest
 from typer.testing import CliRunner
 
 from emmy_core.cli.main import app
+from emmy_core.files.freeze import freeze_db
+from emmy_core.files.sourcefile import SourceError, read_bounded
 from emmy_core.ir import identity, kernel_id
 from emmy_core.store import BatchError, MeasurementRow, StoreError, open_store
-from emmy_core.store.freeze import freeze_db
 from emmy_core.store.importer import import_db
-from emmy_core.store.sourcefile import SourceError, read_bounded
 from tests.store.test_files_freeze import NORM, populate, stats_of
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from emmy_core.files.kerneltuner import KT_FAILURES, space_digest
 from emmy_core.ir import Extern, kernel_id
 from emmy_core.knobs.vocab import EXTERN_PREFIX
 from emmy_core.store import PLACEHOLDER_US, open_store
 from emmy_core.store.importer import import_db
-from emmy_core.store.kerneltuner import KT_FAILURES, space_digest
 
 _CACHE: dict[str, object] = {}
 

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from emmy_core.files.freeze import freeze_db
+from emmy_core.files.golden import GoldenRecord, Trace, write_golden_file
+from emmy_core.files.tunefile import tune_file_name, write_tune_file
+from emmy_core.freezefolder import refresh as refresh_module
+from emmy_core.freezefolder.refresh import refresh_freeze
 from emmy_core.ir import kernel_id, render
 from emmy_core.store import BatchError, MeasurementRow, MemoryStore, RoutingRow, open_store
-from emmy_core.store import refresh as refresh_module
-from emmy_core.store.freeze import freeze_db
-from emmy_core.store.golden import GoldenRecord, Trace, write_golden_file
 from emmy_core.store.importer import import_into
-from emmy_core.store.refresh import refresh_freeze
-from emmy_core.store.tunefile import tune_file_name, write_tune_file
 from tests.store.test_files_freeze import H100, H200, MM, NORM, PIECE_A, PIECE_B, populate
 
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from emmy_core.files.sourcefile import SourceError
+from emmy_core.files.tunefile import tune_file_name
+from emmy_core.freezefolder.fold import fold_tune_files, folder_digest, pending_tune_files
 from emmy_core.store import open_store
-from emmy_core.store.freeze_folder import fold_tune_files, folder_digest, pending_tune_files
-from emmy_core.store.sourcefile import SourceError
-from emmy_core.store.tunefile import tune_file_name
 from tests.store.test_files_freeze import H100, H200
 from tests.store.test_files_refresh import freezes, tune  # noqa: F401  (fixture)
 

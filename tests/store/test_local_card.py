@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from emmy_core.evidence.freeze import golden_source
+from emmy_core.files.cardfile import card_json, parse_card_document
+from emmy_core.files.safefile import FileWriteError
+from emmy_core.files.tunefile import merge_into_tune_file, tune_file_name
+from emmy_core.freezefolder.refresh import refresh_freeze
 from emmy_core.store import CardRow, open_store
-from emmy_core.store.cardfile import card_json, parse_card_document
 from emmy_core.store.errors import StoreError
 from emmy_core.store.importer import import_db
-from emmy_core.store.refresh import refresh_freeze
-from emmy_core.store.safefile import FileWriteError
-from emmy_core.store.tunefile import merge_into_tune_file, tune_file_name
 from emmy_core.targets import card_slug, probe_cpu
 
 ROOT = Path(__file__).resolve().parents[2]

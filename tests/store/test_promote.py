@@ -7,8 +7,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from emmy_core.cli.main import app
+from emmy_core.freezefolder.promote import promote_fastest
 from emmy_core.store import GoldenRow, MeasurementRow, MeasurementStore, open_store
-from emmy_core.store.promote import promote_fastest
 from tests.store.conftest import ADD, ADD_ID, CARDS, H100, H200, KNOBS_A, KNOBS_B, MUL, MUL_ID
 
 FAST = {"block": 256, "num_warps": 4}

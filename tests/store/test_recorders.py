@@ -14,12 +14,12 @@ from typer.testing import CliRunner
 from emmy_core.bench.harness import Outcome, Unit
 from emmy_core.bench.integrity import Stats
 from emmy_core.cli.main import app
+from emmy_core.files.freeze import freeze_db
+from emmy_core.files.safefile import FileWriteError
 from emmy_core.ir.builders import rmsnorm
 from emmy_core.store import MemoryStore, StoreError, open_store
-from emmy_core.store.freeze import freeze_db
 from emmy_core.store.importer import import_into
 from emmy_core.store.recorders import StoreRecorder, TuneFileRecorder, db_recorder
-from emmy_core.store.safefile import FileWriteError
 from emmy_core.targets import Card, resolve_card
 from tests.store.test_files_freeze import populate
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from emmy_core.store.freeze_folder import fold_tune_files
-from emmy_core.store.urlfolder import POINTER, UrlFolderError, fetch_folder, publish_folder, read_pointer
+from emmy_core.files.urlfolder import POINTER, UrlFolderError, fetch_folder, publish_folder, read_pointer
+from emmy_core.freezefolder.fold import fold_tune_files
 
 ROOT = Path(__file__).resolve().parents[2]
 FROZEN = ROOT / "freezes" / "intel-r-xeon-r-processor-avx-512-x2.json"
@@ -18,10 +18,10 @@ FROZEN = ROOT / "freezes" / "intel-r-xeon-r-processor-avx-512-x2.json"
 
 def small_tune_file(out: Path) -> tuple[Path, int]:
     """A tune file of the Xeon card: the first kernel's deploy rows of its committed freeze."""
+    from emmy_core.files.cardfile import parse_card_document
+    from emmy_core.files.sourcefile import load_json_file
+    from emmy_core.files.tunefile import tune_file_name, write_tune_file
     from emmy_core.ir import kernel_id
-    from emmy_core.store.cardfile import parse_card_document
-    from emmy_core.store.sourcefile import load_json_file
-    from emmy_core.store.tunefile import tune_file_name, write_tune_file
 
     doc = parse_card_document(load_json_file(FROZEN), str(FROZEN))
     kernel = doc.batch.kernels[0]

@@ -19,15 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from emmy_core.store.errors import StoreError
-from emmy_core.store.freeze import card_file_slug
-from emmy_core.store.freeze_names import TUNE_NAME, freeze_folder
-from emmy_core.store.importer import Progress, load_source
-from emmy_core.store.memory import MemoryStore
-from emmy_core.store.refresh import RefreshReport, refresh_freeze
-from emmy_core.store.safefile import atomic_write_text
-from emmy_core.store.sourcefile import SourceError, gc_paused
-from emmy_core.store.urlfolder import (
+from emmy_core.files.freeze import card_file_slug
+from emmy_core.files.safefile import atomic_write_text
+from emmy_core.files.sourcefile import SourceError, gc_paused
+from emmy_core.files.urlfolder import (
     drop_keys,
     fetch_folder,
     inbox_keys,
@@ -36,6 +31,11 @@ from emmy_core.store.urlfolder import (
     publish_folder,
     staged_inbox,
 )
+from emmy_core.freezefolder.freeze_names import TUNE_NAME, freeze_folder
+from emmy_core.freezefolder.refresh import RefreshReport, refresh_freeze
+from emmy_core.store.errors import StoreError
+from emmy_core.store.importer import Progress, load_source
+from emmy_core.store.memory import MemoryStore
 
 
 @dataclass
@@ -69,7 +69,7 @@ def _digest(path: Path) -> str:
 
 
 def folder_digest(freeze_dir: Path | str) -> str:
-    """sha256 over the names and contents of the folder's freeze, golden and tune files (`store.freeze_names`;
+    """sha256 over the names and contents of the folder's freeze, golden and tune files (`freezefolder.freeze_names`;
     other files ignored)."""
     folder = freeze_folder(freeze_dir)
     text = "\n".join(f"{p.name}:{_digest(p)}" for p in sorted([*folder.reviewed, *folder.tunes]))
@@ -100,7 +100,7 @@ def fold_tune_files(freeze_dir: Path | str, inbox: Path | str | None = None,
 
     Refuses (nothing moved, nothing folded) an inbox file that is not a tune file of the card its
     name says, or whose name is taken beside the freeze by a file with other content. Either folder may be
-    an fsspec URL (`emmy_core.store.urlfolder`: memory://, s3://, file://), under the same rules.
+    an fsspec URL (`emmy_core.files.urlfolder`: memory://, s3://, file://), under the same rules.
     """
     if is_url(freeze_dir) or is_url(inbox) or str(freeze_dir).startswith("file://") \
             or str(inbox).startswith("file://"):
@@ -144,7 +144,7 @@ def _fold_urls(freeze: Path | str, inbox: Path | str | None, progress: Any = Non
         else:
             report = fold_tune_files(local, None if inbox is None else local_path(inbox), progress)
         if is_url(freeze):
-            folder = freeze_folder(local)  # the folder's own files (`store.freeze_names`), nothing else
+            folder = freeze_folder(local)  # the folder's own files (`freezefolder.freeze_names`), nothing else
             publish_folder(local, str(freeze), [p.name for p in [*folder.reviewed, *folder.tunes]])
         if keys:
             drop_keys(str(inbox), keys)

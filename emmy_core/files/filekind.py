@@ -12,8 +12,8 @@ import json
 import re
 from pathlib import Path
 
-from emmy_core.store.safefile import FileWriteError, shown
-from emmy_core.store.sourcefile import SourceError, load_json_file
+from emmy_core.files.safefile import FileWriteError, shown
+from emmy_core.files.sourcefile import SourceError, load_json_file
 
 _HEAD = re.compile(rb'\A\{"format":("[a-z-]{1,32}"),"version":[0-9]{1,9},\n"card":(\{[^\n]{0,20000}\}),\n')
 HEAD_BYTES = 32 * 1024
@@ -32,8 +32,8 @@ def is_duckdb(path: Path) -> bool:
 
 def describe_file(path: Path) -> str:
     """What a file on disk is, in words (for a refusal that must say what it would have overwritten)."""
-    from emmy_core.store.cardfile import FREEZE_FORMAT, TUNE_FORMAT
-    from emmy_core.store.kerneltuner import looks_like_cache
+    from emmy_core.files.cardfile import FREEZE_FORMAT, TUNE_FORMAT
+    from emmy_core.files.kerneltuner import looks_like_cache
 
     if path.is_dir():
         return "a folder"

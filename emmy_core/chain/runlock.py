@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from emmy_core.files.safefile import ensure_folder, shown
 from emmy_core.store.errors import StoreError
-from emmy_core.store.safefile import ensure_folder, shown
 
 MAX_RECORD = 4096
 POLL_S = 0.25

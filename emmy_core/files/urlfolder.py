@@ -26,8 +26,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from emmy_core.files.safefile import atomic_write_text, ensure_folder
 from emmy_core.store.errors import StoreError
-from emmy_core.store.safefile import atomic_write_text, ensure_folder
 
 POINTER = "HEAD.json"
 POINTER_FORMAT = "emmy-folder-pointer/1"

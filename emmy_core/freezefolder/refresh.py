@@ -14,12 +14,12 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from emmy_core.files.freeze import card_file_slug, freeze_store
+from emmy_core.files.safefile import FileWriteError, shown, why
+from emmy_core.files.sourcefile import SourceError, gc_paused
+from emmy_core.freezefolder.freeze_names import FREEZE_NAME, TUNE_NAME, freeze_folder
 from emmy_core.store.errors import StoreError
-from emmy_core.store.freeze import card_file_slug, freeze_store
-from emmy_core.store.freeze_names import FREEZE_NAME, TUNE_NAME, freeze_folder
 from emmy_core.store.importer import Progress, load_source
-from emmy_core.store.safefile import FileWriteError, shown, why
-from emmy_core.store.sourcefile import SourceError, gc_paused
 
 
 @dataclass

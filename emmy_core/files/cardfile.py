@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from emmy_core.codegen.backend import SETTINGS
+from emmy_core.files.sourcefile import Fields, SourceError, json_path
 from emmy_core.ir import IRError, Kernel, kernel_id, parse
 from emmy_core.ir.sizes import format_sizes, parse_sizes
 from emmy_core.ir.text import MAX_TEXT_BYTES
@@ -45,7 +46,6 @@ from emmy_core.store.rows import (
     RoutingRow,
     Schedule,
 )
-from emmy_core.store.sourcefile import Fields, SourceError, json_path
 from emmy_core.targets.card import TARGETS
 
 FREEZE_FORMAT = "emmy-freeze"

@@ -80,8 +80,8 @@ def json_path(base: str, *parts: str | int) -> str:
 
 def read_bounded(path: Path | str, max_bytes: int = MAX_SOURCE_BYTES) -> bytes:
     """The (decompressed, when gzip) bytes of `path`; refuses a file whose content exceeds `max_bytes`, and
-    anything that is not a regular file (a FIFO, a device), unread (`emmy_core.store.inputfile`)."""
-    from emmy_core.store.inputfile import InputFileError, open_input
+    anything that is not a regular file (a FIFO, a device), unread (`emmy_core.files.inputfile`)."""
+    from emmy_core.files.inputfile import InputFileError, open_input
 
     name = str(path)
     try:

@@ -20,20 +20,20 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from emmy_core.ir import Kernel
-from emmy_core.store.batch import MEASUREMENT_COLUMNS, Batch, Prepared
-from emmy_core.store.cardfile import TUNE_FORMAT, CardDocument, parse_card_document
-from emmy_core.store.errors import BatchError
-from emmy_core.store.filekind import describe_file
-from emmy_core.store.freeze import (
+from emmy_core.files.cardfile import TUNE_FORMAT, CardDocument, parse_card_document
+from emmy_core.files.filekind import describe_file
+from emmy_core.files.freeze import (
     ROW_COLUMNS,
     CardSnapshot,
     card_file_slug,
     render_snapshot,
 )
+from emmy_core.files.safefile import FileWriteError, atomic_write_text, ensure_folder, locked_folder, shown
+from emmy_core.files.sourcefile import SourceError, load_json_file
+from emmy_core.ir import Kernel
+from emmy_core.store.batch import MEASUREMENT_COLUMNS, Batch, Prepared
+from emmy_core.store.errors import BatchError
 from emmy_core.store.rows import CardRow, GoldenRow, MeasurementRow, RoutingRow, StoredGolden
-from emmy_core.store.safefile import FileWriteError, atomic_write_text, ensure_folder, locked_folder, shown
-from emmy_core.store.sourcefile import SourceError, load_json_file
 
 STAMP = re.compile(r"[0-9]{8}T[0-9]{6}Z(-[0-9a-z]{1,16})?\Z")
 

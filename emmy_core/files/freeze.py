@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from emmy_core.ir import Axis, Program, parse, parse_sizes, render
-from emmy_core.store.cardfile import (
+from emmy_core.files.cardfile import (
     FREEZE_FORMAT,
     KernelEntry,
     RowWriter,
@@ -27,12 +26,13 @@ from emmy_core.store.cardfile import (
     golden_entry,
     render_document,
 )
+from emmy_core.files.filekind import check_replaceable
+from emmy_core.files.safefile import write_all
+from emmy_core.files.sourcefile import gc_paused
+from emmy_core.ir import Axis, Program, parse, parse_sizes, render
 from emmy_core.store.errors import StoreError
-from emmy_core.store.filekind import check_replaceable
 from emmy_core.store.interface import MeasurementStore
 from emmy_core.store.rows import CardRow, RoutingRow, StoredGolden
-from emmy_core.store.safefile import write_all
-from emmy_core.store.sourcefile import gc_paused
 
 ROW_COLUMNS = ("kernel_id", "sizes", "schedule_id", "setting", "status", "failure", "median_us", "spread",
                "samples", "source")

@@ -22,10 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emmy_core.ir import Kernel, kernel_id, render
-from emmy_core.knobs.vocab import KNOB_VOCAB_VERSION, canonical_knobs, parse_decision
-from emmy_core.store.batch import Batch
-from emmy_core.store.cardfile import (
+from emmy_core.files.cardfile import (
     DOC_VERSION,
     RowReader,
     _header,
@@ -35,8 +32,11 @@ from emmy_core.store.cardfile import (
     parse_card,
     parse_kernel_text,
 )
+from emmy_core.files.sourcefile import Fields, SourceError, json_path
+from emmy_core.ir import Kernel, kernel_id, render
+from emmy_core.knobs.vocab import KNOB_VOCAB_VERSION, canonical_knobs, parse_decision
+from emmy_core.store.batch import Batch
 from emmy_core.store.rows import CardRow, GoldenRow, RoutingRow
-from emmy_core.store.sourcefile import Fields, SourceError, json_path
 
 GOLDEN_FORMAT = "emmy-golden"
 MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:/+-]{0,127}\Z")
@@ -96,8 +96,8 @@ def render_golden_file(card: CardRow, records: Iterable[GoldenRecord]) -> str:
 def write_golden_file(path: Path | str, card: CardRow, records: Iterable[GoldenRecord]) -> Path:
     """Checks the records (by parsing what would be written) and writes the file atomically; refuses to
     write over anything but a golden record of the same card."""
-    from emmy_core.store.filekind import check_replaceable
-    from emmy_core.store.safefile import atomic_write_text
+    from emmy_core.files.filekind import check_replaceable
+    from emmy_core.files.safefile import atomic_write_text
 
     text = render_golden_file(card, records)
     parse_golden_file(json.loads(text), str(path)).batch.prepare()

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from emmy_core.files.sourcefile import SourceError
 from emmy_core.store.rows import CardRow
-from emmy_core.store.sourcefile import SourceError
 from emmy_core.targets.card import Card
 
 

@@ -22,12 +22,12 @@ import json
 import math
 from dataclasses import dataclass
 
+from emmy_core.files.sourcefile import Fields, SourceError, json_path
 from emmy_core.ir import Extern, IRError
 from emmy_core.ir.check import check_extern
 from emmy_core.knobs.vocab import EXTERN_PREFIX, knobs_problem
 from emmy_core.store.batch import Batch
 from emmy_core.store.rows import CARD_NAME_PATTERN, PLACEHOLDER_US, CardRow, MeasurementRow, Schedule
-from emmy_core.store.sourcefile import Fields, SourceError, json_path
 
 KT_FAILURES = {"CompilationFailedConfig": "build_error", "RuntimeFailedConfig": "runtime",
                "InvalidConfig": "invalid"}
