@@ -2,7 +2,7 @@
 
 tune -> fold -> import -> export -> fit -> (evaluate and judge: `emmy_core.chain.evaluation`) -> install.
 The assets, `emmy fit` and the installed prior's refit call these and nothing else. Every write
-goes through the store's atomic writers: a step that fails leaves the files it would have
+goes through the atomic writers (`files.safefile`): a step that fails leaves the files it would have
 replaced as they were.
 """
 

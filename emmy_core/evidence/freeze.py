@@ -5,7 +5,7 @@ that ships with the package: `emmy_core/freezes` is the repository's `freezes/` 
 (a link in the source tree, followed when a wheel is built), so nothing is copied and a checkout
 reads the freeze it has. In a folder, a card's files are `<card-slug>.json` (the freeze) and
 `<card-slug>.<label>.json` (golden records); tune files (`<card-slug>.tune-*.json`) are
-unreviewed and are not read (the one rule: `freezefolder.freeze_names`). Every file is parsed strictly by the store's own readers into a
+unreviewed and are not read (the one rule: `freezefolder.freeze_names`). Every file is parsed strictly by the file readers (`emmy_core.files`) into a
 `MemoryStore` (no duckdb); a file that is refused is skipped whole, its reason (file, record,
 field) kept as a note. Parsed files are cached in the process by path, size and modification time.
 """
