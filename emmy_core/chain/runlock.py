@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from emmy_core.files.pidfile import alive
 from emmy_core.files.safefile import ensure_folder, shown
 from emmy_core.store.errors import StoreError
 
@@ -58,17 +59,6 @@ def describe_holder(rec: dict[str, object] | None) -> str:
     started = str(rec.get("started", "?"))[:40] if rec else "?"
     command = str(rec.get("command", ""))[:120] if rec else ""
     return f"PID {pid}, started {started}" + (f": {command}" if command else "")
-
-
-def alive(pid: int) -> bool:
-    """Whether a process with this PID exists (one of another user counts as alive)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @contextmanager

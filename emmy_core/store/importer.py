@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from emmy_core.chain.runlock import alive
 from emmy_core.files.filekind import is_duckdb
+from emmy_core.files.pidfile import alive
 from emmy_core.files.safefile import ensure_folder, fsync_folder, shown
 from emmy_core.files.sourcefile import MAX_SOURCE_BYTES, SourceError, gc_paused, load_json_file
 from emmy_core.store.batch import Batch
