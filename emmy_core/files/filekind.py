@@ -19,6 +19,17 @@ _HEAD = re.compile(rb'\A\{"format":("[a-z-]{1,32}"),"version":[0-9]{1,9},\n"card
 HEAD_BYTES = 32 * 1024
 DUCKDB_MAGIC = b"DUCK"  # bytes 8..12 of a DuckDB database file
 
+UNNAMED_FORMATS = {frozenset({"candidate", "installed", "verdict"}): "emmy-chain-evaluation"}
+"""Emmy's own outputs from before their format was named, known by their exact top-level keys: the chain's
+evaluation report was `{candidate, installed, verdict}`. A writer of that format may replace such a file
+(it is the same output, one version older); nothing else without a `format` is ever replaced."""
+
+
+def _unnamed_format(doc: object) -> str | None:
+    if isinstance(doc, dict) and "format" not in doc:
+        return UNNAMED_FORMATS.get(frozenset(doc))
+    return None
+
 
 def is_duckdb(path: Path) -> bool:
     """Whether `path` is a DuckDB database file (by its magic bytes; False when it cannot be read)."""
@@ -56,6 +67,8 @@ def describe_file(path: Path) -> str:
         return f"not a file Emmy writes ({exc.problem[:120]})"
     if looks_like_cache(doc):
         return f"a Kernel Tuner cache of card {str(doc.get('device_name'))[:80]!r}"
+    if _unnamed_format(doc) == "emmy-chain-evaluation":
+        return "the chain's evaluation report, as written before its format was named"
     if not isinstance(doc, dict) or "format" not in doc:
         return "a JSON document that is not an Emmy file"
     fmt = doc["format"]
@@ -125,7 +138,7 @@ def _json_format(path: Path, max_bytes: int) -> str | None:
     except SourceError:
         return None
     fmt = doc.get("format") if isinstance(doc, dict) else None
-    return fmt if isinstance(fmt, str) else None
+    return fmt if isinstance(fmt, str) else _unnamed_format(doc)
 
 
 def check_output(path: Path, fmt: str, what: str, *, max_bytes: int = 256 * 1024 * 1024) -> None:

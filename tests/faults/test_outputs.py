@@ -182,3 +182,20 @@ def test_two_identical_fits_stamped_with_the_same_second_write_two_metrics_folde
                                    tracking_uri="off", fits_dir=tmp_path / "fits").fit_dir for i in range(2)]
     assert dirs[0] != dirs[1] and dirs[1].name == dirs[0].name + "-2"
     assert all((d / "metrics.json").is_file() for d in dirs)
+
+
+def test_the_chain_replaces_its_evaluation_report_from_before_the_format_was_named(tmp_path: Path) -> None:
+    """A workspace's `_data/evaluation/report.json` written before the report named its format is the same
+    output one version older: the chain's writer may replace it. A format-less document of any other shape
+    still stands."""
+    from emmy_core.files.filekind import check_output
+
+    old = tmp_path / "report.json"
+    old.write_text(json.dumps({"candidate": {}, "installed": {}, "verdict": "install"}))
+    check_output(old, "emmy-chain-evaluation", "the chain's evaluation report")
+    other = tmp_path / "notes.json"
+    other.write_text(json.dumps({"candidate": {}, "verdict": "install"}))
+    with pytest.raises(FileWriteError, match="not an Emmy file"):
+        check_output(other, "emmy-chain-evaluation", "the chain's evaluation report")
+    with pytest.raises(FileWriteError, match="before its format was named"):
+        check_output(old, "emmy-eval", "an evaluation report")
