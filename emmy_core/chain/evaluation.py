@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,9 @@ from emmy_core.eval.verdict import DEFAULT_TOLERANCE, Verdict
 EVALUATION_FORMAT = "emmy-chain-evaluation"
 EVALUATION_VERSION = 1
 TABLE_MARK = "<!-- emmy: the chain's evaluation table (rendered from report.json) -->"
+UNMARKED_TABLE = re.compile(rb"\Aprior [^\n]{1,400} \(fitted on dataset [0-9a-f]{6,64}")
+"""The table as the chain wrote it before it carried `TABLE_MARK` (the report's markdown, its first line
+naming the prior and its dataset): the same output, one version older, so it may be replaced."""
 MAX_BYTES = 256 * 1024 * 1024
 Progress = Callable[[str], None]
 
@@ -96,7 +100,7 @@ def write_evaluation(evaluation: Evaluation, folder: Path) -> list[Path]:
 
     report, table = folder / "report.json", folder / "table.md"
     check_output(report, EVALUATION_FORMAT, "the chain's evaluation report")
-    _check_table(table)
+    check_table(table)
     check_plots_out(folder)
     ensure_folder(folder)
     text = json.dumps(evaluation.to_json(), indent=1, sort_keys=True, allow_nan=False) + "\n"
@@ -106,15 +110,16 @@ def write_evaluation(evaluation: Evaluation, folder: Path) -> list[Path]:
     return [report, table, *plots]
 
 
-def _check_table(path: Path) -> None:
+def check_table(path: Path) -> None:
     from emmy_core.files.safefile import FileWriteError, shown
 
     if not path.exists() and not path.is_symlink():
         return
     try:
         with path.open("rb") as fh:
-            if path.is_file() and fh.read(len(TABLE_MARK)) == TABLE_MARK.encode():
-                return
+            head = fh.read(1024) if path.is_file() else b""
+        if head.startswith(TABLE_MARK.encode()) or UNMARKED_TABLE.match(head):
+            return
     except OSError:
         pass
     raise FileWriteError(f"refusing to write the evaluation table over {shown(path)}: it is not one; nothing was "

@@ -199,3 +199,17 @@ def test_the_chain_replaces_its_evaluation_report_from_before_the_format_was_nam
         check_output(other, "emmy-chain-evaluation", "the chain's evaluation report")
     with pytest.raises(FileWriteError, match="before its format was named"):
         check_output(old, "emmy-eval", "an evaluation report")
+
+
+def test_the_chain_replaces_its_evaluation_table_from_before_it_was_marked(tmp_path: Path) -> None:
+    """The table beside that report, as the chain wrote it before the table carried its mark, is replaced
+    too; a markdown file of anyone else's stands."""
+    from emmy_core.chain.evaluation import check_table
+
+    old = tmp_path / "table.md"
+    old.write_text("prior _tune/fits/candidate.json (fitted on dataset 2a7e92f9c365, pools both, seed 0)\n| a |\n")
+    check_table(old)
+    mine = tmp_path / "mine.md"
+    mine.write_text("# my notes on the prior\n")
+    with pytest.raises(FileWriteError, match="it is not one"):
+        check_table(mine)
