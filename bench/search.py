@@ -35,10 +35,8 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import pickle
 import random
-import resource
 import sys
 import tempfile
 import time
@@ -52,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
 
+from bench.prior import load, peak_mb, say
 from emmy_core.eval.extern_order import file_order
 from emmy_core.prior import load_prior
 from emmy_core.prior.dataset import Dataset
@@ -65,19 +64,6 @@ BUDGETS = (1, 2, 4, 8, 16, 32)
 EMMY = ("first", "random", "prior", "explore")
 KT = {"kt_random": "random_sample", "kt_genetic": "genetic_algorithm", "kt_annealing": "simulated_annealing",
       "kt_bayes": "bayes_opt"}
-
-
-def say(text: str) -> None:
-    print(text, flush=True)
-
-
-def load() -> str:
-    a, b, c = os.getloadavg()
-    return f"load {a:.2f} {b:.2f} {c:.2f}"
-
-
-def peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def loco_pools(dataset: Dataset, order: Any, iterations: int, seed: int) -> list[tuple[str, FrozenPool]]:
