@@ -58,6 +58,14 @@ def info(file: Annotated[Path | None, typer.Option("--file", help="an artifact (
     if isinstance(runner, dict):
         typer.echo(f"  runner-up: {runner.get('mode')} ({runner.get('source')}, weight {runner.get('weight')}), "
                    f"top-1 {runner.get('top1'):.3f}; the winner picks {pct(runner.get('margin'))} against it")
+    bare = rk.get("no_evidence", "ranker")
+    judged = [r for r in rk.get("no_evidence_candidates", []) if isinstance(r, dict) and r.get("top1") is not None]
+    why = ("; ".join(f"{r.get('no_evidence')} top-1 {r['top1']:.3f}" for r in judged)
+           + f" on {judged[0].get('pools')} held-out pools without evidence") if judged else (
+        "no held-out pool lacked evidence: the rule's order is the default" if bare == "first"
+        else "fitted before this was selected")
+    by = "the rule's first option" if bare == "first" else "the ranker alone"
+    typer.echo(f"  a pool no other card measured (no transfer evidence) is ranked by {by} ({why})")
     typer.echo("  a card the fit measured (in the transfer table) is ranked by the model alone (the kernel split)")
     typer.echo(f"  transfer table: {d['transfer']['pools']} pools from {len(d['transfer']['cards'])} cards"
                + (f" ({', '.join(d['transfer']['cards'])})" if d['transfer']['cards'] else ""))

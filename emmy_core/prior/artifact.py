@@ -27,7 +27,7 @@ from emmy_core.ir import Extern, Program, format_sizes, kernel_id
 from emmy_core.knobs.vocab import schedule_id
 from emmy_core.prior.features import FEATURE_VERSION, fork_features
 from emmy_core.prior.price import Curve, curve_key, price, read_curves, scale_of
-from emmy_core.prior.ranking import FIRST, SOURCES, mode_of, ranked
+from emmy_core.prior.ranking import FIRST, NO_EVIDENCE, RANKER, SOURCES, mode_of, ranked
 from emmy_core.prior.transfer_features import TransferTable, read_table
 from emmy_core.prior.trees import ModelFormatError, Trees, parse_model
 from emmy_core.targets.card import Card
@@ -53,7 +53,7 @@ class Prior:
         self.trees: Trees = parse_model(doc["model"], len(self.features))
         self.curves: dict[str, Curve] = read_curves(doc["calibration"], "$.calibration")
         self.table: TransferTable = read_table(doc["transfer"], "$.transfer")
-        self.blend, self.weight = read_ranking(doc["ranking"])
+        self.blend, self.weight, self.no_evidence = read_ranking(doc["ranking"])
         self._transfer_column = self.features.index(self.blend) if self.blend in self.features else None
 
     @property
@@ -98,11 +98,15 @@ class Prior:
         if self.model_alone(card):
             return scores
         transfer = None if self._transfer_column is None else rows[:, self._transfer_column]
-        return ranked(self.blend, self.weight, scores, transfer)
+        return ranked(self.blend, self.weight, scores, transfer, None, self.no_evidence)
 
     def model_alone(self, card: Card | None) -> bool:
-        """Whether `score_rows` is the trees alone for `card` (the scale the price curves are fitted on)."""
-        return self.seen(card) or (self.blend != FIRST and (self._transfer_column is None or self.weight <= 0))
+        """Whether `score_rows` is the trees alone for every pool of `card` (the scale the price curves are
+        fitted on)."""
+        if self.seen(card):
+            return True
+        return self.blend != FIRST and self.no_evidence == RANKER and (
+            self._transfer_column is None or self.weight <= 0)
 
     def score(self, kernel: Program | Extern, sizes: Mapping[str, int] | str | None, card: Card | None,
               setting: str, candidates: Sequence[Mapping[str, object]]) -> np.ndarray:
@@ -158,9 +162,10 @@ def sizes_text(kernel: Program | Extern, sizes: Mapping[str, int] | str | None) 
     return format_sizes({str(k): int(v) for k, v in sizes.items() if k in dyn})
 
 
-def read_ranking(doc: object) -> tuple[str, float]:
-    """The choice of an artifact's `ranking` field: (`first` or a transfer column, weight); ValueError naming
-    the field."""
+def read_ranking(doc: object) -> tuple[str, float, str]:
+    """The choice of an artifact's `ranking` field: (`first` or a transfer column, weight, what ranks a pool
+    no other card measured); ValueError naming the field. An artifact fitted before `no_evidence` was
+    selected ranked such pools by the ranker alone, and is read so: that is what it was validated with."""
     if not isinstance(doc, Mapping) or not isinstance(doc.get("weight"), int | float) or isinstance(
             doc.get("weight"), bool) or not 0 <= doc["weight"] <= 1:
         raise ValueError("$.ranking.weight must be a number in 0..1")
@@ -171,7 +176,10 @@ def read_ranking(doc: object) -> tuple[str, float]:
     want = mode_of(float(doc["weight"]), str(doc["source"]))
     if doc.get("mode") != want:
         raise ValueError(f"$.ranking.mode must be {want!r} for source {doc['source']} and weight {doc['weight']}")
-    return str(doc["source"]), float(doc["weight"])
+    bare = doc.get("no_evidence", RANKER)
+    if bare not in NO_EVIDENCE:
+        raise ValueError(f"$.ranking.no_evidence must be one of {', '.join(NO_EVIDENCE)}")
+    return str(doc["source"]), float(doc["weight"]), str(bare)
 
 
 def _refuse(path: str, why: str) -> PriorError:

@@ -53,7 +53,7 @@ from emmy_core.prior.features import FEATURE_VERSION
 from emmy_core.prior.featurize import featurize, transfer_view
 from emmy_core.prior.fold_tasks import DaskTrainer, DatasetRef, FoldTrainer, train_here
 from emmy_core.prior.price import curve_key, fit_curve, scale_of
-from emmy_core.prior.ranking import FIRST, SOURCES, choices, mode_of, ranked, select
+from emmy_core.prior.ranking import FIRST, NO_EVIDENCE, RANKER, SOURCES, choices, mode_of, ranked, select
 from emmy_core.prior.training import (
     DEFAULT_POOLS,
     Params,
@@ -130,34 +130,58 @@ def kernel_split(forks: Sequence[DatasetFork], names: Sequence[str], pools: str,
     return out
 
 
-def choice_figures(held: Sequence[Held]) -> list[dict[str, Any]]:
-    """Every choice of `ranking.choices()` with its top-1 and top-5 over `held`."""
+def choice_figures(held: Sequence[Held], no_evidence: str = RANKER) -> list[dict[str, Any]]:
+    """Every choice of `ranking.choices()` with its top-1 and top-5 over `held`, a pool without transfer
+    evidence ranked by `no_evidence`."""
     rows = []
     for src, w in choices():
-        summary = metrics.summarize([h.figures(src, w) for h in held])
+        summary = metrics.summarize([h.figures(src, w, no_evidence) for h in held])
         rows.append({"source": src, "weight": w, "mode": mode_of(w, src), "top1": summary.get("top1"),
                      "top5": summary.get("top5")})
     return rows
 
 
-def select_choice(held: Sequence[Held]) -> tuple[str, float]:
-    """The (source, weight) `ranking.select` takes on these held-out forks (the ranker alone with none)."""
-    rows = choice_figures(held) if held else []
-    if not rows:
-        return choices()[0]
+def no_evidence_figures(held: Sequence[Held]) -> list[dict[str, Any]]:
+    """What may rank a pool no other card measured (`ranking.NO_EVIDENCE`), each with its top-1 and top-5
+    over the held-out pools that had no transfer evidence in their fold (none there: no figures)."""
+    bare = [h for h in held if not h.evidence]
+    rows = []
+    for name in NO_EVIDENCE:
+        summary = metrics.summarize([h.figures(SOURCES[0], 0.0, name) for h in bare])
+        rows.append({"no_evidence": name, "pools": len(bare), "top1": summary.get("top1"),
+                     "top5": summary.get("top5")})
+    return rows
+
+
+def select_no_evidence(held: Sequence[Held]) -> str:
+    """`ranking.select` between the rule's order and the ranker on the held-out pools without transfer
+    evidence: the ranker must pick clearly better there to replace the rule's order (the default)."""
+    return NO_EVIDENCE[select([(r["top1"], r["top5"]) for r in no_evidence_figures(held)])]
+
+
+def select_choice(held: Sequence[Held]) -> tuple[str, float, str]:
+    """The (source, weight, no_evidence) `ranking.select` takes on these held-out forks (the first choice
+    with none)."""
+    if not held:
+        return (*choices()[0], NO_EVIDENCE[0])
+    bare = select_no_evidence(held)
+    rows = choice_figures(held, bare)
     best = rows[select([(r["top1"], r["top5"]) for r in rows])]
-    return best["source"], best["weight"]
+    return best["source"], best["weight"], bare
 
 
 def choose_ranking(held: Sequence[Held]) -> dict[str, Any]:
     """The ranking that picks best on the held-out cards (`ranking.select`), with every choice's figures and
     its margins (top-1, relative) to the rule's first option, the ranker alone, the transfer order alone,
-    the transfer baseline and the best choice of another mode (`runner_up`: which won and by how much)."""
+    the transfer baseline and the best choice of another mode (`runner_up`: which won and by how much).
+    What ranks a pool no other card measured (`no_evidence`) is selected first, on those pools alone."""
     if not held:
         src, w = choices()[0]
-        return {"source": src, "weight": w, "mode": mode_of(w, src), "split": "none",
-                "why": "fewer than two cards: no card split", "candidates": []}
-    rows = choice_figures(held)
+        return {"source": src, "weight": w, "mode": mode_of(w, src), "split": "none", "no_evidence": NO_EVIDENCE[0],
+                "why": "fewer than two cards: no card split", "candidates": [], "no_evidence_candidates": []}
+    bare_rows = no_evidence_figures(held)
+    bare = NO_EVIDENCE[select([(r["top1"], r["top5"]) for r in bare_rows])]
+    rows = choice_figures(held, bare)
     chosen = rows[select([(r["top1"], r["top5"]) for r in rows])]
     first = next(r for r in rows if r["source"] == FIRST)
     order = next(r for r in rows if r["source"] == SOURCES[0] and r["weight"] == 1.0)
@@ -170,6 +194,7 @@ def choose_ranking(held: Sequence[Held]) -> dict[str, Any]:
         return None if other is None or chosen["top1"] is None else chosen["top1"] / other - 1.0
 
     return {"source": chosen["source"], "weight": chosen["weight"], "mode": chosen["mode"], "split": "card",
+            "no_evidence": bare, "no_evidence_candidates": bare_rows,
             "top1": chosen["top1"], "top5": chosen["top5"], "candidates": rows,
             "transfer_baseline_top1": base.get("transfer_top1"), "vs_first": margin(first["top1"]),
             "vs_ranker": margin(alone["top1"]), "vs_transfer_order": margin(order["top1"]),
@@ -217,7 +242,7 @@ def card_report(held: Sequence[Held], card_folds: list[dict[str, Any]]) -> dict[
     """The card split's figures beside the baselines: per fold, per card, per family, and over every held-out
     pool (the headline). Each card is ranked with the choice selected on the other cards' held-out forks
     (`choices`), so the selection never sees the card it is judged on."""
-    chosen: dict[str, tuple[str, float]] = {}
+    chosen: dict[str, tuple[str, float, str]] = {}
     for card in sorted({h.fork.card_name for h in held}):
         chosen[card] = select_choice([h for h in held if h.fork.card_name != card])
     figures = [(h, h.figures(*chosen[h.fork.card_name])) for h in held]
@@ -229,7 +254,7 @@ def card_report(held: Sequence[Held], card_folds: list[dict[str, Any]]) -> dict[
         by_card.setdefault(h.fork.card_name, []).append(f)
         by_family.setdefault(h.fork.family, []).append(f)
     return {"mean": metrics.summarize([f for _, f in figures]),
-            "choices": {c: {"source": src, "weight": w} for c, (src, w) in chosen.items()},
+            "choices": {c: {"source": src, "weight": w, "no_evidence": bare} for c, (src, w, bare) in chosen.items()},
             "by_card": {c: metrics.summarize(v) for c, v in sorted(by_card.items())},
             "by_family": {c: metrics.summarize(v) for c, v in sorted(by_family.items())}}
 

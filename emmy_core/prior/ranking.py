@@ -11,8 +11,12 @@ a lookup it could have been). `Prior.score` computes exactly this (`ranked`):
 
 `transfer` is one of the pool's transfer columns (`SOURCES`): `tr.score`, the log of the geometric
 mean of best/time on the other cards, or `tr.sim`, the same weighted by hardware similarity; a
-candidate no other card measured takes the pool's lowest transfer score (it ranks with the worst known, and the ranker decides among them), and a pool nobody else measured is ranked by
-the ranker alone whatever the weight. At weight 1 the ranker still breaks ties (1e-9 of it).
+candidate no other card measured takes the pool's lowest transfer score (it ranks with the worst known,
+and the ranker decides among them). A pool no other card measured has no transfer evidence: it is
+ranked by the fit's `no_evidence` choice, the rule's order (`first`, the safe default: what a machine
+does with no model) or the ranker alone (`ranker`), whichever picked better on the held-out cards'
+pools without evidence; with no such pool to judge on, the rule's order stays (a model earns its place
+on evidence, never by default). At weight 1 the ranker still breaks ties (1e-9 of it).
 TRANSFER_SCALE puts log(best/time) on the ranker's scale: the ranker is fitted to a softmax of
 (best/time) ** sharpness, sharpness 4.
 """
@@ -27,6 +31,8 @@ TRANSFER_SCALE = 4.0
 WEIGHTS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)  # the blends a fit compares
 SOURCES: tuple[str, ...] = ("tr.score", "tr.sim")  # the transfer columns a blend may read
 FIRST = "first"  # the rule's order: the first option first, no model and no transfer
+RANKER = "ranker"  # the ranker alone
+NO_EVIDENCE: tuple[str, ...] = (FIRST, RANKER)  # what may rank a pool no other card measured, ties to the first
 TIE_BREAK = 1e-9
 
 
@@ -57,14 +63,23 @@ def first_order(n: int, first: int | None = None) -> np.ndarray:
     return out
 
 
+def has_evidence(transfer: np.ndarray | None) -> bool:
+    """Whether another card measured any of the pool's candidates (a transfer score that is not NaN)."""
+    return transfer is not None and bool((~np.isnan(np.asarray(transfer, dtype=np.float64))).any())
+
+
 def ranked(source: str, weight: float, ranker: np.ndarray, transfer: np.ndarray | None,
-           first: int | None = None) -> np.ndarray:
+           first: int | None = None, no_evidence: str = RANKER) -> np.ndarray:
     """The shipped score of one pool's candidates for the choice (source, weight): the rule's order for
-    FIRST, else the blend (`combine`) of the ranker with the transfer column (None: no other card)."""
+    FIRST, else the blend (`combine`) of the ranker with the transfer column; a pool without transfer
+    evidence (`has_evidence`; None: no other card) is ranked by `no_evidence` (FIRST or RANKER)."""
     if source == FIRST:
         return first_order(len(ranker), first)
-    if transfer is None:
+    if not has_evidence(transfer):
+        if no_evidence == FIRST:
+            return first_order(len(ranker), first)
         return np.asarray(ranker, dtype=np.float64)
+    assert transfer is not None
     return combine(ranker, transfer, weight)
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from emmy_core.prior.dataset import DatasetFork
 from emmy_core.prior.featurize import transfer_view
 from emmy_core.prior.fold_tasks import FoldTrainer
-from emmy_core.prior.ranking import FIRST, ranked
+from emmy_core.prior.ranking import FIRST, RANKER, has_evidence, ranked
 from emmy_core.prior.training import Params, design, fork_figures, groups_of, train
 from emmy_core.prior.transfer_features import TRANSFER_NAMES
 
@@ -55,12 +55,18 @@ class Held:
     baselines: dict[str, float | None]
     fold: int
 
-    def figures(self, source: str, weight: float) -> dict[str, Any]:
-        """The fork's figures ranked by the choice (`source`, `weight`), beside the baselines."""
+    def figures(self, source: str, weight: float, no_evidence: str = RANKER) -> dict[str, Any]:
+        """The fork's figures ranked by the choice (`source`, `weight`, what ranks a pool without transfer
+        evidence), beside the baselines."""
         transfer = None if source == FIRST else transfer_column(self.fork, source)
-        scores = ranked(source, weight, self.ranker, transfer, self.fork.first)
+        scores = ranked(source, weight, self.ranker, transfer, self.fork.first, no_evidence)
         out: dict[str, Any] = {**fork_figures(self.fork, scores), **self.baselines}
         return out
+
+    @property
+    def evidence(self) -> bool:
+        """Whether another card of the fold's training side measured any of this pool's candidates."""
+        return has_evidence(transfer_column(self.fork))
 
 
 def card_split(forks: Sequence[DatasetFork], names: Sequence[str], pools: str, folds: int, seed: int, params: Params,

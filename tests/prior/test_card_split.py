@@ -16,10 +16,19 @@ from emmy_core.knobs.vocab import schedule_id
 from emmy_core.prior import load_prior
 from emmy_core.prior.dataset import DatasetFork, read_dataset
 from emmy_core.prior.featurize import featurize, transfer_view
-from emmy_core.prior.fit import choose_ranking
-from emmy_core.prior.ranking import FIRST, SELECT_MARGIN, choices, combine, first_order, ranked, select
+from emmy_core.prior.fit import choose_ranking, select_no_evidence
+from emmy_core.prior.ranking import (
+    FIRST,
+    RANKER,
+    SELECT_MARGIN,
+    choices,
+    combine,
+    first_order,
+    ranked,
+    select,
+)
 from emmy_core.prior.training import Params
-from emmy_core.prior.transfer import card_split, transfer_column
+from emmy_core.prior.transfer import Held, card_split, transfer_column
 from emmy_core.prior.transfer_features import TRANSFER_NAMES, TransferTable, read_table
 from emmy_core.targets import load_table
 
@@ -147,6 +156,40 @@ def test_the_blend_ranks_unmeasured_candidates_with_the_worst_known_and_the_rank
     np.testing.assert_array_equal(combine(ranker, np.full(4, np.nan), 0.5), ranker)
 
 
+def test_a_pool_without_transfer_evidence_is_ranked_by_the_fits_no_evidence_choice() -> None:
+    ranker = np.array([0.0, 3.0, 1.0, 2.0])
+    bare = np.full(4, np.nan)
+    np.testing.assert_array_equal(ranked("tr.score", 0.5, ranker, bare, None, FIRST), first_order(4))
+    np.testing.assert_array_equal(ranked("tr.score", 0.5, ranker, None, 2, FIRST), first_order(4, 2))
+    np.testing.assert_array_equal(ranked("tr.score", 0.0, ranker, bare, None, RANKER), ranker)
+    some = np.array([np.nan, -1.0, 0.0, np.nan])  # evidence on two members: the blend, whatever no_evidence says
+    np.testing.assert_array_equal(ranked("tr.score", 0.5, ranker, some, None, FIRST), combine(ranker, some, 0.5))
+
+
+def _bare_held(card: str, times: list[float], ranker: list[float], source: list[DatasetFork]) -> Held:
+    fork = _fork(card, times)
+    featurize([fork, *source])
+    (view,) = transfer_view([fork], source)
+    return Held(view, np.array(ranker), {}, 0)
+
+
+def test_the_rules_order_ranks_pools_without_evidence_unless_the_ranker_beat_it_on_such_held_out_pools() -> None:
+    other = _fork("NVIDIA H200", [1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    slow_first = [8.0, 4.0, 2.0, 1.0, 3.0, 6.0]  # the rule's first option is 8x the best
+    good_ranker = [0.0, 1.0, 2.0, 5.0, 3.0, 4.0]  # the ranker's top is the best
+    held = [_bare_held("NVIDIA A100-SXM4-80GB", slow_first, good_ranker, [])]  # nobody else measured the pool
+    assert not held[0].evidence
+    assert select_no_evidence(held) == RANKER  # it earned its place where evidence was missing
+    good_first = [1.0, 4.0, 2.0, 8.0, 3.0, 6.0]
+    held = [_bare_held("NVIDIA A100-SXM4-80GB", good_first, good_ranker, [])]
+    assert select_no_evidence(held) == FIRST
+    # pools that all had evidence say nothing about pools without: the rule's order stays
+    seen = [_bare_held("NVIDIA A100-SXM4-80GB", slow_first, good_ranker, [other])]
+    assert seen[0].evidence and select_no_evidence(seen) == FIRST
+    doc = choose_ranking(seen)
+    assert doc["no_evidence"] == FIRST and all(r["top1"] is None for r in doc["no_evidence_candidates"])
+
+
 def test_the_artifact_carries_its_transfer_table_and_ranking_and_score_computes_that_blend(small_fit: tuple) -> None:
     result, dataset = small_fit
     prior = load_prior(result.artifact_path)
@@ -167,7 +210,7 @@ def test_the_artifact_carries_its_transfer_table_and_ranking_and_score_computes_
         rows = prior.rows(fork.kernel, fork.sizes, unseen, fork.setting, fork.knobs)
         t = None if prior.blend == FIRST else rows[:, prior.features.index(prior.blend)]
         shared += int((~np.isnan(rows[:, prior.features.index("tr.score")])).any())
-        want = ranked(prior.blend, prior.weight, prior.trees.predict(rows), t)
+        want = ranked(prior.blend, prior.weight, prior.trees.predict(rows), t, None, prior.no_evidence)
         np.testing.assert_array_equal(prior.score(fork.kernel, fork.sizes, unseen, fork.setting, fork.knobs), want)
     assert shared > 0, "the freeze's cards share pools: an unseen card must read their measurements"
 
@@ -179,6 +222,8 @@ def test_the_artifact_carries_its_transfer_table_and_ranking_and_score_computes_
     ("ranking", {"weight": 1, "mode": "transfer", "source": "k.tile"}, r"\$\.ranking\.source"),
     ("ranking", {"weight": 0.5, "mode": "first", "source": "first"}, r"\$\.ranking\.weight must be 1"),
     ("ranking", {"weight": 1, "mode": "transfer", "source": "first"}, r"\$\.ranking\.mode must be 'first'"),
+    ("ranking", {"weight": 1, "mode": "transfer", "source": "tr.score", "no_evidence": "random"},
+     r"\$\.ranking\.no_evidence"),
 ])
 def test_a_malformed_transfer_table_or_ranking_is_refused_naming_the_field(
         small_fit: tuple, tmp_path: Path, field: str, value: object, message: str) -> None:
