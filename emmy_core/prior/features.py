@@ -39,7 +39,7 @@ from emmy_core.prior.geometry import Context, candidate_columns, text_code
 from emmy_core.prior.transfer_features import TRANSFER_NAMES
 from emmy_core.targets.card import INSTRUCTION_FLAGS, NUMERIC_FIELDS, Card
 
-FEATURE_VERSION = 2  # 2: the transfer columns (`tr.*`, `emmy_core.prior.transfer_features`)
+FEATURE_VERSION = 3  # 2: the transfer columns (`tr.*`); 3: each other card answers at its nearest sizes
 
 SETTING_FEATURE = {"deploy": 0.0, "rank": 1.0}
 FAMILY_CODES = {"matmul": 0.0, "row": 1.0, "elementwise": 2.0, "extern": 3.0}

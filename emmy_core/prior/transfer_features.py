@@ -1,7 +1,11 @@
 """What other cards measured of a configuration, as features: the transfer table and its `tr.*` columns.
 
-A card nobody measured can still read what the other cards measured of the same kernel at the
-same sizes and setting. The table holds, per pool (kernel id, sizes, setting) and per card, each
+A card nobody measured can still read what the other cards measured of the same kernel and setting:
+each other card answers with its pool at the nearest sizes it measured (the same sizes when it has
+them; nearest by the sum over axes of |log2 of the ratio|, only pools naming the same axes, ties to
+the lower sizes text). The best configuration moves little between neighbouring sizes, and without
+this a new card's pool at any size the fleet never tuned had no evidence at all (14 of 24 pools of a
+new CPU's tune). The table holds, per pool (kernel id, sizes, setting) and per card, each
 measured configuration's log(best / time) on that card (a failure counts as FAILED_RATIO), and each
 card's hardware numbers. From it, for one fork's candidates on a card, four columns:
 
@@ -78,16 +82,49 @@ class TransferTable:
                 table.cards[fork.card_name] = dict(fork.card.numeric()) if fork.card is not None else {}
         return table
 
+    _sizes: dict[tuple[str, str], list[tuple[str, dict[str, float]]]] | None = field(
+        default=None, init=False, repr=False, compare=False)
+
+    def _measured_sizes(self, kernel_id: str, setting: str) -> list[tuple[str, dict[str, float]]]:
+        """The sizes (text, log2 per axis) at which any card measured this kernel under this setting."""
+        if self._sizes is None:
+            index: dict[tuple[str, str], list[tuple[str, dict[str, float]]]] = {}
+            for k, sz, st in sorted(self.pools):
+                logs = _log_sizes(sz)
+                if logs is not None:
+                    index.setdefault((k, st), []).append((sz, logs))
+            self._sizes = index
+        return self._sizes.get((kernel_id, setting), [])
+
+    def others(self, kernel_id: str, sizes: str, setting: str, exclude: str | None) -> list[tuple[str, dict[str, float]]]:
+        """(card, ratios) of every card but `exclude` that measured this kernel under this setting, each at
+        its nearest measured sizes (see the module's docstring), sorted by card."""
+        exact = {c: r for c, r in self.pools.get((kernel_id, sizes, setting), {}).items() if c != exclude}
+        want = _log_sizes(sizes)
+        nearest: dict[str, tuple[float, str]] = {}
+        if want is not None:
+            for text, logs in self._measured_sizes(kernel_id, setting):
+                d = _size_distance(want, logs)
+                if text == sizes or math.isinf(d):
+                    continue
+                for card in self.pools[(kernel_id, text, setting)]:
+                    if card != exclude and card not in exact and (card not in nearest or (d, text) < nearest[card]):
+                        nearest[card] = (d, text)
+        out = dict(exact)
+        for card, (_, text) in nearest.items():
+            out[card] = self.pools[(kernel_id, text, setting)][card]
+        return sorted(out.items())
+
     def has(self, kernel_id: str, sizes: str, setting: str, exclude: str | None = None) -> bool:
-        """Whether any card other than `exclude` measured this pool."""
-        return any(c != exclude for c in self.pools.get((kernel_id, sizes, setting), {}))
+        """Whether any card other than `exclude` measured this kernel under this setting (at any sizes)."""
+        return bool(self.others(kernel_id, sizes, setting, exclude))
 
     def columns(self, kernel_id: str, sizes: str, setting: str, card_numbers: Mapping[str, float] | None,
                 exclude: str | None, schedule_ids: Sequence[str]) -> np.ndarray:
         """(len(schedule_ids), 4) array of the TRANSFER_NAMES columns, from every card but `exclude`."""
         n = len(schedule_ids)
         out = np.full((n, len(TRANSFER_NAMES)), np.nan)
-        others = [(c, r) for c, r in sorted(self.pools.get((kernel_id, sizes, setting), {}).items()) if c != exclude]
+        others = self.others(kernel_id, sizes, setting, exclude)
         if not others or not n:
             return out
         sids = [short_sid(s) for s in schedule_ids]
@@ -118,6 +155,24 @@ class TransferTable:
                  for (k, s, st), cards in sorted(self.pools.items())]
         return {"version": TABLE_VERSION, "cards": {c: dict(sorted(n.items())) for c, n in sorted(self.cards.items())},
                 "pools": pools}
+
+
+def _log_sizes(text: str) -> dict[str, float] | None:
+    """log2 of each axis of a sizes text (`B=8,S=128`; empty: a static kernel), None when it does not read."""
+    out: dict[str, float] = {}
+    for item in text.split(",") if text else ():
+        name, eq, value = item.partition("=")
+        if not eq or not value.isdigit() or int(value) <= 0:
+            return None
+        out[name] = math.log2(int(value))
+    return out
+
+
+def _size_distance(a: Mapping[str, float], b: Mapping[str, float]) -> float:
+    """Sum over axes of |log2 ratio|; inf when the two name different axes."""
+    if a.keys() != b.keys():
+        return math.inf
+    return sum(abs(a[k] - b[k]) for k in a)
 
 
 def _number(v: object) -> bool:

@@ -34,6 +34,7 @@ from emmy_core.targets import load_table
 
 KERNEL = Extern("toy", (64, 64), "space")
 KNOBS = [{"block": b} for b in (1, 2, 4, 8, 16, 32)]
+KERNEL_ID = kernel_id(KERNEL)
 
 
 def _fork(card: str, times: list[float | None]) -> DatasetFork:
@@ -108,6 +109,30 @@ def test_a_configuration_measured_on_no_other_card_has_missing_transfer_features
     lone = _fork("NVIDIA H200", [1.0, 2.0])
     (nothing,) = _features([lone], [lone])  # a card alone: no other card measured anything
     assert np.isnan(nothing).all()
+
+
+def test_another_card_answers_at_its_nearest_measured_sizes_and_never_the_predicted_card() -> None:
+    def fork(card: str, sizes: str, times: list[float]) -> DatasetFork:
+        return replace(_fork(card, times), sizes=sizes)
+
+    h200 = [fork("NVIDIA H200", "T=128", [1.0, 2.0, 4.0]), fork("NVIDIA H200", "T=1024", [4.0, 2.0, 1.0])]
+    h100 = [fork("NVIDIA H100 80GB HBM3", "T=4096", [2.0, 1.0, 4.0]), fork("NVIDIA H100 80GB HBM3", "B=256", [9.0])]
+    held = fork("NVIDIA A100-SXM4-80GB", "T=256", [1.0, 1.0, 1.0])
+    table = TransferTable.from_forks([*h200, *h100])
+    got = dict(table.others(KERNEL_ID, "T=256", "deploy", held.card_name))
+    # the H200 at T=128 (one octave away, nearer than T=1024), the H100 at T=4096: its only T pool
+    assert got == {"NVIDIA H200": table.pools[KERNEL_ID, "T=128", "deploy"]["NVIDIA H200"],
+                   "NVIDIA H100 80GB HBM3": table.pools[KERNEL_ID, "T=4096", "deploy"]["NVIDIA H100 80GB HBM3"]}
+    assert table.has(KERNEL_ID, "T=256", "deploy", held.card_name)
+    assert not table.has(KERNEL_ID, "S=256", "deploy", held.card_name)  # other axes say nothing
+    exact = TransferTable.from_forks([*h200, fork("NVIDIA H200", "T=256", [3.0, 1.0, 2.0])])
+    assert dict(exact.others(KERNEL_ID, "T=256", "deploy", None))["NVIDIA H200"] == exact.pools[
+        KERNEL_ID, "T=256", "deploy"]["NVIDIA H200"]  # the same sizes when the card has them
+    clean = table.columns(KERNEL_ID, "T=256", "deploy", None, held.card_name, held.schedule_ids)
+    assert not np.isnan(clean[:3, 0]).any() and np.isnan(clean[3:]).all()
+    planted = TransferTable.from_forks([*h200, *h100, fork(held.card_name, "T=512", [9.0, 1.0, 9.0])])
+    np.testing.assert_array_equal(planted.columns(KERNEL_ID, "T=256", "deploy", None, held.card_name,
+                                                  held.schedule_ids), clean)  # its own rows, at any size: unread
 
 
 def test_a_failure_on_another_card_counts_as_the_transfer_baselines_failed_ratio() -> None:
