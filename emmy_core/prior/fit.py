@@ -143,8 +143,10 @@ def choice_figures(held: Sequence[Held], no_evidence: str = RANKER) -> list[dict
 
 def no_evidence_figures(held: Sequence[Held]) -> list[dict[str, Any]]:
     """What may rank a pool no other card measured (`ranking.NO_EVIDENCE`), each with its top-1 and top-5
-    over the held-out pools that had no transfer evidence in their fold (none there: no figures)."""
-    bare = [h for h in held if not h.evidence]
+    over the held-out pools that had no transfer evidence in their fold and measured the rule's first
+    option (none there: no figures). Where the first option was not measured its pick cannot be read:
+    the order's first measured member would stand in for it, a random draw, not the rule."""
+    bare = [h for h in held if not h.evidence and h.fork.first is not None and bool(h.fork.measured[h.fork.first])]
     rows = []
     for name in NO_EVIDENCE:
         summary = metrics.summarize([h.figures(SOURCES[0], 0.0, name) for h in bare])

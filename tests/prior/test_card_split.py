@@ -191,8 +191,8 @@ def test_a_pool_without_transfer_evidence_is_ranked_by_the_fits_no_evidence_choi
     np.testing.assert_array_equal(ranked("tr.score", 0.5, ranker, some, None, FIRST), combine(ranker, some, 0.5))
 
 
-def _bare_held(card: str, times: list[float], ranker: list[float], source: list[DatasetFork]) -> Held:
-    fork = _fork(card, times)
+def _bare_held(card: str, times: list[float | None], ranker: list[float], source: list[DatasetFork]) -> Held:
+    fork = replace(_fork(card, times), first=0)
     featurize([fork, *source])
     (view,) = transfer_view([fork], source)
     return Held(view, np.array(ranker), {}, 0)
@@ -208,6 +208,10 @@ def test_the_rules_order_ranks_pools_without_evidence_unless_the_ranker_beat_it_
     good_first = [1.0, 4.0, 2.0, 8.0, 3.0, 6.0]
     held = [_bare_held("NVIDIA A100-SXM4-80GB", good_first, good_ranker, [])]
     assert select_no_evidence(held) == FIRST
+    # a pool whose first option was not measured cannot judge the rule's order: it is not counted
+    unread = [_bare_held("NVIDIA A100-SXM4-80GB", [None, 4.0, 2.0, 1.0, 3.0, 6.0], [5.0, 0.0, 1.0, 4.0, 2.0, 3.0],
+                         [])]
+    assert select_no_evidence(unread) == FIRST
     # pools that all had evidence say nothing about pools without: the rule's order stays
     seen = [_bare_held("NVIDIA A100-SXM4-80GB", slow_first, good_ranker, [other])]
     assert seen[0].evidence and select_no_evidence(seen) == FIRST
