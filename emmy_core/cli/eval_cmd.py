@@ -27,8 +27,12 @@ def prior(dataset: Annotated[Path, typer.Argument(help="dataset export folder (e
           extern_order: Annotated[list[Path] | None, typer.Option(
               "--extern-order", help="Kernel Tuner caches (files or folders; repeatable): the first configuration "
                                      "of each file is its extern kernel's first-option baseline")] = None,
+          scheduler: Annotated[str, typer.Option(
+              "--scheduler", help="where the cards are evaluated (one task per card): inprocess, local:N (a Dask "
+                                  "LocalCluster of N workers) or tcp://HOST:PORT")] = "inprocess",
           ) -> None:
     """Judge a prior on a dataset: golden ranks or measured slowdowns per card and setting, beside baselines."""
+    from emmy_core.compute import ComputeError, parse_scheduler
     from emmy_core.eval import EvalError, evaluate
     from emmy_core.eval.extern_order import file_order
     from emmy_core.eval.plots import check_plots_out
@@ -39,13 +43,14 @@ def prior(dataset: Annotated[Path, typer.Argument(help="dataset export folder (e
 
     progress = progress_printer()
     try:
+        parse_scheduler(scheduler)  # refused before any work
         if json_out is not None:
             check_report_out(json_out)  # refused before the evaluation, not after
         if plots is not None:
             check_plots_out(plots)
         order = file_order(extern_order) if extern_order else None
         report = evaluate(dataset, offline_file if offline_file is not None else installed_prior_path(),
-                          pools=pools, cards_file=cards, extern_order=order, progress=progress)
+                          pools=pools, cards_file=cards, extern_order=order, progress=progress, scheduler=scheduler)
         doc = report.to_json()
         if json_out is not None:
             write_json(doc, json_out)
@@ -55,7 +60,7 @@ def prior(dataset: Annotated[Path, typer.Argument(help="dataset export folder (e
 
             for path in write_plots(report, plots):
                 progress(f"wrote {path}")
-    except (EvalError, PriorError, StoreError, CardTableError, OSError) as exc:
+    except (EvalError, PriorError, StoreError, CardTableError, ComputeError, OSError) as exc:
         fail(str(exc))
     typer.echo(report.markdown(), nl=False)
 
