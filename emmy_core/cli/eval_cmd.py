@@ -14,7 +14,8 @@ app = typer.Typer(help="Evaluate a prior on a dataset export; compare two evalua
 
 
 @app.command("prior")
-def prior(dataset: Annotated[Path, typer.Argument(help="dataset export folder (emmy db export)", show_default=False)],
+def prior(dataset: Annotated[str, typer.Argument(help="dataset export folder (emmy db export), or its URL",
+                                                 show_default=False)],
           pools: Annotated[str, typer.Option("--pools", help="golden (where each golden ranks) | measured (what "
                                              "a pick costs on fully measured pools) | both")] = "golden",
           offline_file: Annotated[Path | None, typer.Option(
@@ -37,6 +38,7 @@ def prior(dataset: Annotated[Path, typer.Argument(help="dataset export folder (e
     from emmy_core.eval.extern_order import file_order
     from emmy_core.eval.plots import check_plots_out
     from emmy_core.eval.report import check_report_out, write_json
+    from emmy_core.files.urlfolder import location
     from emmy_core.prior import PriorError, installed_prior_path
     from emmy_core.store.errors import StoreError
     from emmy_core.targets import CardTableError
@@ -49,7 +51,7 @@ def prior(dataset: Annotated[Path, typer.Argument(help="dataset export folder (e
         if plots is not None:
             check_plots_out(plots)
         order = file_order(extern_order) if extern_order else None
-        report = evaluate(dataset, offline_file if offline_file is not None else installed_prior_path(),
+        report = evaluate(location(dataset), offline_file if offline_file is not None else installed_prior_path(),
                           pools=pools, cards_file=cards, extern_order=order, progress=progress, scheduler=scheduler)
         doc = report.to_json()
         if json_out is not None:
@@ -80,7 +82,8 @@ def compare(a: Annotated[Path, typer.Argument(help="report A (emmy eval prior --
 
 
 @app.command("search")
-def search(dataset: Annotated[Path, typer.Argument(help="dataset export folder (emmy db export)", show_default=False)],
+def search(dataset: Annotated[str, typer.Argument(help="dataset export folder (emmy db export), or its URL",
+                                                  show_default=False)],
            strategies: Annotated[str, typer.Option("--strategies", help="comma-separated: first, random, prior, "
                                                    "explore")] = "first,random,prior,explore",
            budgets: Annotated[str, typer.Option("--budgets", help="comma-separated measurement budgets")] =
@@ -104,9 +107,11 @@ def search(dataset: Annotated[Path, typer.Argument(help="dataset export folder (
     from emmy_core.compute import ComputeError, parse_scheduler
     from emmy_core.eval.extern_order import file_order
     from emmy_core.files.sourcefile import SourceError
+    from emmy_core.files.urlfolder import location
     from emmy_core.prior import PriorError
     from emmy_core.search.curves import plot_curves, write_curves
     from emmy_core.search.evaluate import evaluate_search
+    from emmy_core.store.errors import StoreError
     from emmy_core.targets import CardTableError
 
     def numbers(text: str, what: str) -> list[int]:
@@ -119,7 +124,7 @@ def search(dataset: Annotated[Path, typer.Argument(help="dataset export folder (
     try:
         parse_scheduler(scheduler)  # refused before any work
         order = file_order(extern_order) if extern_order else None
-        curves = evaluate_search(dataset, offline_file, [s.strip() for s in strategies.split(",") if s.strip()],
+        curves = evaluate_search(location(dataset), offline_file, [s.strip() for s in strategies.split(",") if s.strip()],
                                  numbers(budgets, "--budgets"), numbers(seeds, "--seeds"), order, cards,
                                  scheduler=scheduler)
         if json_out is not None:
@@ -127,6 +132,6 @@ def search(dataset: Annotated[Path, typer.Argument(help="dataset export folder (
         if plots is not None:
             for path in plot_curves(curves, plots):
                 progress(f"wrote {path}")
-    except (ValueError, PriorError, SourceError, CardTableError, ComputeError, OSError) as exc:
+    except (ValueError, PriorError, SourceError, StoreError, CardTableError, ComputeError, OSError) as exc:
         fail(str(exc))
     typer.echo(curves.markdown(), nl=False)

@@ -28,8 +28,8 @@ def progress_printer() -> Callable[[str], None]:
     return say
 
 
-def fit(dataset: Annotated[Path | None, typer.Argument(help="dataset export folder (emmy db export)",
-                                                       show_default=False)] = None,
+def fit(dataset: Annotated[str | None, typer.Argument(help="dataset export folder (emmy db export), or its URL",
+                                                      show_default=False)] = None,
         out: Annotated[Path | None, typer.Argument(help="artifact to write (JSON)", show_default=False)] = None,
         pools: Annotated[str, typer.Option("--pools", help="golden | measured | both")] = DEFAULT_POOLS,
         folds: Annotated[int, typer.Option("--folds", min=2, max=50,
@@ -73,8 +73,9 @@ def fit(dataset: Annotated[Path | None, typer.Argument(help="dataset export fold
     from emmy_core.chain import evaluation as ev
     from emmy_core.chain import steps
     from emmy_core.chain.paths import ChainPaths
+    from emmy_core.files.urlfolder import location
 
-    folder = dataset
+    folder = location(dataset) if dataset is not None else None
 
     progress = progress_printer()
     verdict = None
