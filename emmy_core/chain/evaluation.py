@@ -18,9 +18,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from emmy_core.eval.verdict import DEFAULT_TOLERANCE, Verdict
+
+if TYPE_CHECKING:
+    from emmy_core.compute import Scheduler
+    from emmy_core.eval.card_tasks import CardMap
 
 EVALUATION_FORMAT = "emmy-chain-evaluation"
 EVALUATION_VERSION = 1
@@ -72,7 +76,7 @@ def judge(evaluation: Evaluation) -> Verdict:
 
 def evaluate(dataset: Any, candidate: Path, installed: Path | None, *,
              tolerance: float = DEFAULT_TOLERANCE, progress: Progress | None = None,
-             scheduler: Any = None) -> Evaluation:
+             scheduler: str | Scheduler | None = None) -> Evaluation:
     """The candidate and the installed prior (when `installed` exists and loads) evaluated on the same dataset
     (an export folder or its URL, or one already read), both views. A stale or damaged installed prior is
     not used; why is kept in `unusable`. `scheduler` (`emmy_core.compute`): where the cards are evaluated,
@@ -99,7 +103,7 @@ def evaluate(dataset: Any, candidate: Path, installed: Path | None, *,
 
 
 def _judge_both(data: Any, candidate: Path, installed: Path | None, tolerance: float, progress: Progress | None,
-                cards: Any) -> Evaluation:
+                cards: CardMap | None) -> Evaluation:
     from emmy_core.eval import evaluate as evaluate_prior
     from emmy_core.prior import PriorError
 
