@@ -4,7 +4,7 @@ import dagster as dg
 
 from assets.dataset import dataset
 from assets.prior import prior
-from assets.resources import EmmyPaths, MLflowTracking
+from assets.resources import ComputeScheduler, EmmyPaths, MLflowTracking
 from emmy_core.eval.verdict import DEFAULT_TOLERANCE as TOLERANCE
 
 GROUP = "prior"
@@ -20,13 +20,16 @@ def fit_run_id(context: dg.AssetExecutionContext) -> str | None:
 
 @dg.asset(deps=[prior, dataset], group_name=GROUP, description=(
     "The candidate prior and the installed one judged on the same dataset (`chain.evaluation`, both views), beside "
-    "the first option, a random pick, the most similar card and the transfer baseline. Report, table and plots "
-    "under `_data/evaluation/`, also logged to the fit's MLflow run (files, and the figures as metrics)."))
-def evaluation(context: dg.AssetExecutionContext, paths: EmmyPaths, mlflow: MLflowTracking) -> dg.MaterializeResult:
+    "the first option, a random pick, the most similar card and the transfer baseline, one card per task where "
+    "`compute` says. Report, table and plots under `_data/evaluation/`, also logged to the fit's MLflow run (files, "
+    "and the figures as metrics)."))
+def evaluation(context: dg.AssetExecutionContext, paths: EmmyPaths, mlflow: MLflowTracking,
+               compute: ComputeScheduler) -> dg.MaterializeResult:
     from emmy_core.chain import evaluation as ev
 
     chain = paths.chain(mlflow.uri())
-    done = ev.evaluate(chain.dataset, chain.candidate, chain.installed, tolerance=TOLERANCE, progress=context.log.info)
+    done = ev.evaluate(chain.dataset, chain.candidate, chain.installed, tolerance=TOLERANCE, progress=context.log.info,
+                       scheduler=compute.scheduler)
     files = ev.write_evaluation(done, chain.evaluation)
     run_id = fit_run_id(context)
     if run_id is not None:

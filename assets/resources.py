@@ -52,7 +52,8 @@ class MLflowTracking(dg.ConfigurableResource):
 
 
 class ComputeScheduler(dg.ConfigurableResource):
-    """Where the `prior` asset trains its folds and seed members (`emmy_core.compute`): `inprocess` (default),
-    `local:N` (a Dask LocalCluster of N workers for the step) or `tcp://HOST:PORT` (a running Dask scheduler)."""
+    """Where the `prior` asset trains its folds and seed members and the `evaluation` asset evaluates its cards
+    (`emmy_core.compute`): `inprocess` (default), `local:N` (a Dask LocalCluster of N workers for the step) or
+    `tcp://HOST:PORT` (a running Dask scheduler)."""
 
     scheduler: str = "inprocess"

@@ -18,9 +18,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from emmy_core.eval.verdict import DEFAULT_TOLERANCE, Verdict
+
+if TYPE_CHECKING:
+    from emmy_core.compute import Scheduler
+    from emmy_core.eval.card_tasks import CardMap
 
 EVALUATION_FORMAT = "emmy-chain-evaluation"
 EVALUATION_VERSION = 1
@@ -71,20 +75,43 @@ def judge(evaluation: Evaluation) -> Verdict:
 
 
 def evaluate(dataset: Any, candidate: Path, installed: Path | None, *,
-             tolerance: float = DEFAULT_TOLERANCE, progress: Progress | None = None) -> Evaluation:
+             tolerance: float = DEFAULT_TOLERANCE, progress: Progress | None = None,
+             scheduler: str | Scheduler | None = None) -> Evaluation:
     """The candidate and the installed prior (when `installed` exists and loads) evaluated on the same dataset
-    (an export folder or one already read), both views. A stale or damaged installed prior is not used; why
-    is kept in `unusable`."""
-    from emmy_core.eval import evaluate as evaluate_prior
-    from emmy_core.prior import PriorError
+    (an export folder or its URL, or one already read), both views. A stale or damaged installed prior is
+    not used; why is kept in `unusable`. `scheduler` (`emmy_core.compute`): where the cards are evaluated,
+    one task per card and prior on one cluster opened for both (default in this process; on Dask `dataset`
+    must be the export's folder or URL, which each worker reads)."""
+    from emmy_core.compute import parse_scheduler, task_map
+    from emmy_core.eval import EvalError
     from emmy_core.prior.dataset import read_dataset
 
+    where = parse_scheduler(scheduler)
+    if where.kind != "inprocess" and not isinstance(dataset, str | Path):
+        raise EvalError(f"an evaluation on the Dask scheduler {where} needs the dataset's export folder (each "
+                        "worker reads it), not a dataset already read")
     data = read_dataset(dataset, None, progress) if isinstance(dataset, str | Path) else dataset
-    report = evaluate_prior(data, candidate, pools="both", progress=progress)
+    if where.kind == "inprocess":
+        return _judge_both(data, candidate, installed, tolerance, progress, None)
+    from emmy_core.eval.card_tasks import CardMap
+    from emmy_core.files.urlfolder import shared_location
+    from emmy_core.prior.fold_tasks import DatasetRef
+
+    with task_map(where) as run:
+        cards = CardMap(DatasetRef(shared_location(dataset), None, data.digest), run, str(where))
+        return _judge_both(data, candidate, installed, tolerance, progress, cards)
+
+
+def _judge_both(data: Any, candidate: Path, installed: Path | None, tolerance: float, progress: Progress | None,
+                cards: CardMap | None) -> Evaluation:
+    from emmy_core.eval import evaluate as evaluate_prior
+    from emmy_core.prior import PriorError
+
+    report = evaluate_prior(data, candidate, pools="both", progress=progress, scheduler=cards)
     inst, unusable = None, ""
     if installed is not None and installed.exists():
         try:
-            inst = evaluate_prior(data, installed, pools="both").to_json()
+            inst = evaluate_prior(data, installed, pools="both", scheduler=cards).to_json()
         except PriorError as exc:
             unusable = str(exc)
     return Evaluation(report.to_json(), inst, unusable, tolerance, report)

@@ -214,11 +214,11 @@ def export(paths: ChainPaths, progress: Progress | None = None, *, db: Path | No
     return export_db(db if db is not None else paths.tune_db, out if out is not None else paths.dataset, progress)
 
 
-def fit(dataset: Path | Dataset, out: Path, *, pools: str, folds: int, seed: int, tracking_uri: str | None,
+def fit(dataset: Path | str | Dataset, out: Path, *, pools: str, folds: int, seed: int, tracking_uri: str | None,
         fits_dir: Path, tags: Mapping[str, str] | None = None, cards_file: Path | None = None,
         progress: Progress | None = None, install: bool = False, scheduler: str | Scheduler | None = None,
         params: Params | None = None) -> FitResult:
-    """Fits a prior on a dataset (an export folder, or one already read).
+    """Fits a prior on a dataset (an export folder or its URL, or one already read).
 
     Reads: the dataset. Writes: the artifact `out` (atomically; `install` lets it be the installed prior),
     `<fits_dir>/<time>-<digest>/metrics.json`, and one MLflow run (`tracking_uri` 'off': none), opened
@@ -254,7 +254,7 @@ def fit(dataset: Path | Dataset, out: Path, *, pools: str, folds: int, seed: int
     return dataclasses.replace(result, run_id=run_id)
 
 
-def _fit_on(where: Scheduler, dataset: Path | Dataset, out: Path, *, pools: str, folds: int, seed: int,
+def _fit_on(where: Scheduler, dataset: Path | str | Dataset, out: Path, *, pools: str, folds: int, seed: int,
             fits_dir: Path, cards_file: Path | None, progress: Progress | None, install: bool,
             params: Params | None) -> FitResult:
     """`fit_dataset` with its rankers trained where `where` says (in this process, or as Dask tasks that read
@@ -268,11 +268,10 @@ def _fit_on(where: Scheduler, dataset: Path | Dataset, out: Path, *, pools: str,
     if where.kind == "inprocess":
         return fit_dataset(data, out, pools=pools, folds=folds, seed=seed, tracking_uri="off", progress=progress,
                            fits_dir=fits_dir, install=install, params=params)
-    from emmy_core.files.urlfolder import is_url
+    from emmy_core.files.urlfolder import shared_location
 
     assert isinstance(dataset, str | Path), "fit refuses a dataset already read for a Dask scheduler"
-    folder = str(dataset) if is_url(dataset) else str(Path(dataset).resolve())
-    ref = DatasetRef(folder, None if cards_file is None else str(Path(cards_file).resolve()), data.digest)
+    ref = DatasetRef(shared_location(dataset), None if cards_file is None else str(Path(cards_file).resolve()), data.digest)
     if progress is not None:
         progress(f"training on the Dask scheduler {where}")
     with task_map(where) as run:

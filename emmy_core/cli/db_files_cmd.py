@@ -85,15 +85,18 @@ def import_(sources: Annotated[list[Path], typer.Argument(
         fail(f"{len(refused)} of {len(outcomes)} sources refused{kept}: {', '.join(refused)}")
 
 
-def export(out_dir: Annotated[Path, typer.Argument(help="dataset folder to write", show_default=False)],
+def export(out_dir: Annotated[str, typer.Argument(
+               help="dataset folder to write: a path, or an fsspec URL (file://, memory://, s3://...) where the "
+                    "files go up as blobs before one pointer names them", show_default=False)],
            db: DbOpt = None) -> None:
     """Write a Parquet file per table, the candidate pools and manifest.json (versions, counts, digest)."""
+    from emmy_core.files.urlfolder import location
     from emmy_core.store import StoreError
     from emmy_core.store.export import export_db
 
     try:
         with _progress("exporting") as progress:
-            manifest = export_db(_path(db), out_dir, progress)
+            manifest = export_db(_path(db), location(out_dir), progress)
     except StoreError as exc:
         fail(str(exc))
     rows = ", ".join(f"{n} {t['rows']}" for n, t in manifest["tables"].items())

@@ -14,7 +14,8 @@ app = typer.Typer(help="Evaluate a prior on a dataset export; compare two evalua
 
 
 @app.command("prior")
-def prior(dataset: Annotated[Path, typer.Argument(help="dataset export folder (emmy db export)", show_default=False)],
+def prior(dataset: Annotated[str, typer.Argument(help="dataset export folder (emmy db export), or its URL",
+                                                 show_default=False)],
           pools: Annotated[str, typer.Option("--pools", help="golden (where each golden ranks) | measured (what "
                                              "a pick costs on fully measured pools) | both")] = "golden",
           offline_file: Annotated[Path | None, typer.Option(
@@ -27,25 +28,31 @@ def prior(dataset: Annotated[Path, typer.Argument(help="dataset export folder (e
           extern_order: Annotated[list[Path] | None, typer.Option(
               "--extern-order", help="Kernel Tuner caches (files or folders; repeatable): the first configuration "
                                      "of each file is its extern kernel's first-option baseline")] = None,
+          scheduler: Annotated[str, typer.Option(
+              "--scheduler", help="where the cards are evaluated (one task per card): inprocess, local:N (a Dask "
+                                  "LocalCluster of N workers) or tcp://HOST:PORT")] = "inprocess",
           ) -> None:
     """Judge a prior on a dataset: golden ranks or measured slowdowns per card and setting, beside baselines."""
+    from emmy_core.compute import ComputeError, parse_scheduler
     from emmy_core.eval import EvalError, evaluate
     from emmy_core.eval.extern_order import file_order
     from emmy_core.eval.plots import check_plots_out
     from emmy_core.eval.report import check_report_out, write_json
+    from emmy_core.files.urlfolder import location
     from emmy_core.prior import PriorError, installed_prior_path
     from emmy_core.store.errors import StoreError
     from emmy_core.targets import CardTableError
 
     progress = progress_printer()
     try:
+        parse_scheduler(scheduler)  # refused before any work
         if json_out is not None:
             check_report_out(json_out)  # refused before the evaluation, not after
         if plots is not None:
             check_plots_out(plots)
         order = file_order(extern_order) if extern_order else None
-        report = evaluate(dataset, offline_file if offline_file is not None else installed_prior_path(),
-                          pools=pools, cards_file=cards, extern_order=order, progress=progress)
+        report = evaluate(location(dataset), offline_file if offline_file is not None else installed_prior_path(),
+                          pools=pools, cards_file=cards, extern_order=order, progress=progress, scheduler=scheduler)
         doc = report.to_json()
         if json_out is not None:
             write_json(doc, json_out)
@@ -55,7 +62,7 @@ def prior(dataset: Annotated[Path, typer.Argument(help="dataset export folder (e
 
             for path in write_plots(report, plots):
                 progress(f"wrote {path}")
-    except (EvalError, PriorError, StoreError, CardTableError, OSError) as exc:
+    except (EvalError, PriorError, StoreError, CardTableError, ComputeError, OSError) as exc:
         fail(str(exc))
     typer.echo(report.markdown(), nl=False)
 
@@ -75,7 +82,8 @@ def compare(a: Annotated[Path, typer.Argument(help="report A (emmy eval prior --
 
 
 @app.command("search")
-def search(dataset: Annotated[Path, typer.Argument(help="dataset export folder (emmy db export)", show_default=False)],
+def search(dataset: Annotated[str, typer.Argument(help="dataset export folder (emmy db export), or its URL",
+                                                  show_default=False)],
            strategies: Annotated[str, typer.Option("--strategies", help="comma-separated: first, random, prior, "
                                                    "explore")] = "first,random,prior,explore",
            budgets: Annotated[str, typer.Option("--budgets", help="comma-separated measurement budgets")] =
@@ -99,9 +107,11 @@ def search(dataset: Annotated[Path, typer.Argument(help="dataset export folder (
     from emmy_core.compute import ComputeError, parse_scheduler
     from emmy_core.eval.extern_order import file_order
     from emmy_core.files.sourcefile import SourceError
+    from emmy_core.files.urlfolder import location
     from emmy_core.prior import PriorError
     from emmy_core.search.curves import plot_curves, write_curves
     from emmy_core.search.evaluate import evaluate_search
+    from emmy_core.store.errors import StoreError
     from emmy_core.targets import CardTableError
 
     def numbers(text: str, what: str) -> list[int]:
@@ -114,7 +124,7 @@ def search(dataset: Annotated[Path, typer.Argument(help="dataset export folder (
     try:
         parse_scheduler(scheduler)  # refused before any work
         order = file_order(extern_order) if extern_order else None
-        curves = evaluate_search(dataset, offline_file, [s.strip() for s in strategies.split(",") if s.strip()],
+        curves = evaluate_search(location(dataset), offline_file, [s.strip() for s in strategies.split(",") if s.strip()],
                                  numbers(budgets, "--budgets"), numbers(seeds, "--seeds"), order, cards,
                                  scheduler=scheduler)
         if json_out is not None:
@@ -122,6 +132,6 @@ def search(dataset: Annotated[Path, typer.Argument(help="dataset export folder (
         if plots is not None:
             for path in plot_curves(curves, plots):
                 progress(f"wrote {path}")
-    except (ValueError, PriorError, SourceError, CardTableError, ComputeError, OSError) as exc:
+    except (ValueError, PriorError, SourceError, StoreError, CardTableError, ComputeError, OSError) as exc:
         fail(str(exc))
     typer.echo(curves.markdown(), nl=False)

@@ -28,8 +28,8 @@ def progress_printer() -> Callable[[str], None]:
     return say
 
 
-def fit(dataset: Annotated[Path | None, typer.Argument(help="dataset export folder (emmy db export)",
-                                                       show_default=False)] = None,
+def fit(dataset: Annotated[str | None, typer.Argument(help="dataset export folder (emmy db export), or its URL",
+                                                      show_default=False)] = None,
         out: Annotated[Path | None, typer.Argument(help="artifact to write (JSON)", show_default=False)] = None,
         pools: Annotated[str, typer.Option("--pools", help="golden | measured | both")] = DEFAULT_POOLS,
         folds: Annotated[int, typer.Option("--folds", min=2, max=50,
@@ -49,8 +49,9 @@ def fit(dataset: Annotated[Path | None, typer.Argument(help="dataset export fold
         compare: Annotated[tuple[str, str] | None, typer.Option(
             "--compare", help="print two MLflow runs' metrics side by side: --compare RUN_A RUN_B")] = None,
         scheduler: Annotated[str, typer.Option(
-            "--scheduler", help="where the folds and seed members train: inprocess, local:N (a Dask LocalCluster "
-                                "of N workers) or tcp://HOST:PORT (a running Dask scheduler)")] = "inprocess",
+            "--scheduler", help="where the folds and seed members train and the cards are evaluated: inprocess, "
+                                "local:N (a Dask LocalCluster of N workers) or tcp://HOST:PORT (a running Dask "
+                                "scheduler)")] = "inprocess",
         ) -> None:
     """Fit the prior (CatBoost ranker, validated on held-out cards and on held-out kernels) and track the run in
     MLflow."""
@@ -72,6 +73,9 @@ def fit(dataset: Annotated[Path | None, typer.Argument(help="dataset export fold
     from emmy_core.chain import evaluation as ev
     from emmy_core.chain import steps
     from emmy_core.chain.paths import ChainPaths
+    from emmy_core.files.urlfolder import location
+
+    folder = location(dataset) if dataset is not None else None
 
     progress = progress_printer()
     verdict = None
@@ -83,25 +87,26 @@ def fit(dataset: Annotated[Path | None, typer.Argument(help="dataset export fold
                 fail("--install refits from the repository freeze (--freeze-dir); give no DATASET or OUT")
             result = steps.refit_installed(freeze_dir, seed=seed, tracking_uri=tracking_uri, progress=progress)
         else:
-            if dataset is None or out is None:
+            if folder is None or out is None:
                 fail("give DATASET and OUT.json (or --install, or --compare RUN_A RUN_B)")
             from emmy_core.prior.artifact import check_artifact_out
 
             check_artifact_out(out)  # before minutes of fitting: a refusal comes first
-            result = steps.fit(dataset, out, pools=pools, folds=folds, seed=0 if seed is None else seed,
+            result = steps.fit(folder, out, pools=pools, folds=folds, seed=0 if seed is None else seed,
                                cards_file=cards, tracking_uri=tracking_uri, fits_dir=ChainPaths().fits,
                                progress=progress, scheduler=scheduler)
     except (PriorError, StoreError, CardTableError, TrackingError, ComputeError, steps.ChainError, ValueError,
             FileNotFoundError) as exc:
         fail(str(exc))
-    if dataset is not None:
+    if folder is not None:
         try:  # the fit is written whatever happens here: a failure is reported, never swallowed
-            done = ev.evaluate(dataset, result.artifact_path, ChainPaths().installed, progress=progress)
+            done = ev.evaluate(folder, result.artifact_path, ChainPaths().installed, progress=progress,
+                               scheduler=scheduler)
             files = ev.write_evaluation(done, result.fit_dir / "evaluation")
             verdict = ev.judge(done)
             if result.run_id is not None:
                 ev.log_to_run(resolve_uri(tracking_uri), result.run_id, done, files)
-        except (PriorError, StoreError, TrackingError, ValueError) as exc:
+        except (PriorError, StoreError, TrackingError, ComputeError, ValueError) as exc:
             typer.echo(f"emmy: warning: the fit was written, but its evaluation was not kept: {exc}", err=True)
     from emmy_core.eval.tables import fit_text
 

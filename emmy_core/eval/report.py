@@ -4,7 +4,8 @@ Seed 09, "Finding out where the prior is wrong". Every fork of the export (kerne
 setting) is scored by the prior in the compile context of the card it was recorded on: the
 export's own description of that card (`emmy_core.prior.dataset`), never the machine running
 the evaluation. The golden view covers forks with a golden, the measured view forks with
-measured members (`emmy_core.eval.figures`); `both` computes the two from one scoring.
+measured members (`emmy_core.eval.figures`); `both` computes the two from one scoring
+(`eval.scoring.score_pools`), in this process or one task per card on a Dask cluster (`eval.card_tasks`).
 
 The report keeps one record per pool, summarizes them per "card / setting" and over every
 pool (`metrics.summarize`: slowdowns by geometric mean, the rest by mean, each with the count
@@ -16,46 +17,29 @@ every pool), so two reports compare by diff or with `compare_reports`.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from emmy_core.eval import figures as fg
 from emmy_core.eval.extern_order import FileOrder
-from emmy_core.ir import Extern
+from emmy_core.eval.scoring import PricePoints, Progress, Scored, score_pools
 from emmy_core.prior import FEATURE_VERSION, Prior, load_prior, metrics
-from emmy_core.prior.dataset import Dataset, DatasetFork
-from emmy_core.ranking import PriorRanker, RankContext
+from emmy_core.prior.dataset import Dataset
+
+if TYPE_CHECKING:
+    from emmy_core.compute import Scheduler
+    from emmy_core.eval.card_tasks import CardMap
 
 REPORT_FORMAT = "emmy-eval"
 REPORT_VERSION = 2  # 2: by_family
 VIEWS = ("golden", "measured", "both")
 SPREAD = ("golden_rank", "golden_rank_ties", "golden_plateau", "top1")  # figures also reported as distributions
-MAX_POINTS = 400  # measured rows per fork priced for the price-against-time plot (a seeded sample)
-Progress = Callable[[str], None]
 
 
 class EvalError(ValueError):
     """An evaluation that cannot be made or a report that cannot be read; the message says which and why."""
-
-
-def group_key(fork: DatasetFork) -> str:
-    return f"{fork.card_name} / {fork.setting}"
-
-
-@dataclass
-class PricePoints:
-    """Measured working rows of one card and setting with the prior's price for them (µs both)."""
-
-    times: list[np.ndarray] = field(default_factory=list)
-    prices: list[np.ndarray] = field(default_factory=list)
-
-    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        return (np.concatenate(self.times) if self.times else np.zeros(0),
-                np.concatenate(self.prices) if self.prices else np.zeros(0))
 
 
 @dataclass
@@ -148,47 +132,35 @@ def write_json(doc: Mapping[str, Any], out: Path | str) -> Path:
     return out
 
 
-def kernel_label(fork: DatasetFork) -> str:
-    """The kernel's name as a person knows it (an extern kernel with its problem size)."""
-    k = fork.kernel
-    if isinstance(k, Extern):
-        return f"{k.name} {'x'.join(map(str, k.problem))}"
-    return k.name
-
-
-def _others_index(forks: Sequence[DatasetFork]) -> dict[tuple[str, str, str], list[DatasetFork]]:
-    """Forks by (kernel, sizes, setting): where the baselines look for other cards' measurements."""
-    out: dict[tuple[str, str, str], list[DatasetFork]] = {}
-    for f in forks:
-        out.setdefault((f.kernel_id, f.sizes, f.setting), []).append(f)
-    return out
-
-
-def _price_sample(prior: Prior, fork: DatasetFork, into: PricePoints) -> None:
-    ok = np.flatnonzero(fork.ok)
-    if not len(ok):
-        return
-    rng = np.random.default_rng(len(into.times))
-    pick = np.sort(rng.choice(ok, size=min(MAX_POINTS, len(ok)), replace=False))
-    into.times.append(fork.times[pick])
-    into.prices.append(prior.price(fork.kernel, fork.sizes, fork.card, fork.setting, [fork.knobs[i] for i in pick]))
-
-
 def evaluate(dataset_dir: Path | str | Dataset, prior: Prior | Path | str, *, pools: str = "golden",
              cards_file: Path | str | None = None, extern_order: FileOrder | None = None,
-             cards: Collection[str] | None = None, progress: Progress | None = None) -> EvalReport:
+             cards: Collection[str] | None = None, progress: Progress | None = None,
+             scheduler: str | Scheduler | CardMap | None = None) -> EvalReport:
     """Judges `prior` on a dataset export (`pools`: golden, measured or both views).
 
-    `dataset_dir` is an export folder (or a Dataset already read); `cards_file` a user card file
-    merged for cards the export does not describe; `extern_order` the cache files' order of extern
+    `dataset_dir` is an export folder or its URL (or a Dataset already read); `cards_file` a user card
+    file merged for cards the export does not describe; `extern_order` the cache files' order of extern
     kernels (`extern_order.file_order`), for their first-option baseline; `cards` the cards whose pools
     are evaluated (default every card; the baselines still read every card's measurements, as an
-    evaluation of a held-out card needs). Raises EvalError for an
-    unknown view, PriorError for a prior that does not load, SourceError for an export that is not
-    this Emmy's (naming both versions).
+    evaluation of a held-out card needs). `scheduler` (`emmy_core.compute`): where the cards are
+    evaluated, one task per card (`eval.card_tasks`; default in this process), or a `CardMap` already
+    open (the chain judges two priors on one cluster); on Dask the prior must be a file and the dataset a
+    folder (each worker reads both), and the report is the same. Raises EvalError for an unknown view,
+    PriorError for a prior that does not load, SourceError for an export that is not this Emmy's (naming
+    both versions), ComputeError for a scheduler that does not parse or a task that failed.
     """
+    from emmy_core.compute import parse_scheduler
+    from emmy_core.eval.card_tasks import CardMap
+
     if pools not in VIEWS:
         raise EvalError(f"--pools must be one of {', '.join(VIEWS)}, not {pools[:20]!r}")
+    where = scheduler if isinstance(scheduler, CardMap) else parse_scheduler(scheduler)
+    opened = not isinstance(where, CardMap) and where.kind != "inprocess"  # a cluster opened for this evaluation
+    on_dask = opened or isinstance(where, CardMap)
+    if on_dask and (isinstance(prior, Prior) or (opened and isinstance(dataset_dir, Dataset))):
+        raise EvalError(f"an evaluation on the Dask scheduler {where} needs the prior's file and the dataset's "
+                        "export folder (each worker reads them), not a prior or a dataset already read")
+    prior_file = prior
     if not isinstance(prior, Prior):
         prior = load_prior(prior)
     if isinstance(dataset_dir, Dataset):
@@ -197,34 +169,15 @@ def evaluate(dataset_dir: Path | str | Dataset, prior: Prior | Path | str, *, po
         from emmy_core.prior.dataset import read_dataset
 
         data = read_dataset(dataset_dir, cards_file, progress)
-    index = _others_index(data.forks)
-    ranker = PriorRanker(prior)
-    records: list[dict[str, Any]] = []
-    points: dict[str, PricePoints] = {}
-    golden, measured = pools in ("golden", "both"), pools in ("measured", "both")
-    for i, fork in enumerate(data.forks):
-        has_golden = golden and fork.golden is not None
-        m = np.flatnonzero(fork.measured)
-        has_measured = measured and len(m) > 0
-        if not (has_golden or has_measured) or (cards is not None and fork.card_name not in cards):
-            continue
-        candidates = np.arange(len(fork.knobs)) if has_golden else m
-        scores = ranker.rank(RankContext(fork), candidates)
-        others = index[(fork.kernel_id, fork.sizes, fork.setting)]
-        order = extern_order.get((fork.kernel_id, fork.card_name)) if extern_order is not None else None
-        record: dict[str, Any] = {
-            "card": fork.card_name, "setting": fork.setting, "kernel": kernel_label(fork),
-            "kernel_id": fork.kernel_id, "sizes": fork.sizes, "extern": isinstance(fork.kernel, Extern),
-            "family": fork.family,
-            "members": len(fork.knobs), "measured_members": len(m), "working_members": int(fork.ok.sum())}
-        if has_golden:
-            record.update(fg.golden_view(fork, scores, others, order))
-        if has_measured:
-            record.update(fg.measured_view(fork, scores[m] if has_golden else scores, others, order))
-            _price_sample(prior, fork, points.setdefault(group_key(fork), PricePoints()))
-        records.append(record)
-        if progress is not None and (i + 1) % 100 == 0:
-            progress(f"scored {i + 1}/{len(data.forks)} forks")
+    if isinstance(where, CardMap):
+        assert not isinstance(prior_file, Prior)
+        records, points = where(data, prior_file, prior, pools, extern_order, cards, progress)
+    elif opened:
+        assert not isinstance(prior_file, Prior) and not isinstance(dataset_dir, Dataset)
+        records, points = _score_on(where, dataset_dir, cards_file, data, prior_file, prior, pools,
+                                    extern_order, cards, progress)
+    else:
+        records, points = score_pools(data, prior, pools, extern_order, cards, progress)
     records.sort(key=lambda r: (r["card"], r["setting"], r["kernel"], r["kernel_id"], r["sizes"]))
     if progress is not None:
         progress(f"{len(records)} pools evaluated ({pools})")
@@ -232,3 +185,18 @@ def evaluate(dataset_dir: Path | str | Dataset, prior: Prior | Path | str, *, po
     return EvalReport(pools, data.digest, prior.source, dict(prov) if isinstance(prov, Mapping) else {},
                       len(data.forks), data.undescribed_pools, list(data.undescribed_cards),
                       extern_order is not None, records, points)
+
+
+def _score_on(where: Scheduler, dataset_dir: Path | str, cards_file: Path | str | None, data: Dataset,
+              prior_file: Path | str, prior: Prior, pools: str, extern_order: FileOrder | None,
+              cards: Collection[str] | None, progress: Progress | None) -> Scored:
+    """`score_pools` as one task per card on the Dask cluster `where`, opened for this evaluation."""
+    from emmy_core.compute import task_map
+    from emmy_core.eval.card_tasks import CardMap
+    from emmy_core.files.urlfolder import shared_location
+    from emmy_core.prior.fold_tasks import DatasetRef
+
+    ref = DatasetRef(shared_location(dataset_dir), None if cards_file is None else str(Path(cards_file).resolve()),
+                     data.digest)
+    with task_map(where) as run:
+        return CardMap(ref, run, str(where))(data, prior_file, prior, pools, extern_order, cards, progress)

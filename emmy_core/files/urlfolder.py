@@ -52,10 +52,32 @@ def local_path(target: Path | str) -> Path:
     return Path(text[len("file://"):]) if text.startswith("file://") else Path(text)
 
 
+def location(text: str) -> Path | str:
+    """A folder argument as the library takes it: an fsspec URL stays a string (a `Path` would fold its
+    `//`), a `file://` URL or a plain path becomes a local `Path`."""
+    return text if is_url(text) else local_path(text)
+
+
+def shared_location(target: Path | str) -> str:
+    """Where another process (a Dask worker) finds the same folder: a URL as given, a local path or a
+    `file://` URL made absolute."""
+    return str(target) if is_url(target) else str(local_path(target).resolve())
+
+
 def _fs(url: str) -> tuple[Any, str]:
+    """The file system and root of `url`; UrlFolderError naming the URL when fsspec does not know its protocol,
+    lacks the package for it, or cannot reach it."""
     import fsspec
 
-    fs, root = fsspec.core.url_to_fs(url)
+    try:
+        fs, root = fsspec.core.url_to_fs(url)
+    except ValueError as exc:  # fsspec: "Protocol not known: ..."
+        raise UrlFolderError(f"{url}: not a file system Emmy can use ({exc}); give memory://, file://, s3:// "
+                             "or another fsspec protocol whose package is installed") from None
+    except ImportError as exc:
+        raise UrlFolderError(f"{url}: the package for this protocol is not installed ({exc})") from None
+    except OSError as exc:
+        raise UrlFolderError(f"{url}: cannot be reached: {type(exc).__name__}: {exc}") from None
     return fs, root.rstrip("/")
 
 
@@ -149,25 +171,58 @@ def fetch_folder(url: str, out: Path) -> dict[str, str]:
     return files
 
 
+def check_replaceable(url: str, marker: str, what: str) -> None:
+    """Refuses (UrlFolderError) publishing `what` at `url` unless nothing is there yet, or a published folder
+    whose pointer names `marker` (a folder of the same kind: an output replaces only its own kind). Called
+    before the work, so a refusal comes first; it also finds an unknown protocol or an unreachable store."""
+    fs, root = _fs(url)
+    shown = url.rstrip("/")
+    try:
+        if fs.isfile(root):
+            raise UrlFolderError(f"{shown} is a file, not a folder: refusing to replace it with {what}")
+        keys = fs.ls(root, detail=False) if fs.exists(root) else []
+        files = read_pointer(url) if keys else {}
+    except (OSError, NotImplementedError) as exc:
+        raise UrlFolderError(f"{shown}: cannot be reached: {type(exc).__name__}: {str(exc)[:200]}") from None
+    if not keys:
+        return
+    if not files:
+        raise UrlFolderError(f"{shown} holds keys and no {POINTER}: it is not {what}; refusing to publish over it")
+    if marker not in files:
+        raise UrlFolderError(f"{shown}/{POINTER} does not name {marker}: the folder there is not {what}; "
+                             "refusing to replace it")
+
+
 def publish_folder(folder: Path, url: str, names: list[str] | None = None) -> dict[str, str]:
     """Publishes the files of the local `folder` (all, or `names`) as the folder at `url`: blobs first, then
-    the pointer swapped in one move. Returns the pointer's files."""
+    the pointer swapped in one move. Returns the pointer's files. A store that fails before the move leaves
+    the folder as readers knew it (the blobs written meanwhile are named by no pointer): UrlFolderError."""
     fs, root = _fs(url)
     chosen = sorted(names) if names is not None else sorted(p.name for p in folder.iterdir() if p.is_file())
     files: dict[str, str] = {}
-    for name in chosen:
-        if not _NAME.fullmatch(name):
-            raise UrlFolderError(f"{folder / name}: a name a published folder cannot hold")
-        data = (folder / name).read_bytes()
-        sha = _sha(data)
-        key = f"{root}/{OBJECTS}/{sha}"
-        if not fs.exists(key):
-            tmp = f"{root}/{OBJECTS}/.{sha}.partial"
-            fs.pipe_file(tmp, data)
-            fs.mv(tmp, key)
-        files[name] = sha
-    doc = json.dumps({"format": POINTER_FORMAT, "files": files}, indent=1, sort_keys=True) + "\n"
-    staged = f"{root}/.{POINTER}.{_sha(doc.encode())[:16]}.partial"
-    fs.pipe_file(staged, doc.encode())
-    fs.mv(staged, f"{root}/{POINTER}")
+    try:
+        for name in chosen:
+            if not _NAME.fullmatch(name):
+                raise UrlFolderError(f"{folder / name}: a name a published folder cannot hold")
+            data = (folder / name).read_bytes()
+            sha = _sha(data)
+            key = f"{root}/{OBJECTS}/{sha}"
+            if not fs.exists(key):
+                tmp = f"{root}/{OBJECTS}/.{sha}.partial"
+                fs.pipe_file(tmp, data)
+                fs.mv(tmp, key)
+            files[name] = sha
+        doc = json.dumps({"format": POINTER_FORMAT, "files": files}, indent=1, sort_keys=True) + "\n"
+        staged = f"{root}/.{POINTER}.{_sha(doc.encode())[:16]}.partial"
+        fs.pipe_file(staged, doc.encode())
+    except (OSError, NotImplementedError) as exc:
+        raise UrlFolderError(f"cannot publish {folder.name} to {url.rstrip('/')}: {type(exc).__name__}: "
+                             f"{str(exc)[:200]}; its {POINTER} was not replaced, so the folder there stands as "
+                             "it was") from None
+    try:
+        fs.mv(staged, f"{root}/{POINTER}")
+    except (OSError, NotImplementedError) as exc:
+        raise UrlFolderError(f"cannot move the new {POINTER} into {url.rstrip('/')}: {type(exc).__name__}: "
+                             f"{str(exc)[:200]}; readers see the old pointer unless the store completed the move"
+                             ) from None
     return files

@@ -279,10 +279,9 @@ def fit_prior(dataset_dir: Path | str, out_path: Path | str, *, pools: str = DEF
     if where.kind == "inprocess":
         return fit_dataset(dataset, out_path, pools=pools, folds=folds, seed=seed, params=params,
                            tracking_uri=tracking_uri, tags=tags, progress=progress)
-    from emmy_core.files.urlfolder import is_url
+    from emmy_core.files.urlfolder import shared_location
 
-    where_data = str(dataset_dir) if is_url(dataset_dir) else str(Path(dataset_dir).resolve())
-    ref = DatasetRef(where_data, None if cards_file is None else str(Path(cards_file).resolve()), dataset.digest)
+    ref = DatasetRef(shared_location(dataset_dir), None if cards_file is None else str(Path(cards_file).resolve()), dataset.digest)
     if progress is not None:
         progress(f"training on the Dask scheduler {where}")
     with task_map(where) as run:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from emmy_core.compute import parse_scheduler, task_map
-from emmy_core.files.urlfolder import is_url
+from emmy_core.files.urlfolder import shared_location
 from emmy_core.prior import load_installed_prior, load_prior
 from emmy_core.prior.dataset import read_dataset
 from emmy_core.search.curves import SearchCurves, emmy_search_curves, frozen_pools
@@ -34,7 +34,7 @@ def evaluate_search(dataset_dir: Any, prior_path: Any | None, strategies: Sequen
     where = parse_scheduler(scheduler)
     if where.kind == "inprocess":
         return emmy_search_curves(pools, strategies, budgets, seeds, with_methodology)[0]
-    ref = pools_ref(str(dataset_dir) if is_url(dataset_dir) else str(Path(dataset_dir).resolve()), dataset.digest,
+    ref = pools_ref(shared_location(dataset_dir), dataset.digest,
                     None if prior_path is None else str(Path(prior_path).resolve()),
                     None if cards_file is None else str(Path(cards_file).resolve()), extern_order)
     with task_map(where) as run:

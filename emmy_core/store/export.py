@@ -186,10 +186,14 @@ def content_digest(tables: dict[str, dict[str, Any]]) -> str:
 def export_db(db: Path | str, out_dir: Path | str, progress: Progress | None = None) -> dict[str, Any]:
     """`emmy db export`: opens `db` for reading and exports it. `out_dir` may be an fsspec URL: the export is
     written into a local temporary folder and published there (`emmy_core.files.urlfolder.publish_folder`:
-    its files first, then the pointer, so a reader never sees half an export)."""
-    from emmy_core.files.urlfolder import is_url, local_path, publish_folder
+    its files first, then the pointer, so a reader never sees half an export). The URL is checked before the
+    export is made: a protocol fsspec does not know, a store it cannot reach, or a folder there that is not an
+    export (`urlfolder.check_replaceable`) is refused naming the URL, with nothing written."""
+    from emmy_core.files.urlfolder import check_replaceable, is_url, local_path, publish_folder
     from emmy_core.store import open_store
 
+    if is_url(out_dir):
+        check_replaceable(str(out_dir), MANIFEST, "a dataset export")
     with open_store(db, "r") as store:
         if not is_url(out_dir):
             return export_store(store, local_path(out_dir), progress)
@@ -343,9 +347,17 @@ def open_snapshot(export_dir: Path | str, *, content: bool = True) -> Snapshot:
     from emmy_core.files.urlfolder import fetch_folder, is_url, local_path
 
     if is_url(export_dir):
+        url = str(export_dir).rstrip("/")
         with tempfile.TemporaryDirectory(prefix="emmy-export-") as tmp:
-            fetch_folder(str(export_dir), Path(tmp) / "export")
-            return open_snapshot(Path(tmp) / "export", content=content)
+            if not fetch_folder(url, Path(tmp) / "export"):
+                raise SourceError(url, "", "", "nothing is published there (no HEAD.json): not a dataset export "
+                                               "(emmy db export DB URL writes one)")
+            try:
+                return open_snapshot(Path(tmp) / "export", content=content)
+            except SourceError as exc:  # name the URL, not the temporary copy
+                copy = str(Path(tmp) / "export")
+                raise SourceError(exc.file.replace(copy, url), exc.record, exc.field,
+                                  exc.problem.replace(copy, url)) from None
     d = local_path(export_dir)
     for _ in range(SNAPSHOT_TRIES):
         try:

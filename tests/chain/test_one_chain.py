@@ -23,7 +23,7 @@ PATCHED = "the patched judge has spoken"
 def test_the_assets_emmy_fit_and_emmy_main_call_the_same_chain_functions(
         caches_export: Callable, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     from assets.evaluation import candidate_no_worse, evaluation
-    from assets.resources import EmmyPaths, MLflowTracking
+    from assets.resources import ComputeScheduler, EmmyPaths, MLflowTracking
     from emmy_core.chain import evaluation as ev
     from emmy_core.cli.main import app
 
@@ -47,7 +47,8 @@ def test_the_assets_emmy_fit_and_emmy_main_call_the_same_chain_functions(
     paths = EmmyPaths(data_dir=str(data), fits_dir=str(fits), installed_prior=str(tmp_path / "installed.json"))
     with dg.instance_for_test() as instance:
         result = dg.materialize([evaluation, candidate_no_worse], instance=instance, raise_on_error=False,
-                                resources={"paths": paths, "mlflow": MLflowTracking(tracking_uri="sqlite:///x.db")})
+                                resources={"paths": paths, "mlflow": MLflowTracking(tracking_uri="sqlite:///x.db"),
+                                           "compute": ComputeScheduler()})
     meta = result.asset_materializations_for_node("evaluation")[0].metadata
     assert meta["verdict"].value == PATCHED  # type: ignore[attr-defined]
     (check,) = result.get_asset_check_evaluations()
