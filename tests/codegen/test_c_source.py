@@ -311,7 +311,7 @@ def test_knobs_shape_the_source() -> None:
     be = CBackend()
     src = be.source(MM, {"tile_m": 16, "tile_n": 32, "tile_k": 64, "vec": 8, "unroll": 4, "threads": 3}, "deploy")
     for fragment in ("em_blk * 16", "em_n0 += 32", "em_pc += 64", "vector_size(32)", "em_ir += 4", "em_c3_0 =",
-                     "num_threads(3)", "schedule(dynamic, 1)"):  # a micro-kernel of 4 rows x 8 f32 columns
+                     ": 3)))", "schedule(dynamic, 1)"):  # a micro-kernel of 4 rows x 8 f32 columns
         assert fragment in src, fragment
     assert "typedef float em_vec;" in be.source(MM, {"vec": 1, "unroll": 4}, "deploy")  # one lane: scalars
     wide = be.source(MM, {"vec": 32, "unroll": 2}, "deploy")  # 32 f32 lanes: two 64-byte vectors per row
