@@ -11,6 +11,7 @@ from emmy_core.compute import parse_scheduler, task_map
 from emmy_core.files.urlfolder import shared_location
 from emmy_core.prior import load_installed_prior, load_prior
 from emmy_core.prior.dataset import read_dataset
+from emmy_core.prior.provenance import content_digest
 from emmy_core.search.curves import SearchCurves, emmy_search_curves, frozen_pools
 from emmy_core.search.replay_tasks import MappedReplay, pools_ref
 from emmy_core.search.strategy import STRATEGIES
@@ -35,7 +36,7 @@ def evaluate_search(dataset_dir: Any, prior_path: Any | None, strategies: Sequen
     if where.kind == "inprocess":
         return emmy_search_curves(pools, strategies, budgets, seeds, with_methodology)[0]
     ref = pools_ref(shared_location(dataset_dir), dataset.digest,
-                    None if prior_path is None else str(Path(prior_path).resolve()),
+                    None if prior_path is None else str(Path(prior_path).resolve()), content_digest(prior.doc),
                     None if cards_file is None else str(Path(cards_file).resolve()), extern_order)
     with task_map(where) as run:
         return emmy_search_curves(pools, strategies, budgets, seeds, with_methodology,

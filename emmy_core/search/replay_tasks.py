@@ -22,12 +22,14 @@ from emmy_core.search.strategy import SearchStrategy, make_strategy
 
 @dataclass(frozen=True)
 class PoolsRef:
-    """Where a worker builds the frozen pools: export folder, its digest, prior artifact (None: installed),
-    card file, the extern kernels' first options."""
+    """Where a worker builds the frozen pools: export folder, its digest, prior artifact (None: installed)
+    and its content digest (part of the worker's cache key, and checked there), card file, the extern
+    kernels' first options."""
 
     dataset: str
     digest: str
     prior: str | None
+    prior_digest: str
     cards_file: str | None
     extern_order: tuple[tuple[tuple[str, str], tuple[tuple[str, int], ...]], ...] | None
 
@@ -42,11 +44,11 @@ class ReplayTask:
     first_always: bool
 
 
-def pools_ref(dataset: str, digest: str, prior: str | None, cards_file: str | None,
+def pools_ref(dataset: str, digest: str, prior: str | None, prior_digest: str, cards_file: str | None,
               extern_order: Mapping[tuple[str, str], Mapping[str, int]] | None) -> PoolsRef:
     order = None if extern_order is None else tuple(
         sorted((k, tuple(sorted(v.items()))) for k, v in extern_order.items()))
-    return PoolsRef(dataset, digest, prior, cards_file, order)
+    return PoolsRef(dataset, digest, prior, prior_digest, cards_file, order)
 
 
 _built: dict[PoolsRef, list[tuple[str, FrozenPool]]] = {}  # one export's pools per worker process
@@ -63,6 +65,12 @@ def _pools_of(ref: PoolsRef) -> list[tuple[str, FrozenPool]]:
             raise RuntimeError(f"dataset {ref.dataset}: its digest is {dataset.digest[:16]} on this worker, the "
                                f"search read {ref.digest[:16]}: the export changed (or differs here)")
         prior = load_prior(ref.prior) if ref.prior is not None else load_installed_prior()
+        from emmy_core.prior.provenance import content_digest
+
+        if content_digest(prior.doc) != ref.prior_digest:
+            raise RuntimeError(f"prior {ref.prior or 'installed'}: its content digest is "
+                               f"{content_digest(prior.doc)[:16]} on this worker, the search loaded "
+                               f"{ref.prior_digest[:16]}: the file changed (or differs here)")
         order = None if ref.extern_order is None else {k: dict(v) for k, v in ref.extern_order}
         pools = frozen_pools(dataset, prior, order)
         _built.clear()
