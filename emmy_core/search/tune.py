@@ -76,10 +76,12 @@ class StrategyChooser:
         if not keep:
             return 0
         first = 0 if every and schedule_id(every[0]) not in known else None
-        scores = None
+        scores = transfer = None
         if self.prior is not None and self.strategy in PRIOR_STRATEGIES:
             scores = np.asarray(self.prior.score(unit.program, dict(unit.sizes), self.card, self.setting, keep))
-        pool = SearchPool(tuple(keep), tuple(range(len(keep))), first, scores, None,
+            cols = self.prior.transfer(unit.program, dict(unit.sizes), self.card, self.setting, keep)
+            transfer = None if cols is None else cols[:, 0]  # tr.score: what other cards measured of each
+        pool = SearchPool(tuple(keep), tuple(range(len(keep))), first, scores, transfer,
                           f"{unit.program.name} {unit.sizes_text}")
         session = Session(self.make(self.strategy, self.seed), pool, self.budget)
         self.kernels[unit.key] = KernelSearch(unit.program.name, pool, session)

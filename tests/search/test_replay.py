@@ -174,3 +174,25 @@ def test_prior_knob_model_moves_away_from_a_knob_value_this_card_measured_slow()
     assert first4 == [1] + [4] * (WARMUP - 1)  # the first option, then the prior's top
     assert 4 not in after[:3]  # then the rows say vec=4 (or unroll=3, tried with it only) is slow here: left
     assert min(t.time_us for t in trials[WARMUP:] if t.ok) < 2.0
+
+
+def test_on_a_pool_no_other_card_measured_the_picks_after_the_warmup_prefer_knob_values_no_row_has_tried() -> None:
+    from emmy_core.search.strategy import NOVELTY, SearchPool, Trial, informed, novelty
+
+    knobs = tuple({"x": x, "y": y, "z": z, "w": w} for x in (1, 2) for y in (1, 2) for z in (1, 2) for w in (1, 2))
+    scores = -np.arange(16, dtype=np.float64)  # the prior's order is the rule's: neighbours first
+    bare = SearchPool(knobs, tuple(range(16)), 0, scores)
+    warm = PriorStrategy().propose(bare, [], WARMUP, 16)
+    assert warm == [0, 1, 2, 3]  # the warmup is the first option and the prior's top 3, as ever
+    trials = [Trial(i, t) for i, t in zip(warm, (10.0, 12.0, 9.0, 11.0), strict=True)]
+    open_ = np.arange(4, 16)
+
+    def bonus(pool: SearchPool, rows: list[Trial]) -> np.ndarray:
+        return (PriorStrategy().ranking(pool, rows) - PriorStrategy(novelty=0.0).ranking(pool, rows))[open_]
+
+    assert not informed(bare) and novelty(bare, trials)[4] == 1 and novelty(bare, trials)[15] == 2
+    np.testing.assert_allclose(bonus(bare, trials), NOVELTY * novelty(bare, trials)[open_])
+    np.testing.assert_allclose(bonus(bare, trials[:3]), 0.0)  # the warmup itself follows the prior
+    known = SearchPool(knobs, tuple(range(16)), 0, scores, np.array([0.0, -0.1] + [np.nan] * 14))
+    assert informed(known)
+    np.testing.assert_allclose(bonus(known, trials), 0.0)  # another card's evidence: the prior's order stands
