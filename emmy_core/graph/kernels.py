@@ -2,6 +2,11 @@
 
 - `broadcast_elementwise`: the elementwise language of the builders over inputs that are
   `full` [B, C], `col` [C] (a vector over the row) or `row` [B] (one value per row);
+- `blocked_elementwise`: the same over `[B, M, C]` where an input may also be `tail` [M, C]
+  (rotary's cos and sin: the output's trailing axes), and where the expression may read the
+  halves of the last axis (`lo`, `hi`) and join two (`cat`): C is then split into [2, C/2]
+  and each half of the output is stored by its own expression, every access a constant
+  half and a loop variable, so rotate_half costs no index arithmetic and no pass over memory;
 - `row_reduce`: `sum` or `mean` of each row into `y[B]`;
 - `dynamic_row`: a row kernel whose row axis is dynamic (softmax over the sequence),
   from the builder's static program with the row axis made dynamic and renamed;
@@ -15,9 +20,20 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from emmy_core.ir.builders import acc_dtype, activation, ew_tag, kernel_name, lower_expr, parse_expr, to
+from emmy_core.ir.builders import (
+    Dim,
+    acc_dtype,
+    activation,
+    c,
+    ew_tag,
+    kernel_name,
+    lower_expr,
+    parse_expr,
+    to,
+)
 from emmy_core.ir.check import validate
 from emmy_core.ir.errors import IRError
+from emmy_core.ir.ew_expr import HALF_FUNCTIONS, EwTree
 from emmy_core.ir.nodes import (
     Axis,
     Binary,
@@ -60,6 +76,102 @@ def broadcast_elementwise(expr: str, kinds: dict[str, str], dtype: str, batch_hi
     tag = "_".join(f"{n}{kinds[n][0]}" for n in names if kinds[n] != "full")
     name = kernel_name("ewb", dtype, f"C{cols}", tag, ew_tag(tree))
     prog = Program(name, (Axis("B", None, batch_hint), Axis("C", cols)), tuple(buffers), body)
+    validate(prog)
+    return prog
+
+
+def uses_halves(tree: EwTree) -> bool:
+    """Whether an elementwise expression reads a half of the last axis or joins two."""
+    return tree[0] in HALF_FUNCTIONS or (tree[0] not in ("in", "num") and any(uses_halves(t) for t in tree[1:]))
+
+
+def _width(tree: EwTree, kinds: dict[str, str]) -> str:
+    """`full` (the output's last axis), `half`, or `any` (a number, a row input) for a subexpression."""
+    op = tree[0]
+    if op == "num":
+        return "any"
+    if op == "in":
+        return "any" if kinds.get(tree[1]) == "row" else "full"
+    widths = [_width(t, kinds) for t in tree[1:]]
+    if op in ("lo", "hi"):
+        if widths[0] == "half":
+            raise IRError(f"elementwise: {op}() of a half")
+        return "half"
+    if op == "cat":
+        if "full" in widths:
+            raise IRError("elementwise: cat() of a value that is not a half")
+        return "full"
+    known = {w for w in widths if w != "any"}
+    if len(known) > 1:
+        raise IRError(f"elementwise: {op}() mixes a half with a whole last axis")
+    return known.pop() if known else "any"
+
+
+def blocked_elementwise(expr: str, kinds: dict[str, str], dtype: str, batch_hint: int, mid: int | Dim | None,
+                        cols: int) -> Program:
+    """y[B, (M,) C] = expr, each input read as its kind says (full [B, M, C], tail [M, C], col [C], row [B, M]);
+    computed in f32. With `lo`/`hi`/`cat` in the expression, C is split into [P=2, H=C/2] and the loop over H
+    stores both halves of the output, each its own expression (so both halves are contiguous simd loops)."""
+    t = acc_dtype(dtype)
+    tree = parse_expr(expr)
+    halves = uses_halves(tree)
+    if halves and cols % 2:
+        raise IRError(f"elementwise: halves of a last axis of odd length {cols}")
+    if mid is None and "tail" in kinds.values():
+        raise IRError("elementwise: a tail input needs the middle axis M")
+    if _width(tree, kinds) == "half":
+        raise IRError("elementwise: the result is a half of the last axis; join it with cat()")
+    m_axes: tuple[str, ...] = ("M",) if mid is not None else ()
+    m_vars: tuple[str, ...] = ("m",) if mid is not None else ()
+    last_axes = ("P", "H") if halves else ("C",)
+    index = {"full": ("i", *m_vars), "tail": m_vars, "col": (), "row": ("i", *m_vars)}
+    shape = {"full": ("B", *m_axes, *last_axes), "tail": (*m_axes, *last_axes), "col": last_axes,
+             "row": ("B", *m_axes)}
+    names: list[str] = []
+
+    def load(name: str, part: int | None) -> Expr:
+        kind = kinds.get(name)
+        if kind not in index:
+            raise IRError(f"elementwise input {name!r} has no broadcast kind (full, tail, col, row)")
+        if name not in names:
+            names.append(name)
+        last: tuple[str | int, ...] = () if kind == "row" else (part, "h") if halves else ("j",)  # type: ignore[assignment]
+        return to(t, Load(name, (*index[kind], *last)), dtype)
+
+    def ev(tree: EwTree, part: int | None) -> Expr:
+        """The value at half `part` of the last axis (a half-width subexpression: at its own position)."""
+        op = tree[0]
+        if op == "in":
+            return load(tree[1], part)
+        if op == "num":
+            return c(t, tree[1])
+        if op in ("lo", "hi"):
+            return ev(tree[1], 0 if op == "lo" else 1)
+        if op == "cat":
+            return ev(tree[1 + int(part or 0)], None)
+        args = [ev(sub, part) for sub in tree[1:]]
+        return Binary(op, args[0], args[1]) if len(args) == 2 else activation(op, args[0], t)
+
+    if halves:
+        stores: tuple[Stmt, ...] = tuple(Store("y", ("i", *m_vars, p, "h"), to(dtype, ev(tree, p), t)) for p in (0, 1))
+        inner = Loop("h", "H", stores)
+    else:
+        inner = Loop("j", "C", (Store("y", ("i", *m_vars, "j"), to(dtype, ev(tree, None), t)),))
+    if "y" in names:
+        raise IRError("elementwise: 'y' names the result and cannot be an input")
+    body: Stmt = Loop("m", "M", (inner,)) if mid is not None else inner
+    buffers = [Buffer(n, "in", dtype, shape[kinds[n]]) for n in names]
+    buffers.append(Buffer("y", "out", dtype, ("B", *m_axes, *last_axes)))
+    axes = [Axis("B", None, batch_hint)]
+    if isinstance(mid, Dim):
+        axes.append(Axis("M", mid.extent, mid.hint))
+    elif mid is not None:
+        axes.append(Axis("M", mid))
+    axes += [Axis("P", 2), Axis("H", cols // 2)] if halves else [Axis("C", cols)]
+    tag = "_".join(f"{n}{kinds[n][0]}" for n in names if kinds[n] != "full")
+    mid_tag = "" if mid is None else f"M{mid}" if isinstance(mid, int) else "Mdyn"
+    name = kernel_name("ewh" if halves else "ewt", dtype, mid_tag, f"C{cols}", tag, ew_tag(tree))
+    prog = Program(name, tuple(axes), tuple(buffers), (Loop("i", "B", (body,)),))
     validate(prog)
     return prog
 

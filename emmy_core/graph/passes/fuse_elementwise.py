@@ -4,7 +4,12 @@ Every elementwise op still in the graph becomes an `elementwise` node whose `exp
 is text in the elementwise language of `emmy_core.ir.builders` over inputs named
 `x0, x1, ...`; an elementwise producer read only by the chain, of the chain's own
 shape, is inlined. Each input is `full` (the output's shape), `col` (a vector over
-the last axis) or `row` (one value per row, the last axis 1). Offers no fork.
+the last axis), `tail` (the output's trailing axes, leading ones 1: rotary's cos and
+sin over the sequence and the head dimension) or `row` (one value per row, the last
+axis 1). A half of the last axis (`half`, written `lo(x)` / `hi(x)`) and the join of
+two halves (`cat`, `cat(a, b)`) are inlined too, with the elementwise ops between them
+at half width: rotary's `rotate_half` becomes part of its chain, read in place, instead
+of slices and a concatenation materialised by torch. Offers no fork.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from emmy_core.graph.errors import UnsupportedOp
-from emmy_core.graph.ops import ELEMENTWISE_OPS, Dim, Graph, Node, prune, toposort
+from emmy_core.graph.ops import ELEMENTWISE_OPS, HALF_OPS, Dim, Graph, Node, prune, toposort
 from emmy_core.graph.passes import Pass
 
 _FN = {"neg": "neg", "exp": "exp", "rsqrt": "rsqrt", "relu": "relu", "silu": "silu"}
@@ -35,7 +40,25 @@ def bcast_kind(shape: tuple[Dim, ...], out: tuple[Dim, ...]) -> str | None:
         return "col"
     if len(shape) == len(out) and shape[-1] == 1 and shape[:-1] == out[:-1]:
         return "row"
+    lead = 0
+    while lead < len(shape) - 1 and shape[lead] == 1:
+        lead += 1
+    if 2 <= len(shape) - lead < len(out) and shape[lead:] == out[len(out) - len(shape) + lead:]:
+        return "tail"
     return None
+
+
+CHAIN_OPS = ELEMENTWISE_OPS | HALF_OPS
+
+
+def _fits(node: Node, out: Node) -> bool:
+    """Whether `node`'s value can be computed inside `out`'s chain: the same rows, the same or half the last axis
+    (the halves meet again at a `cat` inside the chain; a lowering refuses a chain where they do not)."""
+    a, b = node.type, out.type
+    if a == b:
+        return True
+    return a.dtype == b.dtype and a.shape[:-1] == b.shape[:-1] and isinstance(b.shape[-1], int) \
+        and a.shape[-1] in (b.shape[-1], b.shape[-1] // 2)
 
 
 class _Chain:
@@ -49,8 +72,8 @@ class _Chain:
 
     def text(self, node: Node, root: bool = False) -> str:
         if not root:
-            inline = (node.op in ELEMENTWISE_OPS and self.users[node.name] != ["<output>"] and
-                      len(self.users[node.name]) == 1 and node.type == self.out.type)
+            inline = (node.op in CHAIN_OPS and self.users[node.name] != ["<output>"] and
+                      len(self.users[node.name]) == 1 and _fits(node, self.out))
             if not inline:
                 return self.leaf(node.name)
             self.inlined.append(node.name)
@@ -62,6 +85,10 @@ class _Chain:
             return f"pow({args[0]}, {args[1]})"
         if node.op in _SYM:
             return f"({args[0]} {_SYM[node.op]} {args[1]})"
+        if node.op == "half":
+            return f"{'hi' if node.attr('part') else 'lo'}({args[0]})"
+        if node.op == "cat":
+            return f"cat({args[0]}, {args[1]})"
         if node.op == "gelu":
             return f"{'gelu_tanh' if node.attr('approximate') == 'tanh' else 'gelu'}({args[0]})"
         return f"{_FN[node.op]}({args[0]})"
@@ -69,7 +96,7 @@ class _Chain:
 
 def run(graph: Graph) -> Graph:
     index, users = graph.index(), graph.users()
-    roots = [n for n in graph.nodes if n.op in ELEMENTWISE_OPS]
+    roots = [n for n in graph.nodes if n.op in CHAIN_OPS]
     chains: dict[str, _Chain] = {}
     inlined: set[str] = set()
     for n in reversed(roots):  # last op of a chain first, so it swallows its producers
@@ -89,6 +116,11 @@ def run(graph: Graph) -> Graph:
             for leaf in chain.leaves:
                 kind = bcast_kind(index[leaf].type.shape, n.type.shape)
                 if kind is None:
+                    shape = index[leaf].type.shape
+                    if _fits(index[leaf], n) and shape != n.type.shape:
+                        raise UnsupportedOp(n.op, n.source, f"operand {index[leaf].type.text()} is a half of "
+                                            f"{n.type.text()}'s last axis computed outside the chain (the "
+                                            "elementwise kernels read halves of whole inputs only)")
                     raise UnsupportedOp(n.op, n.source, f"operand {index[leaf].type.text()} broadcasts to "
                                         f"{n.type.text()} in a way the elementwise kernels do not cover")
                 kinds.append(kind)
