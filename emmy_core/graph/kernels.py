@@ -112,31 +112,74 @@ def blocked_elementwise(expr: str, kinds: dict[str, str], dtype: str, batch_hint
     """y[B, (M,) C] = expr, each input read as its kind says (full [B, M, C], tail [M, C], col [C], row [B, M]);
     computed in f32. With `lo`/`hi`/`cat` in the expression, C is split into [P=2, H=C/2] and the loop over H
     stores both halves of the output, each its own expression (so both halves are contiguous simd loops)."""
+    if mid is None and "tail" in kinds.values():
+        raise IRError("elementwise: a tail input needs the middle axis M")
+    outer = [Axis("B", None, batch_hint)]
+    if isinstance(mid, Dim):
+        outer.append(Axis("M", mid.extent, mid.hint))
+    elif mid is not None:
+        outer.append(Axis("M", mid))
+    k = len(outer)
+    reads = {"full": tuple(range(k)), "tail": (1,) if k == 2 else (), "col": (), "row": tuple(range(k))}
+    for name, kind in kinds.items():
+        if kind not in reads:
+            raise IRError(f"elementwise input {name!r} has no broadcast kind (full, tail, col, row)")
+    mid_tag = "" if mid is None else f"M{mid}" if isinstance(mid, int) else "Mdyn"
+    return _blocked(expr, kinds, {n: reads[kd] for n, kd in kinds.items()}, dtype, outer, ["i", "m"][:k], cols,
+                    "ew", mid_tag)
+
+
+def permuted_elementwise(expr: str, kinds: dict[str, str], perms: dict[str, tuple[int, ...]], dtype: str,
+                         outer: tuple[int | Dim, ...], cols: int, span: int) -> Program:
+    """y[D0, .., Dk-1, C] = expr with one axis per outer dimension of the output, where an input named in `perms`
+    is the output's shape permuted (`y = x.permute(perm)`, the last axis staying last) and is read in place
+    through the permutation: a transpose feeding the chain (rotary's q and k, [B, S, heads, D] seen as
+    [B, heads, S, D]) costs no copy. Other kinds as `blocked_elementwise`, `tail` inputs over the last
+    `span` output axes; halves of the last axis likewise."""
+    k = len(outer)
+    axes = [Axis(f"D{i}", d.extent, d.hint) if isinstance(d, Dim) else Axis(f"D{i}", d) for i, d in enumerate(outer)]
+    reads: dict[str, tuple[int, ...]] = {}
+    for name, kind in kinds.items():
+        perm = perms.get(name)
+        if perm is not None:
+            if kind != "full" or sorted(perm) != list(range(k + 1)) or perm[-1] != k:
+                raise IRError(f"elementwise input {name!r}: permutation {perm} must keep the last axis last")
+            reads[name] = tuple(perm.index(j) for j in range(k))  # its dimension j runs over output axis perm^-1(j)
+        elif kind == "tail":
+            if not 2 <= span <= k:
+                raise IRError(f"elementwise input {name!r}: a tail over {span} axes of an output of {k + 1}")
+            reads[name] = tuple(range(k - span + 1, k))
+        elif kind in ("full", "row", "col"):
+            reads[name] = () if kind == "col" else tuple(range(k))
+        else:
+            raise IRError(f"elementwise input {name!r} has no broadcast kind (full, tail, col, row)")
+    tag = "".join(str(d) if isinstance(d, int) else "d" for d in outer)
+    perm_tag = "_".join(f"{n}p{''.join(map(str, p))}" for n, p in sorted(perms.items()))
+    return _blocked(expr, kinds, reads, dtype, axes, [f"i{i}" for i in range(k)], cols, "ewp", f"D{tag}_{perm_tag}")
+
+
+def _blocked(expr: str, kinds: dict[str, str], reads: dict[str, tuple[int, ...]], dtype: str, outer: list[Axis],
+             ovars: list[str], cols: int, family: str, shape_tag: str) -> Program:
+    """The elementwise program over `outer` axes (loop variables `ovars`) then the last (C, or its halves P x H):
+    input `n` indexed by the outer variables at positions `reads[n]` (a row input by no last axis), the output by
+    all of them; named `family` + h (halves) or t, then `shape_tag`."""
     t = acc_dtype(dtype)
     tree = parse_expr(expr)
     halves = uses_halves(tree)
     if halves and cols % 2:
         raise IRError(f"elementwise: halves of a last axis of odd length {cols}")
-    if mid is None and "tail" in kinds.values():
-        raise IRError("elementwise: a tail input needs the middle axis M")
     if _width(tree, kinds) == "half":
         raise IRError("elementwise: the result is a half of the last axis; join it with cat()")
-    m_axes: tuple[str, ...] = ("M",) if mid is not None else ()
-    m_vars: tuple[str, ...] = ("m",) if mid is not None else ()
     last_axes = ("P", "H") if halves else ("C",)
-    index = {"full": ("i", *m_vars), "tail": m_vars, "col": (), "row": ("i", *m_vars)}
-    shape = {"full": ("B", *m_axes, *last_axes), "tail": (*m_axes, *last_axes), "col": last_axes,
-             "row": ("B", *m_axes)}
     names: list[str] = []
 
     def load(name: str, part: int | None) -> Expr:
-        kind = kinds.get(name)
-        if kind not in index:
+        if name not in reads:
             raise IRError(f"elementwise input {name!r} has no broadcast kind (full, tail, col, row)")
         if name not in names:
             names.append(name)
-        last: tuple[str | int, ...] = () if kind == "row" else (part, "h") if halves else ("j",)  # type: ignore[assignment]
-        return to(t, Load(name, (*index[kind], *last)), dtype)
+        last: tuple[str | int, ...] = () if kinds[name] == "row" else (part, "h") if halves else ("j",)  # type: ignore[assignment]
+        return to(t, Load(name, (*(ovars[i] for i in reads[name]), *last)), dtype)
 
     def ev(tree: EwTree, part: int | None) -> Expr:
         """The value at half `part` of the last axis (a half-width subexpression: at its own position)."""
@@ -153,25 +196,22 @@ def blocked_elementwise(expr: str, kinds: dict[str, str], dtype: str, batch_hint
         return Binary(op, args[0], args[1]) if len(args) == 2 else activation(op, args[0], t)
 
     if halves:
-        stores: tuple[Stmt, ...] = tuple(Store("y", ("i", *m_vars, p, "h"), to(dtype, ev(tree, p), t)) for p in (0, 1))
-        inner = Loop("h", "H", stores)
+        stores: tuple[Stmt, ...] = tuple(Store("y", (*ovars, p, "h"), to(dtype, ev(tree, p), t)) for p in (0, 1))
+        body: Stmt = Loop("h", "H", stores)
     else:
-        inner = Loop("j", "C", (Store("y", ("i", *m_vars, "j"), to(dtype, ev(tree, None), t)),))
+        body = Loop("j", "C", (Store("y", (*ovars, "j"), to(dtype, ev(tree, None), t)),))
     if "y" in names:
         raise IRError("elementwise: 'y' names the result and cannot be an input")
-    body: Stmt = Loop("m", "M", (inner,)) if mid is not None else inner
-    buffers = [Buffer(n, "in", dtype, shape[kinds[n]]) for n in names]
-    buffers.append(Buffer("y", "out", dtype, ("B", *m_axes, *last_axes)))
-    axes = [Axis("B", None, batch_hint)]
-    if isinstance(mid, Dim):
-        axes.append(Axis("M", mid.extent, mid.hint))
-    elif mid is not None:
-        axes.append(Axis("M", mid))
-    axes += [Axis("P", 2), Axis("H", cols // 2)] if halves else [Axis("C", cols)]
+    for v, ax in reversed(list(zip(ovars, outer, strict=True))):
+        body = Loop(v, ax.name, (body,))
+    axis_names = [ax.name for ax in outer]
+    buffers = [Buffer(n, "in", dtype, (*(axis_names[i] for i in reads[n]), *(() if kinds[n] == "row" else last_axes)))
+               for n in names]
+    buffers.append(Buffer("y", "out", dtype, (*axis_names, *last_axes)))
+    axes = [*outer, *([Axis("P", 2), Axis("H", cols // 2)] if halves else [Axis("C", cols)])]
     tag = "_".join(f"{n}{kinds[n][0]}" for n in names if kinds[n] != "full")
-    mid_tag = "" if mid is None else f"M{mid}" if isinstance(mid, int) else "Mdyn"
-    name = kernel_name("ewh" if halves else "ewt", dtype, mid_tag, f"C{cols}", tag, ew_tag(tree))
-    prog = Program(name, tuple(axes), tuple(buffers), (Loop("i", "B", (body,)),))
+    name = kernel_name(family + ("h" if halves else "t"), dtype, shape_tag, f"C{cols}", tag, ew_tag(tree))
+    prog = Program(name, tuple(axes), tuple(buffers), (body,))
     validate(prog)
     return prog
 

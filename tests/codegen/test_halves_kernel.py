@@ -86,3 +86,43 @@ def test_blocked_elementwise_equals_torch_in_c_and_triton(c_backend: CBackend, c
 def test_halves_that_do_not_meet_again_are_refused(expr: str, fault: str) -> None:
     with pytest.raises(IRError, match=re.escape(fault)):
         blocked_elementwise(expr, {"x0": "full"}, "f32", 8, None, 6)
+
+
+PERMUTED = {  # name: (expr, kinds, perms, outer, output shape, inputs as the graph has them -> reference)
+    "rotary of a transposed q": (
+        ROTARY, {"x0": "full", "x1": "tail", "x2": "tail"}, {"x0": (0, 2, 1, 3)}, (Dim("D0", hint=2), 3, Dim("D2", 4)),
+        (2, 3, 5, 6), {"x0": (2, 5, 3, 6), "x1": (5, 6), "x2": (5, 6)},
+        lambda x: x["x0"].transpose(1, 2) * x["x1"] + rotate_half(x["x0"].transpose(1, 2)) * x["x2"]),
+    "a permuted input beside a row and a col": (
+        "x0 * x1 + x2", {"x0": "full", "x1": "row", "x2": "col"}, {"x0": (1, 0, 2)}, (4, Dim("D1", hint=2)),
+        (4, 3, 6), {"x0": (3, 4, 6), "x1": (4, 3, 1), "x2": (6,)},
+        lambda x: x["x0"].transpose(0, 1) * x["x1"] + x["x2"]),
+}
+
+
+@pytest.mark.parametrize("case", list(PERMUTED))
+def test_permuted_elementwise_reads_its_input_through_the_permutation_in_c_and_triton(c_backend: CBackend,
+                                                                                     case: str) -> None:
+    from emmy_core.graph.kernels import permuted_elementwise
+
+    expr, kinds, perms, outer, out, shapes, ref = PERMUTED[case]
+    program = permuted_elementwise(expr, kinds, perms, "f32", outer, 6, 2)
+    gen = torch.Generator().manual_seed(1)
+    x = {n: torch.randn(shape, generator=gen) for n, shape in shapes.items()}
+    want = ref({n: t.double() for n, t in x.items()})
+    sizes = {f"D{i}": out[i] for i, d in enumerate(outer) if isinstance(d, Dim)}
+    ext = {**{f"D{i}": out[i] for i in range(len(outer))}, **{a.name: a.extent for a in program.axes if a.extent}}
+    for build in (lambda p: c_backend.build(p, {"vec": 4, "threads": 2}, "rank"),
+                  lambda p: TritonBackend().build(p, {"block": 16}, "deploy")):
+        y = torch.full(out, float("nan"))
+        bufs = {n: t.reshape([ext[a] for a in program.buffer(n).shape]) for n, t in x.items()}
+        bufs["y"] = y.view([ext[a] for a in program.buffer("y").shape])
+        build(program)(bufs, sizes)
+        torch.testing.assert_close(y.double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_permutation_that_moves_the_last_axis_is_refused() -> None:
+    from emmy_core.graph.kernels import permuted_elementwise
+
+    with pytest.raises(IRError, match="keep the last axis last"):
+        permuted_elementwise("x0 * 2.0", {"x0": "full"}, {"x0": (0, 2, 1)}, "f32", (3, 4), 6, 0)

@@ -9,7 +9,10 @@ sin over the sequence and the head dimension) or `row` (one value per row, the l
 axis 1). A half of the last axis (`half`, written `lo(x)` / `hi(x)`) and the join of
 two halves (`cat`, `cat(a, b)`) are inlined too, with the elementwise ops between them
 at half width: rotary's `rotate_half` becomes part of its chain, read in place, instead
-of slices and a concatenation materialised by torch. Offers no fork.
+of slices and a concatenation materialised by torch. A transpose or permute read only by
+the chain (keeping the last axis last) is read in place through its permutation (`perms`:
+rotary's q and k come from a projection as [B, S, heads, D] seen as [B, heads, S, D]).
+Offers no fork.
 """
 
 from __future__ import annotations
@@ -66,9 +69,29 @@ class _Chain:
         self.out, self.index, self.users = out, index, users
         self.leaves: dict[str, int] = {}  # leaf value -> its number, in order of first use
         self.inlined: list[str] = []
+        self.perms: dict[str, tuple[int, ...]] = {}  # leaf value read through a permutation -> the permutation
 
     def leaf(self, name: str) -> str:
         return f"x{self.leaves.setdefault(name, len(self.leaves))}"
+
+    def read_permutes(self) -> None:
+        """Once the chain is built: each leaf that is a transpose or permute read by nothing but this chain, of a
+        value read by nothing but it, keeping the last axis last, is replaced by that value read through the
+        permutation (same input number), so the permuted copy is never made."""
+        mine = {*self.inlined, self.out.name}
+        leaves: dict[str, int] = {}
+        for leaf, i in self.leaves.items():
+            node = self.index[leaf]
+            perm = node.attr("perm")
+            source = node.inputs[0] if node.inputs else ""
+            if node.op in ("transpose", "permute") and isinstance(perm, tuple) and node.type == self.out.type \
+                    and perm[-1] == len(perm) - 1 and perm != tuple(range(len(perm))) \
+                    and set(self.users[leaf]) <= mine and self.users[source] == [leaf] and source not in self.leaves:
+                leaves[source] = i
+                self.perms[source] = perm
+            else:
+                leaves[leaf] = i
+        self.leaves = leaves
 
     def text(self, node: Node, root: bool = False) -> str:
         if not root:
@@ -104,6 +127,7 @@ def run(graph: Graph) -> Graph:
             continue
         chain = _Chain(n, index, users)
         expr = chain.text(n, root=True)
+        chain.read_permutes()
         inlined.update(chain.inlined)
         chains[n.name] = (chain, expr)  # type: ignore[assignment]
     nodes: list[Node] = []
@@ -114,6 +138,9 @@ def run(graph: Graph) -> Graph:
             chain, expr = chains[n.name]  # type: ignore[misc]
             kinds = []
             for leaf in chain.leaves:
+                if leaf in chain.perms:  # read through its permutation: the output's shape
+                    kinds.append("full")
+                    continue
                 kind = bcast_kind(index[leaf].type.shape, n.type.shape)
                 if kind is None:
                     shape = index[leaf].type.shape
@@ -124,8 +151,11 @@ def run(graph: Graph) -> Graph:
                     raise UnsupportedOp(n.op, n.source, f"operand {index[leaf].type.text()} broadcasts to "
                                         f"{n.type.text()} in a way the elementwise kernels do not cover")
                 kinds.append(kind)
-            n = Node(n.name, "elementwise", tuple(chain.leaves), n.type,
-                     (("expr", expr), ("bcast", tuple(kinds))), n.source)
+            attrs: list[tuple[str, object]] = [("expr", expr), ("bcast", tuple(kinds))]
+            if chain.perms:
+                attrs.append(("perms", tuple((i, chain.perms[leaf]) for i, leaf in enumerate(chain.leaves)
+                                             if leaf in chain.perms)))
+            n = Node(n.name, "elementwise", tuple(chain.leaves), n.type, tuple(attrs), n.source)  # type: ignore[arg-type]
         nodes.append(n)
     return prune(replace(graph, nodes=toposort(nodes)))
 
