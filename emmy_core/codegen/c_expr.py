@@ -343,9 +343,9 @@ def binary_c(op: str, a: str, b: str, ct: str) -> str:
 # ---- expressions ---------------------------------------------------------------------------------
 
 
-def offset_c(program: Program, buffer: str, index: tuple[str, ...]) -> str:
-    """Row-major element offset of `buffer[index]` (contiguous storage)."""
-    return offset_of(program, buffer, tuple(var_c(v) for v in index))
+def offset_c(program: Program, buffer: str, index: tuple[str | int, ...]) -> str:
+    """Row-major element offset of `buffer[index]` (contiguous storage); a constant position is a literal."""
+    return offset_of(program, buffer, tuple(f"INT64_C({v})" if isinstance(v, int) else var_c(v) for v in index))
 
 
 def offset_of(program: Program, buffer: str, positions: tuple[str, ...]) -> str:

@@ -215,7 +215,8 @@ class Writer:
                 dims, tail = dims[:-n], code
         terms = []
         for d in dims:
-            code = scope.var(index[d]).code
+            v = index[d]
+            code = str(v) if isinstance(v, int) else scope.var(v).code  # a constant position is a literal
             st = self.stride(buffer, d)
             terms.append(f"{code} * {st}" if st else code)
         offs = " + ".join(terms + ([tail] if tail else []))
@@ -224,6 +225,8 @@ class Writer:
     def mask(self, scope: Scope, index: tuple[str, ...]) -> str | None:
         masks: list[str] = []
         for var in index:
+            if isinstance(var, int):  # a constant position is in bounds by the IR's rule
+                continue
             m = scope.var(var).mask
             if m is not None and m not in masks:
                 masks.append(m)

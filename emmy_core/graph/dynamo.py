@@ -44,6 +44,7 @@ UNARY: dict[object, str] = {
 }
 MATMUL: dict[object, str] = {torch.matmul: "matmul", operator.matmul: "matmul", torch.bmm: "matmul",
                              "matmul": "matmul", "bmm": "matmul"}
+CAT = frozenset({torch.cat, torch.concat, torch.concatenate})
 REDUCE: dict[object, str] = {torch.mean: "mean", "mean": "mean", torch.sum: "sum", "sum": "sum"}
 SOFTMAX = frozenset({F.softmax, torch.softmax, "softmax"})
 NORMS: dict[object, str] = {F.layer_norm: "layernorm", torch.layer_norm: "layernorm", F.rms_norm: "rmsnorm",
@@ -134,6 +135,8 @@ def refusal(node: fx.Node, device: str = "cpu", consts: Mapping[str, float] | No
         return f"on {out.device}; this compile's card runs on {device}"
     k = _key(node)
     tensors = [value(a) for a in (*node.args, *node.kwargs.values()) if isinstance(value(a), torch.Tensor)]
+    if k in CAT:
+        return _cat_problem(node)
     for a in node.args:
         if isinstance(a, list | tuple) and any(isinstance(value(x), torch.Tensor) for x in a):
             return "takes a list of tensors"
@@ -150,6 +153,9 @@ def refusal(node: fx.Node, device: str = "cpu", consts: Mapping[str, float] | No
         return "mixes data types"
     if k in RESHAPE or k in PERMUTE:
         return None
+    if k is operator.getitem:
+        part = half_part(node)
+        return part if isinstance(part, str) else None
     shape = shape_of(out)
     if k in BINARY:
         a, b = _arg(node, 0, "input"), _arg(node, 1, "other")
@@ -235,6 +241,52 @@ def refusal(node: fx.Node, device: str = "cpu", consts: Mapping[str, float] | No
             return "eps is not a constant (Dynamo made it symbolic)"
         return None
     return "Emmy has no kernel for it"
+
+
+def half_part(node: fx.Node) -> int | str:
+    """Which half of the last axis `x[..., :n]` or `x[..., n:]` reads (0 or 1; n half the static last axis),
+    or why the `getitem` is not such a slice."""
+    x = value(node.args[0]) if node.args else None
+    if not isinstance(x, torch.Tensor) or x.dim() == 0 or len(node.args) != 2:
+        return "indexes other than a tensor"
+    idx = node.args[1] if isinstance(node.args[1], tuple) else (node.args[1],)
+    rest = [i for i in idx if i is not Ellipsis]
+    if len(rest) > x.dim() or sum(i is Ellipsis for i in idx) > 1 or not (Ellipsis in idx or len(rest) == x.dim()):
+        return "an index that does not reach the last axis"
+    if not rest or any(not isinstance(i, slice) or i != slice(None) for i in idx[:-1] if i is not Ellipsis) \
+            or idx[-1] is Ellipsis:
+        return "an index other than a slice of the last axis"
+    last, cut = idx[-1], sym_key(x.shape[-1])
+    if not isinstance(last, slice) or not all(v is None or (isinstance(v, int) and not isinstance(v, bool))
+                                              for v in (last.start, last.stop, last.step)):
+        return "an index other than a constant slice of the last axis"
+    if not isinstance(cut, int) or cut % 2:
+        return "a slice of a dynamic or odd last axis"
+    start, stop, step = last.indices(cut)
+    halves = {(0, cut // 2): 0, (cut // 2, cut): 1}
+    if step != 1 or (start, stop) not in halves:
+        return f"a slice [{start}:{stop}] of a last axis of {cut} that is not one of its halves"
+    return halves[(start, stop)]
+
+
+def _cat_problem(node: fx.Node) -> str | None:
+    """Why a `torch.cat` is not two halves joined along the last axis (None: it is)."""
+    parts = node.args[0] if node.args else node.kwargs.get("tensors")
+    dim = _arg(node, 1, "dim", 0)
+    if set(node.kwargs) - {"dim", "tensors"} or not isinstance(parts, list | tuple) or len(parts) != 2 \
+            or not all(isinstance(value(p), torch.Tensor) for p in parts):
+        return "a concatenation of other than two tensors"
+    a, b = (value(p) for p in parts)
+    out = value(node)
+    if not _last_dim(dim, out.dim()):
+        return "a concatenation along other than the last axis"
+    if a.dtype != out.dtype or b.dtype != out.dtype:
+        return "mixes data types"
+    half = sym_key(a.shape[-1])
+    if not isinstance(half, int) or sym_key(b.shape[-1]) != half or \
+            shape_of(a)[:-1] != shape_of(out)[:-1] or shape_of(b)[:-1] != shape_of(out)[:-1]:
+        return "a concatenation of other than two equal static halves of the same rows"
+    return None
 
 
 def alias_only(node: fx.Node) -> bool:
@@ -399,6 +451,10 @@ def _one(n: fx.Node, env: dict[fx.Node, str], names: SizeNames, consts: Mapping[
 
     if k in ALIAS:
         return t(n.args[0])
+    if k is operator.getitem:
+        return make("half", (t(n.args[0]),), part=half_part(n))
+    if k in CAT:
+        return make("cat", tuple(t(p) for p in (n.args[0] if n.args else n.kwargs["tensors"])))
     if k in RESHAPE:
         return make("reshape", (t(n.args[0]),), target=ttype.shape)
     if k in PERMUTE:

@@ -2,6 +2,11 @@
 
 - `broadcast_elementwise`: the elementwise language of the builders over inputs that are
   `full` [B, C], `col` [C] (a vector over the row) or `row` [B] (one value per row);
+- `blocked_elementwise`: the same over `[B, M, C]` where an input may also be `tail` [M, C]
+  (rotary's cos and sin: the output's trailing axes), and where the expression may read the
+  halves of the last axis (`lo`, `hi`) and join two (`cat`): C is then split into [2, C/2]
+  and each half of the output is stored by its own expression, every access a constant
+  half and a loop variable, so rotate_half costs no index arithmetic and no pass over memory;
 - `row_reduce`: `sum` or `mean` of each row into `y[B]`;
 - `dynamic_row`: a row kernel whose row axis is dynamic (softmax over the sequence),
   from the builder's static program with the row axis made dynamic and renamed;
@@ -15,9 +20,20 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from emmy_core.ir.builders import acc_dtype, activation, ew_tag, kernel_name, lower_expr, parse_expr, to
+from emmy_core.ir.builders import (
+    Dim,
+    acc_dtype,
+    activation,
+    c,
+    ew_tag,
+    kernel_name,
+    lower_expr,
+    parse_expr,
+    to,
+)
 from emmy_core.ir.check import validate
 from emmy_core.ir.errors import IRError
+from emmy_core.ir.ew_expr import HALF_FUNCTIONS, EwTree
 from emmy_core.ir.nodes import (
     Axis,
     Binary,
@@ -60,6 +76,142 @@ def broadcast_elementwise(expr: str, kinds: dict[str, str], dtype: str, batch_hi
     tag = "_".join(f"{n}{kinds[n][0]}" for n in names if kinds[n] != "full")
     name = kernel_name("ewb", dtype, f"C{cols}", tag, ew_tag(tree))
     prog = Program(name, (Axis("B", None, batch_hint), Axis("C", cols)), tuple(buffers), body)
+    validate(prog)
+    return prog
+
+
+def uses_halves(tree: EwTree) -> bool:
+    """Whether an elementwise expression reads a half of the last axis or joins two."""
+    return tree[0] in HALF_FUNCTIONS or (tree[0] not in ("in", "num") and any(uses_halves(t) for t in tree[1:]))
+
+
+def _width(tree: EwTree, kinds: dict[str, str]) -> str:
+    """`full` (the output's last axis), `half`, or `any` (a number, a row input) for a subexpression."""
+    op = tree[0]
+    if op == "num":
+        return "any"
+    if op == "in":
+        return "any" if kinds.get(tree[1]) == "row" else "full"
+    widths = [_width(t, kinds) for t in tree[1:]]
+    if op in ("lo", "hi"):
+        if widths[0] == "half":
+            raise IRError(f"elementwise: {op}() of a half")
+        return "half"
+    if op == "cat":
+        if "full" in widths:
+            raise IRError("elementwise: cat() of a value that is not a half")
+        return "full"
+    known = {w for w in widths if w != "any"}
+    if len(known) > 1:
+        raise IRError(f"elementwise: {op}() mixes a half with a whole last axis")
+    return known.pop() if known else "any"
+
+
+def blocked_elementwise(expr: str, kinds: dict[str, str], dtype: str, batch_hint: int, mid: int | Dim | None,
+                        cols: int) -> Program:
+    """y[B, (M,) C] = expr, each input read as its kind says (full [B, M, C], tail [M, C], col [C], row [B, M]);
+    computed in f32. With `lo`/`hi`/`cat` in the expression, C is split into [P=2, H=C/2] and the loop over H
+    stores both halves of the output, each its own expression (so both halves are contiguous simd loops)."""
+    if mid is None and "tail" in kinds.values():
+        raise IRError("elementwise: a tail input needs the middle axis M")
+    outer = [Axis("B", None, batch_hint)]
+    if isinstance(mid, Dim):
+        outer.append(Axis("M", mid.extent, mid.hint))
+    elif mid is not None:
+        outer.append(Axis("M", mid))
+    k = len(outer)
+    reads = {"full": tuple(range(k)), "tail": (1,) if k == 2 else (), "col": (), "row": tuple(range(k))}
+    for name, kind in kinds.items():
+        if kind not in reads:
+            raise IRError(f"elementwise input {name!r} has no broadcast kind (full, tail, col, row)")
+    mid_tag = "" if mid is None else f"M{mid}" if isinstance(mid, int) else "Mdyn"
+    return _blocked(expr, kinds, {n: reads[kd] for n, kd in kinds.items()}, dtype, outer, ["i", "m"][:k], cols,
+                    "ew", mid_tag)
+
+
+def permuted_elementwise(expr: str, kinds: dict[str, str], perms: dict[str, tuple[int, ...]], dtype: str,
+                         outer: tuple[int | Dim, ...], cols: int, span: int) -> Program:
+    """y[D0, .., Dk-1, C] = expr with one axis per outer dimension of the output, where an input named in `perms`
+    is the output's shape permuted (`y = x.permute(perm)`, the last axis staying last) and is read in place
+    through the permutation: a transpose feeding the chain (rotary's q and k, [B, S, heads, D] seen as
+    [B, heads, S, D]) costs no copy. Other kinds as `blocked_elementwise`, `tail` inputs over the last
+    `span` output axes; halves of the last axis likewise."""
+    k = len(outer)
+    axes = [Axis(f"D{i}", d.extent, d.hint) if isinstance(d, Dim) else Axis(f"D{i}", d) for i, d in enumerate(outer)]
+    reads: dict[str, tuple[int, ...]] = {}
+    for name, kind in kinds.items():
+        perm = perms.get(name)
+        if perm is not None:
+            if kind != "full" or sorted(perm) != list(range(k + 1)) or perm[-1] != k:
+                raise IRError(f"elementwise input {name!r}: permutation {perm} must keep the last axis last")
+            reads[name] = tuple(perm.index(j) for j in range(k))  # its dimension j runs over output axis perm^-1(j)
+        elif kind == "tail":
+            if not 2 <= span <= k:
+                raise IRError(f"elementwise input {name!r}: a tail over {span} axes of an output of {k + 1}")
+            reads[name] = tuple(range(k - span + 1, k))
+        elif kind in ("full", "row", "col"):
+            reads[name] = () if kind == "col" else tuple(range(k))
+        else:
+            raise IRError(f"elementwise input {name!r} has no broadcast kind (full, tail, col, row)")
+    tag = "".join(str(d) if isinstance(d, int) else "d" for d in outer)
+    perm_tag = "_".join(f"{n}p{''.join(map(str, p))}" for n, p in sorted(perms.items()))
+    return _blocked(expr, kinds, reads, dtype, axes, [f"i{i}" for i in range(k)], cols, "ewp", f"D{tag}_{perm_tag}")
+
+
+def _blocked(expr: str, kinds: dict[str, str], reads: dict[str, tuple[int, ...]], dtype: str, outer: list[Axis],
+             ovars: list[str], cols: int, family: str, shape_tag: str) -> Program:
+    """The elementwise program over `outer` axes (loop variables `ovars`) then the last (C, or its halves P x H):
+    input `n` indexed by the outer variables at positions `reads[n]` (a row input by no last axis), the output by
+    all of them; named `family` + h (halves) or t, then `shape_tag`."""
+    t = acc_dtype(dtype)
+    tree = parse_expr(expr)
+    halves = uses_halves(tree)
+    if halves and cols % 2:
+        raise IRError(f"elementwise: halves of a last axis of odd length {cols}")
+    if _width(tree, kinds) == "half":
+        raise IRError("elementwise: the result is a half of the last axis; join it with cat()")
+    last_axes = ("P", "H") if halves else ("C",)
+    names: list[str] = []
+
+    def load(name: str, part: int | None) -> Expr:
+        if name not in reads:
+            raise IRError(f"elementwise input {name!r} has no broadcast kind (full, tail, col, row)")
+        if name not in names:
+            names.append(name)
+        last: tuple[str | int, ...] = () if kinds[name] == "row" else (part, "h") if halves else ("j",)  # type: ignore[assignment]
+        return to(t, Load(name, (*(ovars[i] for i in reads[name]), *last)), dtype)
+
+    def ev(tree: EwTree, part: int | None) -> Expr:
+        """The value at half `part` of the last axis (a half-width subexpression: at its own position)."""
+        op = tree[0]
+        if op == "in":
+            return load(tree[1], part)
+        if op == "num":
+            return c(t, tree[1])
+        if op in ("lo", "hi"):
+            return ev(tree[1], 0 if op == "lo" else 1)
+        if op == "cat":
+            return ev(tree[1 + int(part or 0)], None)
+        args = [ev(sub, part) for sub in tree[1:]]
+        return Binary(op, args[0], args[1]) if len(args) == 2 else activation(op, args[0], t)
+
+    if halves:
+        stores: tuple[Stmt, ...] = tuple(Store("y", (*ovars, p, "h"), to(dtype, ev(tree, p), t)) for p in (0, 1))
+        body: Stmt = Loop("h", "H", stores)
+    else:
+        body = Loop("j", "C", (Store("y", (*ovars, "j"), to(dtype, ev(tree, None), t)),))
+    if "y" in names:
+        raise IRError("elementwise: 'y' names the result and cannot be an input")
+    for v, ax in reversed(list(zip(ovars, outer, strict=True))):
+        body = Loop(v, ax.name, (body,))
+    axis_names = [ax.name for ax in outer]
+    buffers = [Buffer(n, "in", dtype, (*(axis_names[i] for i in reads[n]), *(() if kinds[n] == "row" else last_axes)))
+               for n in names]
+    buffers.append(Buffer("y", "out", dtype, (*axis_names, *last_axes)))
+    axes = [*outer, *([Axis("P", 2), Axis("H", cols // 2)] if halves else [Axis("C", cols)])]
+    tag = "_".join(f"{n}{kinds[n][0]}" for n in names if kinds[n] != "full")
+    name = kernel_name(family + ("h" if halves else "t"), dtype, shape_tag, f"C{cols}", tag, ew_tag(tree))
+    prog = Program(name, tuple(axes), tuple(buffers), (body,))
     validate(prog)
     return prog
 

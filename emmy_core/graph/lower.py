@@ -28,6 +28,8 @@ from emmy_core.graph.ops import LAYOUT_OPS, Dim, Graph, Node
 from emmy_core.ir import builders
 from emmy_core.ir.builders import Dim as BDim
 from emmy_core.ir.check import MAX_EXTENT
+from emmy_core.ir.errors import IRError
+from emmy_core.ir.ew_expr import parse_expr
 from emmy_core.ir.identity import kernel_id
 from emmy_core.ir.nodes import Program
 
@@ -194,9 +196,80 @@ def split_rows_cols(shape: tuple[Dim, ...], need_last: bool) -> tuple[tuple[Dim,
     return shape[:i], int(cols)
 
 
+def _lower_blocked(n: Node, index: dict[str, Node], hints: dict[str, int], kinds: tuple[str, ...],
+                   expr: str) -> KernelStep:
+    """An elementwise chain with a `tail` input or halves of the last axis: `[B, M, C]` (`gk.blocked_elementwise`),
+    B the axes before the tail inputs' trailing axes, M those trailing axes less the last."""
+    names = [f"x{i}" for i in range(len(n.inputs))]
+    out = n.type.shape
+    if not isinstance(out[-1], int):
+        raise UnsupportedOp("elementwise", n.source, "halves or a tail broadcast of a dynamic last axis")
+    span = _tail_span(n, index, kinds)
+    lead_dims = out[:len(out) - span] if span else out[:-1]
+    mid_dims = out[len(out) - span:-1] if span else ()
+    axes: list[tuple[str, tuple[Dim, ...]]] = [("B", lead_dims)]
+    mid: int | BDim | None = None
+    if span:
+        if all(isinstance(d, int) for d in mid_dims):
+            mid = prod(mid_dims)  # type: ignore[arg-type]
+        else:
+            mid = BDim("M", _hint(mid_dims, hints))
+            axes.append(("M", mid_dims))
+    try:
+        prog = gk.blocked_elementwise(expr, dict(zip(names, kinds, strict=True)), n.type.dtype,
+                                      _hint(lead_dims, hints), mid, out[-1])
+    except IRError as exc:
+        raise UnsupportedOp("elementwise", n.source, str(exc)) from None
+    return KernelStep(n.name, "elementwise", prog, tuple(zip(names, n.inputs, strict=True)), (("y", n.name),),
+                      tuple(axes), (), n.source)
+
+
+def _tail_span(n: Node, index: dict[str, Node], kinds: tuple[str, ...]) -> int | None:
+    """How many trailing output axes the `tail` inputs of an elementwise node cover (None: no tail input)."""
+    spans = set()
+    for name, kind in zip(n.inputs, kinds, strict=True):
+        if kind == "tail":
+            shape = index[name].type.shape
+            lead = next(i for i, d in enumerate(shape) if d != 1 or i == len(shape) - 1)
+            spans.add(len(shape) - lead)
+    if len(spans) > 1:
+        raise UnsupportedOp("elementwise", n.source, "tail inputs over different numbers of trailing axes")
+    return spans.pop() if spans else None
+
+
+def _lower_permuted(n: Node, index: dict[str, Node], hints: dict[str, int], kinds: tuple[str, ...],
+                    expr: str) -> KernelStep:
+    """An elementwise chain reading an input through a permutation: one kernel axis per output axis
+    (`gk.permuted_elementwise`), each dynamic one the graph dimension it is."""
+    names = [f"x{i}" for i in range(len(n.inputs))]
+    out = n.type.shape
+    if not isinstance(out[-1], int):
+        raise UnsupportedOp("elementwise", n.source, "a permuted read with a dynamic last axis")
+    outer: list[int | BDim] = []
+    axes: list[tuple[str, tuple[Dim, ...]]] = []
+    for i, d in enumerate(out[:-1]):
+        if isinstance(d, int):
+            outer.append(d)
+        else:
+            outer.append(BDim(f"D{i}", hints[d]))
+            axes.append((f"D{i}", (d,)))
+    perms = {names[i]: tuple(p) for i, p in n.attr("perms")}  # type: ignore[union-attr,misc]
+    try:
+        prog = gk.permuted_elementwise(expr, dict(zip(names, kinds, strict=True)), perms, n.type.dtype,
+                                       tuple(outer), out[-1], _tail_span(n, index, kinds) or 0)
+    except IRError as exc:
+        raise UnsupportedOp("elementwise", n.source, str(exc)) from None
+    return KernelStep(n.name, "elementwise", prog, tuple(zip(names, n.inputs, strict=True)), (("y", n.name),),
+                      tuple(axes), (), n.source)
+
+
 def _lower_elementwise(n: Node, index: dict[str, Node], hints: dict[str, int]) -> KernelStep:
     kinds = tuple(str(k) for k in n.attr("bcast") or ())
     expr = str(n.attr("expr"))
+    if n.attr("perms"):
+        return _lower_permuted(n, index, hints, kinds, expr)
+    if "tail" in kinds or gk.uses_halves(parse_expr(expr)):
+        return _lower_blocked(n, index, hints, kinds, expr)
     names = [f"x{i}" for i in range(len(n.inputs))]
     broadcast = any(k != "full" for k in kinds)
     if broadcast and not isinstance(n.type.shape[-1], int):

@@ -28,11 +28,15 @@ SOURCE_OPS = frozenset(
         "silu", "gelu", "relu", "exp", "rsqrt",
         "mean", "sum", "softmax", "rmsnorm", "layernorm",
         "reshape", "transpose", "permute",
+        "half", "cat",
     }
 )
 UNARY_OPS = frozenset({"neg", "silu", "gelu", "relu", "exp", "rsqrt"})
 BINARY_OPS = frozenset({"add", "sub", "mul", "div", "pow"})
 ELEMENTWISE_OPS = UNARY_OPS | BINARY_OPS
+# the halves of the last axis: `half` (attr part 0 or 1) reads one half, `cat` joins two halves; they fuse into
+# elementwise chains, whose kernels then compute the two halves of the last axis each as its own expression
+HALF_OPS = frozenset({"half", "cat"})
 LAYOUT_OPS = frozenset({"reshape", "transpose", "permute"})
 NORM_OPS = frozenset({"rmsnorm", "layernorm", "softmax"})
 FUSED_OPS = frozenset({"elementwise", "tap"})

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from emmy_core.ir.check import validate
 from emmy_core.ir.errors import IRError
-from emmy_core.ir.ew_expr import EW_FUNCTIONS, EwTree, ew_tag, parse_expr
+from emmy_core.ir.ew_expr import EW_FUNCTIONS, HALF_FUNCTIONS, EwTree, ew_tag, parse_expr
 from emmy_core.ir.names import name_problem
 from emmy_core.ir.nodes import (
     Axis,
@@ -369,6 +369,9 @@ def lower_expr(tree: EwTree, load: Callable[[str], Expr], t: str, names: list[st
         return load(tree[1])
     if tree[0] == "num":
         return c(t, tree[1])
+    if tree[0] in HALF_FUNCTIONS:
+        raise IRError(f"elementwise: {tree[0]}() reads halves of the last axis; only the halves kernel "
+                      "(emmy_core.graph.kernels.blocked_elementwise) computes it")
     args = [lower_expr(sub, load, t, names) for sub in tree[1:]]
     if len(args) == 2:
         return Binary(tree[0], args[0], args[1])

@@ -5,8 +5,8 @@ fault is reported at its line and column) and `validate()` walks a program built
 in code through the same calls (so a fault is reported by its path). Rules:
 names follow `names.py` and are never shadowed; axes and buffers are declared once;
 `in` buffers are only loaded and `out` buffers only stored, each at least once;
-an index is a loop variable whose axis is the buffer's axis in that position (so
-every access is in bounds by construction); operands of an operator share a data
+an index is a loop variable whose axis is the buffer's axis in that position, or a
+constant position inside a static axis (so every access is in bounds by construction); operands of an operator share a data
 type and casts are explicit; nesting is bounded.
 """
 
@@ -125,7 +125,7 @@ class Scope:
         self.frames[-1].append(name)
 
     # -- expressions
-    def index(self, buffer: str, index: tuple[str, ...], role: str) -> Buffer:
+    def index(self, buffer: str, index: tuple[str | int, ...], role: str) -> Buffer:
         buf = self.buffers.get(buffer)
         if buf is None:
             raise IRError(f"unknown buffer {str(buffer)[:70]!r}")
@@ -135,6 +135,16 @@ class Scope:
         if len(index) != len(buf.shape):
             raise IRError(f"buffer {buffer!r} has rank {len(buf.shape)} but is indexed with {len(index)}")
         for pos, (var, ax) in enumerate(zip(index, buf.shape, strict=True)):
+            if isinstance(var, int) and not isinstance(var, bool):  # a constant position of a static axis
+                extent = self.axes[ax].extent
+                if extent is None:
+                    raise IRError(f"constant index {var} of {buffer!r} at position {pos}: axis {ax!r} is dynamic")
+                if not 0 <= var < extent:
+                    raise IRError(f"constant index {var} of {buffer!r} at position {pos} is outside axis {ax!r} "
+                                  f"(0..{extent - 1})")
+                continue
+            if not isinstance(var, str):
+                raise IRError(f"index of {buffer!r} at position {pos} is neither a loop variable nor an integer")
             bound = self.loop_vars.get(var)
             if bound is None:
                 raise IRError(f"index {str(var)[:70]!r} of {buffer!r} is not a loop variable in scope")
@@ -233,7 +243,7 @@ class Scope:
             raise IRError(f"let {name!r} is declared {dtype} but its value is {value_type}")
         self.declare_value(name, dtype)
 
-    def check_store(self, buffer: str, index: tuple[str, ...], value_type: str) -> None:
+    def check_store(self, buffer: str, index: tuple[str | int, ...], value_type: str) -> None:
         buf = self.index(buffer, index, "out")
         if value_type != buf.dtype:
             raise IRError(f"store into {buffer!r} ({buf.dtype}) of a {value_type} value (cast explicitly)")

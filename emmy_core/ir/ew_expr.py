@@ -3,7 +3,9 @@
     expr := term (('+' | '-') term)*      term := unary (('*' | '/') unary)*
     unary := '-' unary | atom             atom := NUMBER | NAME | FN '(' expr [',' expr] ')' | '(' expr ')'
 
-FN is one of EW_FUNCTIONS (max, min, pow take two arguments); NAME is an input buffer and
+FN is one of EW_FUNCTIONS (max, min, pow, cat take two arguments); `lo(x)` and `hi(x)` are the
+first and second half of x's last axis, `cat(a, b)` joins two halves (only the halves kernel of
+`emmy_core.graph.kernels` reads them; the plain builders refuse them); NAME is an input buffer and
 follows the IR's identifier rule. The result is a small tuple tree that `builders.lower_expr`
 turns into IR expressions.
 """
@@ -17,8 +19,9 @@ from emmy_core.ir.errors import IRError
 from emmy_core.ir.names import name_problem
 
 EW_FUNCTIONS = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "exp", "log", "sqrt", "rsqrt", "abs", "tanh",
-                "erf", "recip", "neg", "max", "min", "pow")
-_EW_BINARY_FN = frozenset({"max", "min", "pow"})
+                "erf", "recip", "neg", "max", "min", "pow", "lo", "hi", "cat")
+_EW_BINARY_FN = frozenset({"max", "min", "pow", "cat"})
+HALF_FUNCTIONS = frozenset({"lo", "hi", "cat"})  # the halves of the last axis and their join
 _EW_TOKEN = re.compile(r"\s*(?:(?P<num>[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)"
                        r"|(?P<op>[-+*/(),]))")
 _EW_OPS = {"+": "add", "-": "sub", "*": "mul", "/": "div"}

@@ -104,7 +104,9 @@ class _Run:
         self.vars: list[tuple[str, str]] = []  # loop variables in scope, outermost first
         self.values: dict[str, tuple[np.ndarray, str]] = {}
 
-    def _index(self, var: str) -> np.ndarray:
+    def _index(self, var: str | int) -> np.ndarray:
+        if isinstance(var, int):  # a constant position
+            return np.asarray(var, dtype=np.int64)
         depth = len(self.vars)
         for pos, (v, axis) in enumerate(self.vars):
             if v == var:
@@ -184,6 +186,9 @@ class _Run:
         value = value[keep] if depth else value
         idx = []
         for v in s.index:
+            if isinstance(v, int):  # a constant position
+                idx.append(np.asarray(v, dtype=np.int64))
+                continue
             pos = next(p for p, (w, _) in enumerate(self.vars) if w == v)
             shape = [1] * depth
             shape[pos] = full[pos]

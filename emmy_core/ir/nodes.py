@@ -44,10 +44,13 @@ class Buffer:
 # ---- expressions -------------------------------------------------------------------------------
 
 
+Index = tuple[str | int, ...]  # per axis of the buffer: a loop variable over it, or a constant position in it
+
+
 @dataclass(frozen=True)
 class Load:
     buffer: str
-    index: tuple[str, ...]
+    index: Index
 
 
 @dataclass(frozen=True)
@@ -148,7 +151,7 @@ class Reduce:
 @dataclass(frozen=True)
 class Store:
     buffer: str
-    index: tuple[str, ...]
+    index: Index
     value: Expr
 
 

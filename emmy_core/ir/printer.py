@@ -41,7 +41,7 @@ def _num(c: Const) -> str:
 
 def render_expr(e: Expr) -> str:
     if isinstance(e, Load):
-        return f"{e.buffer}[{', '.join(e.index)}]"
+        return f"{e.buffer}[{', '.join(map(str, e.index))}]"
     if isinstance(e, Ref):
         return e.name
     if isinstance(e, Const):
@@ -79,7 +79,7 @@ def _render_stmts(stmts: tuple[Stmt, ...], depth: int, out: list[str]) -> None:
                 f"{pad}reduce {s.name}: {s.dtype} = {s.op}({s.var} in {s.axis}{win}) {render_expr(s.body)}"
             )
         elif isinstance(s, Store):
-            out.append(f"{pad}{s.buffer}[{', '.join(s.index)}] = {render_expr(s.value)}")
+            out.append(f"{pad}{s.buffer}[{', '.join(map(str, s.index))}] = {render_expr(s.value)}")
         else:
             raise IRError(f"not a statement: {type(s).__name__}")
 

@@ -9,9 +9,10 @@ writes one declaration or statement per line, indented by two spaces a level):
     stmt     := 'for' NAME 'in' NAME '{' stmt+ '}'
               | 'let' NAME ':' DTYPE '=' expr
               | 'reduce' NAME ':' DTYPE '=' REDOP '(' NAME 'in' NAME [ '[' affine ':' INT ']' ] ')' expr
-              | NAME '[' NAME (',' NAME)* ']' '=' expr              # store
+              | NAME '[' index (',' index)* ']' '=' expr            # store
     affine   := term ('+' term)*          term := NAME [ '*' INT ] | INT
-    expr     := NAME '[' NAME (',' NAME)* ']'                       # load
+    index    := NAME | INT                # a loop variable, or a constant position of a static axis
+    expr     := NAME '[' index (',' index)* ']'                     # load
               | NAME                                                # a let or reduce value
               | 'const' '(' DTYPE ',' NUMBER ')'  | 'cast' '(' DTYPE ',' expr ')'
               | 'extent' '(' NAME ')'  | UNOP '(' expr ')'  | BINOP '(' expr ',' expr ')'
@@ -264,6 +265,21 @@ class _Parser:
         self.expect("]")
         return items
 
+    def access_index(self) -> list[str | int]:
+        """The index of a load or store: loop variables, or constant positions (checked against the axis)."""
+        self.expect("[")
+        items: list[str | int] = []
+        while True:
+            if self.tok.kind == "num":
+                items.append(self.integer("index position", minimum=0))
+            else:
+                items.append(self.name("index")[0])
+            if not self.at(","):
+                break
+            self.next()
+        self.expect("]")
+        return items
+
     def stmts(self) -> list[Stmt]:
         out: list[Stmt] = []
         while not self.at("}"):
@@ -300,7 +316,7 @@ class _Parser:
             return self.reduce()
         if t.kind == "name":
             buf, _ = self.name("buffer")
-            index = self.index_list("index")
+            index = self.access_index()
             self.expect("=")
             value, vtype = self.expr(0)
             self.guard(t, self.scope.check_store, buf, tuple(index), vtype)
@@ -398,7 +414,7 @@ class _Parser:
             return Binary(word, a, b), self.guard(t, self.scope.type_binary, word, at_, bt)
         name, nt = self.name("value or buffer")
         if nxt.text == "[" and nxt.kind == "punct":
-            index = self.index_list("index")
+            index = self.access_index()
             buf = self.guard(nt, self.scope.index, name, tuple(index), "in")
             return Load(name, tuple(index)), buf.dtype
         if nxt.text == "(" and nxt.kind == "punct":

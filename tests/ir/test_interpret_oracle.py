@@ -52,7 +52,7 @@ def scalar_run(program: Program, inputs: dict[str, np.ndarray], sizes: dict[str,
     def ev(e):  # type: ignore[no-untyped-def]
         """(value, IR type) of an expression at the current iteration."""
         if isinstance(e, Load):
-            return np.asarray(inputs[e.buffer][tuple(at[v] for v in e.index)]), program.buffer(e.buffer).dtype
+            return np.asarray(inputs[e.buffer][tuple(at[v] if isinstance(v, str) else v for v in e.index)]), program.buffer(e.buffer).dtype
         if isinstance(e, Ref):
             return values[e.name]
         if isinstance(e, Const):
@@ -101,7 +101,7 @@ def scalar_run(program: Program, inputs: dict[str, np.ndarray], sizes: dict[str,
                 declared.append(s.name)
             else:
                 assert isinstance(s, Store)
-                outs[s.buffer][tuple(at[v] for v in s.index)] = ev(s.value)[0]
+                outs[s.buffer][tuple(at[v] if isinstance(v, str) else v for v in s.index)] = ev(s.value)[0]
         for name in declared:
             values.pop(name)
 
