@@ -40,12 +40,15 @@ from emmy_core.ir.nodes import Affine, Expr, Let, Loop, Program, Range, Reduce, 
 
 ENTRY = "emmy_kernel"
 SIMD_REDUCTION = {"sum": "+", "max": "max", "min": "min"}
-CPU_GRAIN = 1 << 19
+CPU_GRAIN = 1 << 16
 """Innermost iterations a thread must have before it joins a parallel region: the team is at most
-work / CPU_GRAIN threads (at least 1), at most `threads`. A fork and join costs microseconds, which a
-decode-sized kernel does not have: on an AVX2 EPYC (2 threads) a 8x256x256 matmul (2^19 iterations)
-ran 1.15-1.36x slower on 2 threads than on 1, and 8x688x256 (1.4 x 2^20) 1.32x faster; an 8x256
-RMSNorm 1.8x slower. Sizes are dynamic, so the team is sized at run time, where the work is known."""
+work / CPU_GRAIN threads (at least 1), at most `threads`. A fork and join costs microseconds, and on
+a loaded machine a team waits for its slowest member's time slice: an RMSNorm of 8 rows of 256 ran
+7.9 ms on a team of 2 at load 2, 73 us on one thread. On a quiet machine (bench/grain.py, AVX2 EPYC,
+2 threads) teams for kernels under a grain measured level with one thread (0.92-1.06 for the
+decode-sized kernels), while a team of 2 took an RMSNorm of 1,024 rows (2^19 iterations) from 78 to
+56 us: a grain of 2^16 (tens of microseconds) leaves every such kernel its team. Sizes are dynamic,
+so the team is sized at run time, where the work is known."""
 
 
 def stores_in(stmts: tuple[Stmt, ...]) -> list[Store]:
