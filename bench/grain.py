@@ -44,7 +44,7 @@ def main() -> int:
     load = os.getloadavg()
     print(f"{card.name}: {card.cores} cores; CPU_GRAIN {c_emit.CPU_GRAIN} iterations a thread; load {load[0]:.2f}")
     be = CBackend()
-    grain = c_emit.CPU_GRAIN
+    bits = c_emit.GRAIN_BITS
     for model in args.models.split(","):
         for shape_text in args.shapes.split(";"):
             shape = {k: int(v) for k, v in (p.split("=") for p in shape_text.split(","))}
@@ -63,11 +63,11 @@ def main() -> int:
                     knobs = dict(candidates(step.program, card)[0])
                     bufs = kernel_tensors(step, dyn, 0)
                     grained = emmy_launch(be, step, knobs, dyn, bufs)
-                    c_emit.CPU_GRAIN = 1  # a team of `threads` whatever the work: the generator before
+                    c_emit.GRAIN_BITS = 0  # a grain of 1: a team of `threads` whatever the work, as before
                     try:
                         always = emmy_launch(be, step, knobs, dyn, bufs)
                     finally:
-                        c_emit.CPU_GRAIN = grain
+                        c_emit.GRAIN_BITS = bits
                     with torch.no_grad():
                         t = interleaved({"always": always, "grained": grained}, args.rounds)
                     ratio = t["always"] / t["grained"]

@@ -49,6 +49,8 @@ a loaded machine a team waits for its slowest member's time slice: an RMSNorm of
 decode-sized kernels), while a team of 2 took an RMSNorm of 1,024 rows (2^19 iterations) from 78 to
 56 us: a grain of 2^16 (tens of microseconds) leaves every such kernel its team. Sizes are dynamic,
 so the team is sized at run time, where the work is known."""
+GRAIN_BITS = CPU_GRAIN.bit_length() - 1
+assert CPU_GRAIN == 1 << GRAIN_BITS, "CPU_GRAIN is a power of two: the team is the work shifted right"
 
 
 def stores_in(stmts: tuple[Stmt, ...]) -> list[Store]:
@@ -142,7 +144,7 @@ class Emitter:
         if self.sched.threads is None:
             return ""
         t = int(self.sched.threads)
-        teams = f"(({work_c(self.program)}) / {CPU_GRAIN})"
+        teams = f"(({work_c(self.program)}) >> {GRAIN_BITS})"  # a shift: CPU_GRAIN is a power of two
         return f" num_threads((int)({teams} < 1 ? 1 : ({teams} < {t} ? {teams} : {t})))"
 
     @property
