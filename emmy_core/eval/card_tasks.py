@@ -52,12 +52,9 @@ _read: dict[DatasetRef, Dataset] = {}  # one export per worker process, read by 
 def _dataset_of(ref: DatasetRef) -> Dataset:
     data = _read.get(ref)
     if data is None:
-        from emmy_core.prior.dataset import read_dataset
+        from emmy_core.prior.worker_reads import read_checked_dataset
 
-        data = read_dataset(ref.path, ref.cards_file)
-        if data.digest != ref.digest:
-            raise RuntimeError(f"dataset {ref.path}: its digest is {data.digest[:16]} on this worker, the "
-                               f"evaluation read {ref.digest[:16]}: the export changed (or differs here)")
+        data = read_checked_dataset(ref.path, ref.cards_file, ref.digest, "evaluation")
         _read.clear()
         _read[ref] = data
     return data
@@ -65,14 +62,9 @@ def _dataset_of(ref: DatasetRef) -> Dataset:
 
 def run_eval_task(task: EvalTask) -> Scored:
     """On a worker: the records and price points of one card's pools."""
-    from emmy_core.prior import load_prior
-    from emmy_core.prior.provenance import content_digest
+    from emmy_core.prior.worker_reads import load_checked_prior
 
-    prior = load_prior(task.prior)
-    if content_digest(prior.doc) != task.prior_digest:
-        raise RuntimeError(f"prior {task.prior}: its content digest is {content_digest(prior.doc)[:16]} on this "
-                           f"worker, the evaluation loaded {task.prior_digest[:16]}: the file changed (or differs "
-                           "here)")
+    prior = load_checked_prior(task.prior, task.prior_digest, "evaluation")
     order = None if task.extern_order is None else {k: dict(v) for k, v in task.extern_order}
     return score_pools(_dataset_of(task.dataset), prior, task.pools, order, (task.card,))
 

@@ -82,12 +82,9 @@ _loaded: dict[DatasetRef, list[DatasetFork]] = {}  # one export per worker proce
 def _forks_of(ref: DatasetRef) -> list[DatasetFork]:
     forks = _loaded.get(ref)
     if forks is None:
-        from emmy_core.prior.dataset import read_dataset
+        from emmy_core.prior.worker_reads import read_checked_dataset
 
-        dataset = read_dataset(ref.path, ref.cards_file)
-        if dataset.digest != ref.digest:
-            raise RuntimeError(f"dataset {ref.path}: its digest is {dataset.digest[:16]} on this worker, the fit "
-                               f"read {ref.digest[:16]}: the export changed under the fit (or differs here)")
+        dataset = read_checked_dataset(ref.path, ref.cards_file, ref.digest, "fit")
         featurize(dataset.forks)
         _loaded.clear()
         _loaded[ref] = forks = dataset.forks

@@ -57,20 +57,10 @@ _built: dict[PoolsRef, list[tuple[str, FrozenPool]]] = {}  # one export's pools 
 def _pools_of(ref: PoolsRef) -> list[tuple[str, FrozenPool]]:
     pools = _built.get(ref)
     if pools is None:
-        from emmy_core.prior import load_installed_prior, load_prior
-        from emmy_core.prior.dataset import read_dataset
+        from emmy_core.prior.worker_reads import load_checked_prior, read_checked_dataset
 
-        dataset = read_dataset(ref.dataset, ref.cards_file)
-        if dataset.digest != ref.digest:
-            raise RuntimeError(f"dataset {ref.dataset}: its digest is {dataset.digest[:16]} on this worker, the "
-                               f"search read {ref.digest[:16]}: the export changed (or differs here)")
-        prior = load_prior(ref.prior) if ref.prior is not None else load_installed_prior()
-        from emmy_core.prior.provenance import content_digest
-
-        if content_digest(prior.doc) != ref.prior_digest:
-            raise RuntimeError(f"prior {ref.prior or 'installed'}: its content digest is "
-                               f"{content_digest(prior.doc)[:16]} on this worker, the search loaded "
-                               f"{ref.prior_digest[:16]}: the file changed (or differs here)")
+        dataset = read_checked_dataset(ref.dataset, ref.cards_file, ref.digest, "search")
+        prior = load_checked_prior(ref.prior, ref.prior_digest, "search")
         order = None if ref.extern_order is None else {k: dict(v) for k, v in ref.extern_order}
         pools = frozen_pools(dataset, prior, order)
         _built.clear()
