@@ -44,7 +44,8 @@ from emmy_core.evidence.context import PriorArg, PriorUnavailableWarning, open_s
 from emmy_core.evidence.freeze import FreezesArg
 from emmy_core.evidence.model import KernelPlan
 from emmy_core.graph.attention import decompose_sdpa
-from emmy_core.graph.dynamo import Translated, describe, is_compute, matmul_flops, to_graph, value
+from emmy_core.graph.dynamo import describe, is_compute, matmul_flops, value
+from emmy_core.graph.dynamo_graph import Translated, to_graph
 from emmy_core.graph.lower import Lowered
 from emmy_core.graph.partition import fuse, plan_partitions
 from emmy_core.graph.pipeline import compile_graph

@@ -7,18 +7,15 @@ symbolic size (a symbol `s27`, or an expression such as `2*s27` after a flatten)
 dynamic axis of the Emmy graph, named `d0, d1, ...` in order of appearance, and its value at run
 time is the expression evaluated on the symbols bound by the inputs' own dimensions.
 
-`refusal(node)` says why Emmy does not lower a node (None: it does); `to_graph(sub, params)`
-translates a partition (a fused FX submodule of supported nodes) into an `ops.Graph` whose inputs
-are the submodule's tensor placeholders and whose `param` nodes are the ones named in `params`
-(Dynamo passes a module's parameters as graph inputs). Each Emmy node's `source` is the FX node's
-name, so a refusal from the passes or lowering names the node to hand back to torch.
+`refusal(node)` says why Emmy does not lower a node (None: it does); `dynamo_graph.to_graph`
+translates a partition of supported nodes into an `ops.Graph`, and raises `Refused` naming a node it
+could not take after all.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from math import prod
 from typing import Any
 
@@ -28,7 +25,6 @@ import torch.fx as fx
 import torch.nn.functional as F
 
 from emmy_core.dtypes import model_dtypes_by_torch
-from emmy_core.graph.ops import Dim, Graph, Node, TensorType
 from emmy_core.graph.passes.fuse_elementwise import bcast_kind
 
 TORCH_DTYPE_NAMES = model_dtypes_by_torch()
@@ -93,11 +89,13 @@ def describe(node: fx.Node) -> str:
     return f"{node.op} {node.target}"
 
 
-def _key(node: fx.Node) -> object:
+def target_key(node: fx.Node) -> object:
+    """What a node calls: the function for `call_function`, else the method or module name."""
     return node.target if node.op == "call_function" else str(node.target)
 
 
-def _arg(node: fx.Node, i: int, name: str, default: object = None) -> object:
+def node_arg(node: fx.Node, i: int, name: str, default: object = None) -> object:
+    """A node's argument at position `i` or by keyword `name` (`default` when absent)."""
     if len(node.args) > i:
         return node.args[i]
     return node.kwargs.get(name, default)
@@ -133,7 +131,7 @@ def refusal(node: fx.Node, device: str = "cpu", consts: Mapping[str, float] | No
         return f"computes {out.dtype}; Emmy's kernels take f32, f16, bf16"
     if out.device.type != device:
         return f"on {out.device}; this compile's card runs on {device}"
-    k = _key(node)
+    k = target_key(node)
     tensors = [value(a) for a in (*node.args, *node.kwargs.values()) if isinstance(value(a), torch.Tensor)]
     if k in CAT:
         return _cat_problem(node)
@@ -144,7 +142,7 @@ def refusal(node: fx.Node, device: str = "cpu", consts: Mapping[str, float] | No
         x = tensors[0] if tensors else None
         if x is None or x.dtype != out.dtype:
             return "changes the data type (a cast)" if x is not None else "no tensor operand"
-        if k is F.dropout and _arg(node, 2, "training", True) and _arg(node, 1, "p", 0.5) not in (0, 0.0):
+        if k is F.dropout and node_arg(node, 2, "training", True) and node_arg(node, 1, "p", 0.5) not in (0, 0.0):
             return "dropout while training"
         if k == "to" and any(isinstance(a, torch.device | str) for a in node.args[1:]):
             return "moves the tensor"
@@ -158,9 +156,9 @@ def refusal(node: fx.Node, device: str = "cpu", consts: Mapping[str, float] | No
         return part if isinstance(part, str) else None
     shape = shape_of(out)
     if k in BINARY:
-        a, b = _arg(node, 0, "input"), _arg(node, 1, "other")
+        a, b = node_arg(node, 0, "input"), node_arg(node, 1, "other")
         if BINARY[k] == "pow":
-            b = _arg(node, 1, "exponent")
+            b = node_arg(node, 1, "exponent")
             return None if _is_number(b) and isinstance(value(a), torch.Tensor) else "pow of a tensor exponent"
         for x in (a, b):
             v = value(x)
@@ -183,7 +181,7 @@ def refusal(node: fx.Node, device: str = "cpu", consts: Mapping[str, float] | No
             return "unsupported arguments"
         return None
     if k is F.linear:
-        w = value(_arg(node, 1, "weight"))
+        w = value(node_arg(node, 1, "weight"))
         if not isinstance(w, torch.Tensor) or w.dim() != 2 or not all(isinstance(sym_key(d), int) for d in w.shape):
             return "a weight that is not a static matrix"
         return None
@@ -209,7 +207,7 @@ def refusal(node: fx.Node, device: str = "cpu", consts: Mapping[str, float] | No
         return None
     if k in REDUCE:
         x = value(node.args[0])
-        dim = _arg(node, 1, "dim")
+        dim = node_arg(node, 1, "dim")
         if not _last_dim(dim, x.dim()) or set(node.kwargs) - {"dim", "keepdim"} or len(node.args) > 3:
             return "a reduction over other than the last axis"
         if not isinstance(sym_key(x.shape[-1]), int):
@@ -217,7 +215,7 @@ def refusal(node: fx.Node, device: str = "cpu", consts: Mapping[str, float] | No
         return None
     if k in SOFTMAX:
         x = value(node.args[0])
-        dim = _arg(node, 1, "dim")
+        dim = node_arg(node, 1, "dim")
         if not _last_dim(dim, x.dim()):
             return "softmax over other than the last axis"
         dt = node.kwargs.get("dtype")
@@ -227,16 +225,16 @@ def refusal(node: fx.Node, device: str = "cpu", consts: Mapping[str, float] | No
     if k in NORMS:
         layer = NORMS[k] == "layernorm"
         x = value(node.args[0])
-        shape_arg = _arg(node, 1, "normalized_shape")
-        w = _arg(node, 2, "weight")
-        bias = _arg(node, 3, "bias") if layer else 0
+        shape_arg = node_arg(node, 1, "normalized_shape")
+        w = node_arg(node, 2, "weight")
+        bias = node_arg(node, 3, "bias") if layer else 0
         if not isinstance(shape_arg, list | tuple) or len(shape_arg) != 1 or shape_arg[0] != x.shape[-1]:
             return "normalises over other than the last axis"
         if not isinstance(sym_key(x.shape[-1]), int):
             return "normalises a dynamic axis"
         if w is None or bias is None:
             return "a norm without an elementwise weight (and bias)"
-        eps = _arg(node, 4 if layer else 3, "eps")
+        eps = node_arg(node, 4 if layer else 3, "eps")
         if eps is not None and not _is_number(eps) and not (isinstance(eps, fx.Node) and eps.name in consts):
             return "eps is not a constant (Dynamo made it symbolic)"
         return None
@@ -272,7 +270,7 @@ def half_part(node: fx.Node) -> int | str:
 def _cat_problem(node: fx.Node) -> str | None:
     """Why a `torch.cat` is not two halves joined along the last axis (None: it is)."""
     parts = node.args[0] if node.args else node.kwargs.get("tensors")
-    dim = _arg(node, 1, "dim", 0)
+    dim = node_arg(node, 1, "dim", 0)
     if set(node.kwargs) - {"dim", "tensors"} or not isinstance(parts, list | tuple) or len(parts) != 2 \
             or not all(isinstance(value(p), torch.Tensor) for p in parts):
         return "a concatenation of other than two tensors"
@@ -291,18 +289,18 @@ def _cat_problem(node: fx.Node) -> str | None:
 
 def alias_only(node: fx.Node) -> bool:
     """A node that moves no data Emmy computes (a view, transpose or no-op); a partition of only these is left to torch."""
-    k = _key(node)
+    k = target_key(node)
     return k in ALIAS or k in RESHAPE or k in PERMUTE
 
 
 def matmul_flops(node: fx.Node) -> sympy.Expr | int | None:
     """Multiply-add FLOPs (2 per MAC) of a matrix product node, over Dynamo's symbols; None for others."""
-    if node.op not in ("call_function", "call_method") or _key(node) not in FLOP_OPS:
+    if node.op not in ("call_function", "call_method") or target_key(node) not in FLOP_OPS:
         return None
     out = value(node)
     if not isinstance(out, torch.Tensor):
         return None
-    k = _key(node)
+    k = target_key(node)
     n_out = prod(shape_of(out)) if out.dim() else 1
     if k is torch.addmm:
         return 2 * n_out * sym_key(value(node.args[1]).shape[-1])
@@ -316,31 +314,6 @@ def matmul_flops(node: fx.Node) -> sympy.Expr | int | None:
     return 2 * n_out * sym_key(a.shape[-1])
 
 
-@dataclass
-class SizeNames:
-    """The dynamic axes of one Emmy graph: each distinct symbolic size's name, expression and example value."""
-
-    exprs: dict[str, sympy.Expr] = field(default_factory=dict)
-    hints: dict[str, int] = field(default_factory=dict)
-    _by_expr: dict[sympy.Expr, str] = field(default_factory=dict)
-
-    def dim(self, d: object) -> Dim:
-        key = sym_key(d)
-        if isinstance(key, int):
-            return key
-        name = self._by_expr.get(key)
-        if name is None:
-            name = f"d{len(self._by_expr)}"
-            self._by_expr[key] = name
-            self.exprs[name] = key
-            hint = d.node.hint if isinstance(d, torch.SymInt) else None
-            self.hints[name] = int(hint) if hint is not None else 2
-        return name
-
-    def shape(self, v: torch.Tensor) -> tuple[Dim, ...]:
-        return tuple(self.dim(d) for d in v.shape)
-
-
 class Refused(Exception):
     """A node of a partition Emmy could not take after all: its FX name and why."""
 
@@ -348,167 +321,3 @@ class Refused(Exception):
         super().__init__(f"{node}: {reason}")
         self.node = node
         self.reason = reason
-
-
-@dataclass(frozen=True)
-class Translated:
-    """A partition as an Emmy graph, with where its inputs come from among the submodule's arguments."""
-
-    graph: Graph
-    inputs: tuple[int, ...]  # argument positions of the graph's `input` nodes, in order
-    params: tuple[tuple[str, int], ...]  # (parameter path, argument position)
-    names: SizeNames
-    binders: tuple[tuple[sympy.Symbol, int, int], ...]  # (symbol, argument position, dimension; -1: a SymInt)
-    consts: tuple[tuple[int, float], ...] = ()  # (argument position, the value baked in): guarded at every call
-
-
-def to_graph(sub: fx.GraphModule, params: Mapping[str, object], name: str,
-             consts: Mapping[str, float] | None = None) -> Translated:
-    """The Emmy graph of a fused partition; `params` names the placeholders that are module parameters,
-    `consts` the symbolic floats taken at their compile-time value (see `refusal`)."""
-    consts = consts or {}
-    baked: list[tuple[int, float]] = []
-    names = SizeNames()
-    nodes: list[Node] = []
-    env: dict[fx.Node, str] = {}
-    inputs: list[int] = []
-    param_pos: list[tuple[str, int]] = []
-    symbols: dict[sympy.Symbol, tuple[int, int]] = {}
-    placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
-    for pos, ph in enumerate(placeholders):
-        v = value(ph)
-        if ph.name in consts:
-            baked.append((pos, consts[ph.name]))
-            continue
-        if isinstance(v, torch.SymInt):
-            if isinstance(v.node.expr, sympy.Symbol):
-                symbols.setdefault(v.node.expr, (pos, -1))
-            continue
-        if not isinstance(v, torch.Tensor):
-            continue
-        if v.dtype not in TORCH_DTYPE_NAMES:
-            raise Refused(ph.name, f"an input of {v.dtype}")
-        for d, size in enumerate(v.shape):
-            e = sym_key(size)
-            if isinstance(e, sympy.Symbol):
-                symbols.setdefault(e, (pos, d))
-        shape = names.shape(v)
-        if ph.name in params and all(isinstance(s, int) for s in shape):
-            nodes.append(Node(ph.name, "param", (), TensorType(shape, TORCH_DTYPE_NAMES[v.dtype]), (("path", ph.name),)))
-            param_pos.append((ph.name, pos))
-        else:
-            nodes.append(Node(ph.name, "input", (), TensorType(shape, TORCH_DTYPE_NAMES[v.dtype])))
-            inputs.append(pos)
-        env[ph] = ph.name
-    outputs: tuple[str, ...] = ()
-    for n in sub.graph.nodes:
-        if n.op == "placeholder":
-            continue
-        if n.op == "output":
-            items = n.args[0] if isinstance(n.args[0], tuple | list) else (n.args[0],)
-            outputs = tuple(env[x] for x in items)
-            continue
-        made = _node(n, env, names, consts)
-        if isinstance(made, str):
-            env[n] = made
-        else:
-            nodes.extend(made)
-            env[n] = made[-1].name
-    for nm, expr in names.exprs.items():
-        missing = [s for s in expr.free_symbols if s not in symbols]
-        if missing:
-            raise Refused(next(iter(env.values())), f"size {nm} = {expr} depends on {missing[0]}, which no input "
-                          "shows")
-    binders = tuple((s, pos, d) for s, (pos, d) in symbols.items())
-    graph = Graph(name, tuple(nodes), outputs, tuple(sorted(names.hints.items())))
-    return Translated(graph, tuple(inputs), tuple(param_pos), names, binders, tuple(baked))
-
-
-def _node(n: fx.Node, env: dict[fx.Node, str], names: SizeNames, consts: Mapping[str, float]) -> list[Node] | str:
-    """The Emmy nodes of one FX node (the last defines its value), or the name of the value it aliases."""
-    made = _one(n, env, names, consts)
-    return made if isinstance(made, str | list) else [made]
-
-
-def _one(n: fx.Node, env: dict[fx.Node, str], names: SizeNames, consts: Mapping[str, float]) -> Node | list[Node] | str:
-    why = refusal(n, consts=consts)
-    if why is not None:
-        raise Refused(n.name, why)
-    out = value(n)
-    k = _key(n)
-    ttype = TensorType(names.shape(out), TORCH_DTYPE_NAMES[out.dtype])
-
-    def t(x: object) -> str:
-        if not isinstance(x, fx.Node) or x not in env:
-            raise Refused(n.name, f"operand {str(x)[:40]} is not a tensor of the partition")
-        return env[x]
-
-    def num(x: object) -> float:
-        return consts[x.name] if isinstance(x, fx.Node) else float(x)  # type: ignore[arg-type]
-
-    def make(op: str, ins: Sequence[str], **attrs: object) -> Node:
-        return Node(n.name, op, tuple(ins), ttype, tuple(attrs.items()), n.name)  # type: ignore[arg-type]
-
-    if k in ALIAS:
-        return t(n.args[0])
-    if k is operator.getitem:
-        return make("half", (t(n.args[0]),), part=half_part(n))
-    if k in CAT:
-        return make("cat", tuple(t(p) for p in (n.args[0] if n.args else n.kwargs["tensors"])))
-    if k in RESHAPE:
-        return make("reshape", (t(n.args[0]),), target=ttype.shape)
-    if k in PERMUTE:
-        x = value(n.args[0])
-        rank = x.dim()
-        if k in ("transpose", torch.transpose):
-            d0, d1 = (int(d) % rank for d in n.args[1:3])
-            perm = list(range(rank))
-            perm[d0], perm[d1] = perm[d1], perm[d0]
-        else:
-            dims = n.args[1:] if not (len(n.args) == 2 and isinstance(n.args[1], list | tuple)) else n.args[1]
-            perm = [int(d) % rank for d in dims]  # type: ignore[union-attr]
-        return make("transpose" if k in ("transpose", torch.transpose) else "permute", (t(n.args[0]),),
-                    perm=tuple(perm))
-    if k in BINARY:
-        op = BINARY[k]
-        a = _arg(n, 0, "input")
-        b = _arg(n, 1, "exponent" if op == "pow" else "other")
-        a_tensor, b_tensor = (isinstance(x, fx.Node) and x.name not in consts for x in (a, b))
-        if a_tensor and b_tensor:
-            return make(op, (t(a), t(b)))
-        if a_tensor:
-            return make(op, (t(a),), scalar=num(b), scalar_first=False)
-        return make(op, (t(b),), scalar=num(a), scalar_first=True)
-    if k in UNARY:
-        op = UNARY[k]
-        if op == "gelu":
-            return make(op, (t(n.args[0]),), approximate=str(n.kwargs.get("approximate", "none")))
-        return make(op, (t(n.args[0]),))
-    if k is F.linear:
-        ins = [t(n.args[0]), t(_arg(n, 1, "weight"))]
-        bias = _arg(n, 2, "bias")
-        if bias is not None:
-            ins.append(t(bias))
-        return make("linear", ins)
-    if k is torch.addmm:  # bias + x @ w: a product, then the bias add fuse_epilogue folds back
-        mm = Node(f"{n.name}__mm", "matmul", (t(n.args[1]), t(n.args[2])), ttype, (), n.name)
-        return [mm, make("add", (mm.name, t(n.args[0])))]
-    if k in MATMUL:
-        return make("matmul", (t(n.args[0]), t(n.args[1])))
-    if k in REDUCE:
-        keepdim = bool(_arg(n, 2, "keepdim", False))
-        return make(REDUCE[k], (t(n.args[0]),), keepdim=keepdim)
-    if k in SOFTMAX:
-        return make("softmax", (t(n.args[0]),))
-    if k in NORMS:
-        layer = NORMS[k] == "layernorm"
-        ins = [t(n.args[0]), t(_arg(n, 2, "weight"))]
-        eps = _arg(n, 4 if layer else 3, "eps")
-        eps = num(eps) if eps is not None else None
-        if layer:
-            ins.append(t(_arg(n, 3, "bias")))
-            eps = 1e-5 if eps is None else eps
-        elif eps is None:
-            eps = float(torch.finfo(out.dtype).eps)
-        return make(NORMS[k], ins, eps=float(eps))  # type: ignore[arg-type]
-    raise Refused(n.name, "Emmy has no kernel for it")
