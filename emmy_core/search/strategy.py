@@ -337,13 +337,8 @@ class ExploreStrategy(PriorStrategy):
             gap = np.where(seen & open_, percentile_ranks(np.where(seen, t, -np.inf)) - base, -np.inf)
             if np.isfinite(gap).any() and gap.max() > 0:
                 return int(np.argmax(gap))
-        tried: dict[str, set[object]] = {}
-        for tr in trials:
-            for k, v in pool.knobs[tr.index].items():
-                tried.setdefault(k, set()).add(v)
-        novelty = np.array([sum(v not in tried.get(k, ()) for k, v in kn.items()) for kn in pool.knobs], dtype=float)
         top_half = base >= np.median(base)
-        pick = np.where(open_ & top_half, novelty + base, -np.inf)
+        pick = np.where(open_ & top_half, novelty(pool, trials) + base, -np.inf)
         return int(np.argmax(pick)) if np.isfinite(pick).any() else None
 
     def propose(self, pool: SearchPool, trials: Sequence[Trial], n: int, budget: int) -> list[int]:
