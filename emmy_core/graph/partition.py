@@ -7,19 +7,28 @@ fault (its FX name travels as the Emmy node's source); that node is handed to to
 and the graph is partitioned again, so one op Emmy cannot take never costs its neighbours. A group
 of nothing but views and no-ops is left to torch: moving it to Emmy would only copy. `fuse` then
 replaces each accepted group with a call to a submodule `emmy_<i>`.
+
+torch's partitioner moves every `getitem` user of a node whose users are all `getitem`s into that node's
+group, whatever the support says: right for unpacking a tuple, wrong for slicing a tensor (a fused QKV
+projection's three slices, a rotary `x[..., :d]`). A refused slice then came back every round, until the
+rounds ran out and the whole graph went to torch. While proposing, such a tensor gets one extra user the
+partitioner does not take (`keep_slices_apart`), so its slices are judged as any other node.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import operator
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import torch
 import torch.fx as fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 from torch.fx.passes.utils.fuser_utils import fuse_as_graphmodule, fuse_by_partitions
 
-from emmy_core.graph.dynamo import Refused, alias_only, is_compute, refusal
+from emmy_core.graph.dynamo import Refused, alias_only, is_compute, refusal, value
 
 PREFIX = "emmy_"
 MAX_ROUNDS = 64  # partitioning again after each refusal found late; a graph needing more goes to torch whole
@@ -34,7 +43,30 @@ class EmmySupport(OperatorSupportBase):
         self.consts = consts
 
     def is_node_supported(self, submodules: Mapping[str, object], node: fx.Node) -> bool:
+        if node.target is keep_slices_apart:
+            return False
         return node.name not in self.refused and refusal(node, self.device, self.consts) is None
+
+
+def keep_slices_apart(x: object) -> None:
+    """The target of the extra user `slices_apart` gives a sliced tensor while partitions are proposed; never run."""
+    raise AssertionError("keep_slices_apart is a partitioning marker and never runs")
+
+
+@contextmanager
+def slices_apart(gm: fx.GraphModule) -> Iterator[None]:
+    """Gives every tensor whose users are all `getitem`s one more user, for as long as partitions are proposed."""
+    marks = []
+    for n in list(gm.graph.nodes):
+        if n.users and isinstance(value(n), torch.Tensor) and \
+                all(u.op == "call_function" and u.target is operator.getitem for u in n.users):
+            with gm.graph.inserting_after(n):
+                marks.append(gm.graph.call_function(keep_slices_apart, (n,)))
+    try:
+        yield
+    finally:
+        for m in marks:
+            gm.graph.erase_node(m)
 
 
 @dataclass
@@ -58,8 +90,9 @@ def plan_partitions(gm: fx.GraphModule, trial: Callable[[fx.GraphModule], None],
                 refused[n.name] = why
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     for _ in range(MAX_ROUNDS):
-        parts = CapabilityBasedPartitioner(gm, EmmySupport(refused, device, consts),
-                                           allows_single_node_partition=True).propose_partitions()
+        with slices_apart(gm):
+            parts = CapabilityBasedPartitioner(gm, EmmySupport(refused, device, consts),
+                                               allows_single_node_partition=True).propose_partitions()
         plan = PartitionPlan(torch_ops=dict(refused))
         again = False
         for p in sorted(parts, key=lambda p: min(order[n] for n in p.nodes)):
