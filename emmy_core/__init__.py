@@ -1,15 +1,18 @@
 """Emmy: a small ML compiler and the data system around its autotuning.
 
-`emmy_core.compile(module, example_inputs, ...)` compiles a model to generated kernels
-(`emmy_core.compiler`); `torch.compile(model, backend="emmy")` runs a model's graphs on Emmy kernels where
-Emmy lowers them and `emmy_core.compile_reports()` says how much did; the compiler is loaded on first use, so `import emmy_core` stays light.
+`emmy_core.compile(module, example_inputs, ...)` compiles a model to generated kernels (`emmy_core.compiler`),
+by default on the path of `torch.compile(model, backend="emmy")`: a model's graphs run on Emmy kernels where
+Emmy lowers them and as torch elsewhere, `.explain()` and `emmy_core.compile_reports()` say how much ran
+where (`torch_ops="refuse"`: one graph all on Emmy kernels, or a refusal). The compiler is loaded on first
+use, so `import emmy_core` stays light.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-_LAZY = ("compile", "compile_reports", "explain", "Compiled", "StrictEvidenceError", "PriorUnavailableWarning", "TooLarge")
+_LAZY = ("compile", "compile_reports", "explain", "Compiled", "CompiledGraphs", "StrictEvidenceError",
+         "PriorUnavailableWarning", "TooLarge")
 
 
 def __getattr__(name: str) -> Any:

@@ -1,7 +1,8 @@
 """`emmy compile`: compile a model for a card; with `--run`, run it beside torch eager and torch.compile.
 
 Thin: load the model (a reference model or `package.module:Class` with `--input` specs), call
-`emmy_core.compile`, print the resolution summary; with `--run`, check the buffers and inputs fit
+`emmy_core.compile(..., torch_ops="refuse")` (one graph with named axes, so `--shape` and `--strict-evidence`
+apply to the whole model), print the resolution summary; with `--run`, check the buffers and inputs fit
 before creating anything, run, and print the largest error against torch and the interleaved
 median times against eager and Inductor (`emmy_core.compiler.compare`), then run the model once
 through `torch.compile(backend="emmy")` and print its coverage (`emmy_core.compile_reports`).
@@ -108,7 +109,7 @@ def compile_command(
     module, inputs_fn = model_and_inputs(model, dtype, inputs)
     try:
         compiled = emmy_compile(module, inputs_fn(SMALL), card=card, setting=setting, tuning_db=db, freezes=freezes,
-                                prior=chosen_prior, strict_evidence=strict_evidence)
+                                prior=chosen_prior, strict_evidence=strict_evidence, torch_ops="refuse")
         compiled.prepare(sizes) if compiled.builder is not None else compiled.resolve(sizes)
     except StrictEvidenceError as exc:
         typer.echo(str(exc), err=True)

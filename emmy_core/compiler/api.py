@@ -1,6 +1,7 @@
-"""The two entry points of the compiler: `compile` (a model on generated kernels, the one-graph path or, with
-`torch_ops="run"`, the Dynamo path) and `explain` (resolve only). `Compiled` (`compiled.py`) and
-`CompiledGraphs` (`graphs.py`) are what they return."""
+"""The two entry points of the compiler: `compile` (a model on generated kernels: by default through the emmy
+Dynamo backend, torch running what Emmy does not lower; with `torch_ops="refuse"` the strict one-graph
+path) and `explain` (resolve only, one graph). `CompiledGraphs` (`graphs.py`) and `Compiled`
+(`compiled.py`) are what they return."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from emmy_core.compiler.compiled import Compiled, prepare
+from emmy_core.compiler.compiled import Compiled, check_arguments, prepare
 from emmy_core.compiler.graphs import CompiledGraphs, compile_graphs
 from emmy_core.evidence.context import PriorArg
 from emmy_core.evidence.freeze import FreezesArg
@@ -19,31 +20,37 @@ from emmy_core.targets.card import Card
 
 def compile(module: nn.Module, example_inputs: Sequence[torch.Tensor], *, card: str | Card = "local",
             setting: str = "deploy", strict_evidence: bool = False, tuning_db: Path | str | None = None,
-            freezes: FreezesArg = None, prior: PriorArg = None, torch_ops: str = "refuse") -> Compiled | CompiledGraphs:
+            freezes: FreezesArg = None, prior: PriorArg = None, torch_ops: str = "run") -> CompiledGraphs | Compiled:
     """Compiles `module` for `card` (default: this machine's) from its example inputs.
 
-    `torch_ops="refuse"` (the default) compiles the whole module to Emmy kernels as one graph with named
-    dynamic axes `B` and `S`, or refuses naming the op and model line Emmy does not lower; `torch_ops="run"`
-    compiles it through the emmy Dynamo backend (`CompiledGraphs`, see `graphs.py`): ops Emmy does not lower
-    run as torch, groups of the rest on Emmy kernels, sizes from Dynamo's symbolic shapes.
+    `torch_ops="run"` (the default) compiles it through the emmy Dynamo backend, the path of
+    `torch.compile(module, backend="emmy")` (`CompiledGraphs`, see `graphs.py`): groups of the ops Emmy
+    lowers run on Emmy kernels, every other op runs as torch (`explain()` names it and why), sizes are
+    Dynamo's symbolic shapes, each group is built and checked against torch when a size first runs.
+    `torch_ops="refuse"` is the strict mode: the whole module on Emmy kernels as one graph with named
+    dynamic axes `B` and `S` (`Compiled`: `resolve`, `layout`, one `record`), or a refusal naming the op and
+    model line Emmy does not lower; `strict_evidence=True` (a fork past the measured tiers is an error)
+    applies only there, since it settles every fork at compile.
 
     Every fork is settled by the best evidence: the freeze's goldens (`freezes=`, `$EMMY_FREEZES`
     or the freeze shipped with the package), the local tuning database (`tuning_db=`,
     `$EMMY_TUNING_DB` or `~/.cache/emmy/autotune.db`), the prior (`prior=`: None the installed one,
     a path, a loaded prior, or False for none), the rule's first option. The example's sizes are
     settled and their kernels built now; other sizes when first called. The module's weights are
-    read when a size first runs (a CPU build packs a matmul's weight then) and followed afterwards:
-    every call takes in a weight edited in place (torch's version counter) or replaced by one of the
-    same shape and type (`Compiled.follow_weights`), and refuses one of another shape or type.
+    followed: every call takes in a weight edited in place (torch's version counter) or replaced by one
+    of the same shape and type (the one-graph path refuses one of another shape or type).
     """
+    check_arguments(module, prior, strict_evidence)
     if torch_ops == "run":
-        if strict_evidence is not False:
-            raise TypeError("strict_evidence= applies to torch_ops='refuse' (one graph settled at compile); the "
-                            "Dynamo path settles each group's forks when its sizes first run")
+        if strict_evidence:
+            raise TypeError("strict_evidence=True applies to torch_ops='refuse' (one graph, every fork settled at "
+                            "compile); the Dynamo path (the default) settles each group's forks when its sizes first "
+                            "run: pass torch_ops='refuse' with it")
         return compile_graphs(module, example_inputs, card=card, setting=setting, tuning_db=tuning_db,
                               freezes=freezes, prior=prior)
     if torch_ops != "refuse":
-        raise TypeError(f"torch_ops= must be 'refuse' or 'run', got {str(torch_ops)[:40]!r}")
+        raise TypeError(f"torch_ops= must be 'run' (the default: torch runs what Emmy does not lower) or 'refuse' "
+                        f"(one graph all on Emmy kernels), got {str(torch_ops)[:40]!r}")
     compiled, sizes = prepare(module, example_inputs, card, setting, strict_evidence=strict_evidence,
                                tuning_db=tuning_db, freezes=freezes, prior=prior, build=True)
     if compiled.builder is not None:

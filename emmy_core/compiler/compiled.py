@@ -46,7 +46,8 @@ class NoGradientsWarning(UserWarning):
     """A compiled model was called where torch would track gradients: its outputs carry none."""
 
 
-def _card(card: str | Card) -> Card:
+def card_of(card: str | Card) -> Card:
+    """`card` itself, or the card it names (`local`: this machine's)."""
     if isinstance(card, Card):
         return card
     from emmy_core.targets import resolve_card
@@ -243,12 +244,9 @@ def _example_device(example_inputs: Sequence[torch.Tensor]) -> torch.device:
     return next(iter(devices))
 
 
-def prepare(module: nn.Module, example_inputs: Sequence[torch.Tensor], card: str | Card, setting: str, *,
-             strict_evidence: bool, tuning_db: Path | str | None, freezes: FreezesArg, prior: PriorArg,
-             build: bool, name: str | None = None) -> tuple[Compiled, dict[str, int]]:
-    from emmy_core.codegen.backend import get_setting
-    from emmy_core.graph.pipeline import compile_module
-
+def check_arguments(module: object, prior: object, strict_evidence: object) -> None:
+    """Refuses, with a TypeError naming what it takes, an argument of the wrong kind before any work (both paths
+    of `compile` and `explain`)."""
     if not isinstance(module, nn.Module):
         raise TypeError(f"compile takes a torch.nn.Module, got {type(module).__name__} (wrap a function in a "
                         "Module's forward)")
@@ -258,8 +256,17 @@ def prepare(module: nn.Module, example_inputs: Sequence[torch.Tensor], card: str
     if not isinstance(strict_evidence, bool):
         raise TypeError(f"strict_evidence= must be True or False, got {type(strict_evidence).__name__} "
                         f"{str(strict_evidence)[:20]!r}")
+
+
+def prepare(module: nn.Module, example_inputs: Sequence[torch.Tensor], card: str | Card, setting: str, *,
+             strict_evidence: bool, tuning_db: Path | str | None, freezes: FreezesArg, prior: PriorArg,
+             build: bool, name: str | None = None) -> tuple[Compiled, dict[str, int]]:
+    from emmy_core.codegen.backend import get_setting
+    from emmy_core.graph.pipeline import compile_module
+
+    check_arguments(module, prior, strict_evidence)
     get_setting(setting)
-    the_card = _card(card)
+    the_card = card_of(card)
     device = _example_device(example_inputs)
     lowered = compile_module(module, example_inputs, name=name)
     sources = open_sources(the_card, setting, freezes=freezes, tuning_db=tuning_db, prior=prior)

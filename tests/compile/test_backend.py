@@ -1,9 +1,12 @@
 """The `emmy` Dynamo backend's rules: torch runs what Emmy does not lower, weights are followed, sizes stay dynamic,
-groups are checked against torch, and the direct API agrees with it bit for bit."""
+groups are checked against torch, and the direct API (`emmy_core.compile`, whose default is this path) agrees
+with it bit for bit."""
 
 from __future__ import annotations
 
+import json
 import tomllib
+import warnings
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,7 @@ from torch import nn
 
 import emmy_core
 from emmy_core.compiler.backend import EmmyGroup, GraphReport, check_outputs, compile_reports, emmy_backend
+from emmy_core.graph.errors import UnsupportedOp
 
 ROOT = Path(__file__).resolve().parents[2]
 H = 32
@@ -133,11 +137,11 @@ def test_recompiles_are_bounded_ten_sequence_lengths_at_most_two_graph_compilati
     assert reports[-1].matmul_flops == 2 * 3 * 11 * (3 * H * 2 * H)  # at the size it last ran
 
 
-def test_the_direct_api_and_the_backend_agree_bit_for_bit() -> None:
+def test_the_strict_one_graph_compile_and_the_backend_agree_bit_for_bit() -> None:
     torch.manual_seed(0)
     m = Block().eval()
     x = torch.randn(2, 5, H)
-    direct = emmy_core.compile(m, (x,), prior=False)
+    direct = emmy_core.compile(m, (x,), prior=False, torch_ops="refuse")
     c = torch.compile(m, backend=emmy_backend(prior=False), dynamic=True)
     with torch.no_grad():
         for s in (5, 9):
@@ -149,7 +153,7 @@ def test_the_direct_api_on_the_dynamo_path_agrees_bit_for_bit_and_explains_what_
     torch.manual_seed(0)
     m = WithCumsum().eval()
     x = torch.randn(2, 5, H)
-    direct = emmy_core.compile(m, (x,), prior=False, torch_ops="run")
+    direct = emmy_core.compile(m, (x,), prior=False)  # the default call: the Dynamo path
     c = torch.compile(m, backend=emmy_backend(prior=False), dynamic=True)
     with torch.no_grad():
         for s in (5, 9):
@@ -162,6 +166,61 @@ def test_the_direct_api_on_the_dynamo_path_agrees_bit_for_bit_and_explains_what_
     assert report.matmul_flops_on_emmy == report.matmul_flops > 0 and report.sizes
     with pytest.raises(TypeError, match="torch_ops"):
         emmy_core.compile(m, (x,), prior=False, torch_ops="maybe")
+
+
+def test_the_direct_api_defaults_to_the_dynamo_path() -> None:
+    torch.manual_seed(0)
+    m = WithCumsum().eval()
+    x = torch.randn(2, 5, H)
+    compiled = emmy_core.compile(m, (x,), prior=False)
+    assert isinstance(compiled, emmy_core.CompiledGraphs) and compiled.card.target == "cpu"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for s in (5, 8):  # gradients asked for (the module's parameters require them): one warning, none computed
+            y = torch.randn(2, s, H)
+            out = compiled(y)
+            torch.testing.assert_close(out, m(y), rtol=1e-5, atol=1e-5)
+            assert not out.requires_grad
+    assert len([w for w in caught if issubclass(w.category, emmy_core.compiler.NoGradientsWarning)]) == 1
+    (report,) = compiled.reports()
+    assert [f.op for f in report.fell_back] == ["torch.cumsum"] and report.ops_on_emmy >= 3
+    assert "torch torch.cumsum" in compiled.explain()
+    records = compiled.records()
+    assert records and all(r.resolutions and r.sizes for r in records)
+    assert json.loads(compiled.explain(as_json=True))["graphs"][0]["fell_back"][0]["op"] == "torch.cumsum"
+    # what only the one-graph Compiled has is a TypeError that says where it lives, never an AttributeError
+    for what in (lambda: compiled.record, lambda: compiled.resolve("B=2,S=5"), lambda: compiled.layout({"B": 2}),
+                 compiled.follow_weights, lambda: compiled.runner("B=2"), lambda: compiled.prepare("B=2")):
+        with pytest.raises(TypeError, match="torch_ops='refuse'"):
+            what()
+    # a module Dynamo hands no graph for: explain() says torch runs all of it, not an empty string
+    assert "Dynamo handed no graph" in emmy_core.compile(nn.Identity(), (x,), prior=False).explain()
+
+
+def test_refuse_is_the_strict_opt_in() -> None:
+    with pytest.raises(UnsupportedOp) as info:
+        emmy_core.compile(WithCumsum(), (torch.randn(2, 5, H),), prior=False, torch_ops="refuse")
+    assert "cumsum" in info.value.op and "torch.cumsum(F.relu(self.a(x)), dim=1)" in info.value.source
+
+
+def test_strict_evidence_is_only_for_the_strict_one_graph_compile() -> None:
+    with pytest.raises(TypeError, match=r"strict_evidence=True applies to torch_ops='refuse'"):
+        emmy_core.compile(Block(), (torch.randn(2, 5, H),), prior=False, strict_evidence=True)
+    with pytest.raises(TypeError, match=r"torch_ops= must be 'run' .* or 'refuse'"):
+        emmy_core.compile(Block(), (torch.randn(2, 5, H),), prior=False, torch_ops="strict")
+
+
+def test_each_direct_compile_is_its_own_dynamo_region_so_many_compiles_of_one_class_stay_on_emmy() -> None:
+    """Dynamo's recompile limit counts every compile of one `forward`; past it Dynamo would run plain torch."""
+    x = torch.randn(2, 5, H)
+    with torch._dynamo.config.patch(recompile_limit=1):  # the second compile of the class would be past it
+        for _ in range(2):
+            m = WithCumsum().eval()
+            compiled = emmy_core.compile(m, (x,), prior=False)
+            (report,) = compiled.reports()
+            assert report.ops_on_emmy >= 3
+            with torch.no_grad():
+                torch.testing.assert_close(compiled(x), m(x), rtol=1e-5, atol=1e-5)
 
 
 def test_a_group_that_differs_from_torch_runs_as_torch_with_a_note() -> None:

@@ -68,7 +68,7 @@ def test_a_refused_prior_gives_exactly_one_warning_and_the_record_shows_the_fall
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         compiled = emmy_compile(module, example, card=CARD, freezes=tmp_path, tuning_db=tmp_path / "none.db",
-                                prior=stale)
+                                prior=stale, torch_ops="refuse")
         compiled(*example)
         compiled.resolve({"B": 5, "S": 3})  # more sizes, more forks: still the one warning
     mine = [w for w in caught if issubclass(w.category, PriorUnavailableWarning)]
@@ -85,7 +85,7 @@ def test_strict_evidence_fails_when_the_prior_answers(proj, tmp_path: Path) -> N
     module, example, _ = proj
     with pytest.raises(StrictEvidenceError) as info:
         emmy_compile(module, example, card=CARD, freezes=tmp_path, tuning_db=tmp_path / "none.db",
-                     strict_evidence=True)
+                     strict_evidence=True, torch_ops="refuse")
     settled = explain(module, example, card=CARD, freezes=tmp_path, tuning_db=tmp_path / "none.db").record
     fell = [r for r in settled.resolutions if r.applied and not r.measured]
     assert {r.tier for r in info.value.forks} == {"prior"} and len(info.value.forks) == len(fell) >= 2

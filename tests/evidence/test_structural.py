@@ -81,7 +81,8 @@ def test_a_recorded_decision_in_the_freeze_outranks_local_prices(proj, tmp_path:
 def test_a_split_taken_on_evidence_runs_and_equals_torch(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     module, example, lowered = proj
     write_db(tmp_path / "tune.db", _priced(lowered))
-    compiled = emmy_compile(module, example, card=CARD, freezes=tmp_path, tuning_db=tmp_path / "tune.db", prior=False)
+    compiled = emmy_compile(module, example, card=CARD, freezes=tmp_path, tuning_db=tmp_path / "tune.db", prior=False,
+                            torch_ops="refuse")
     assert [r.label for r in _resolutions(compiled, "split")] == ["split:K=4"]
     x = torch.randn(3, 5, 1024)  # another size: resolved again (no rows there: keep whole) and built
     with torch.no_grad():
@@ -96,7 +97,7 @@ def test_a_top_pick_beyond_the_cards_limits_is_blocked_and_the_next_option_answe
     too_many = {**pool[1], "threads": 64}  # in the vocabulary, but the card has 2 cores
     write_db(tmp_path / "tune.db", Setup().row(k, too_many, 5.0).row(k, pool[2], 9.0))
     compiled = emmy_compile(module, example, card=CARD, freezes=tmp_path, tuning_db=tmp_path / "tune.db",
-                            prior=False)
+                            prior=False, torch_ops="refuse")
     (r,) = _resolutions(compiled, "schedule")
     assert r.tier == "local" and dict(r.choice.knobs) == pool[2]  # type: ignore[union-attr]
     ((option, why),) = r.blocked

@@ -89,7 +89,7 @@ def test_strict_evidence_fails_listing_every_fork_that_fell_through(proj, tmp_pa
 
     with pytest.raises(StrictEvidenceError) as info:
         emmy_compile(module, example, card=CARD, freezes=tmp_path, tuning_db=tmp_path / "none.db", prior=False,
-                     strict_evidence=True)
+                     strict_evidence=True, torch_ops="refuse")
     err = info.value
     assert {(r.rule, r.tier) for r in err.forks} == {("schedule", "first"), ("split", "first")}
     text = str(err)

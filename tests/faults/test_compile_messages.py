@@ -130,7 +130,7 @@ def test_layout_refuses_a_size_that_is_not_a_positive_whole_number(compiled: emm
 
 def test_a_call_that_torch_would_track_gradients_for_warns_once_that_emmy_computes_none() -> None:
     model = Lin()
-    compiled = emmy_core.compile(model, (X,), prior=False)
+    compiled = emmy_core.compile(model, (X,), prior=False, torch_ops="refuse")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out = compiled(X.requires_grad_(False))
@@ -138,7 +138,7 @@ def test_a_call_that_torch_would_track_gradients_for_warns_once_that_emmy_comput
     mine = [w for w in caught if issubclass(w.category, NoGradientsWarning)]
     assert len(mine) == 1 and "Emmy computes no gradients" in str(mine[0].message)
     assert not out.requires_grad
-    quiet = emmy_core.compile(Lin(), (X,), prior=False)
+    quiet = emmy_core.compile(Lin(), (X,), prior=False, torch_ops="refuse")
     with warnings.catch_warnings(record=True) as caught, torch.no_grad():
         warnings.simplefilter("always")
         quiet(X)
