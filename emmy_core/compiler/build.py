@@ -6,10 +6,17 @@ schedule id) for the life of the compile, on top of the backend's own on-disk ca
 is what `emmy_core.evidence.resolve` calls on an answer: an option whose source does not
 generate or does not compile is blocked with the compiler's first line, and the fork is
 resolved again.
+
+`build_all` builds many pairs at once (C compiles run side by side, one per core): a compile
+settles every fork without building, builds all the chosen kernels together, and only when one
+fails resolves again with the check (`Compiled._planned`).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from emmy_core.codegen.backend import BuildError, get_setting
@@ -70,6 +77,27 @@ class Builder:
                 self.failed[key] = str(exc)
                 raise
         return self.built[key]
+
+    def build_all(self, pairs: Iterable[tuple[Program, ScheduleOption]]) -> bool:
+        """Builds every pair not built yet, side by side on a CPU card (the C compiler is a separate process,
+        so threads overlap its runs); whether all of them built. A failure is remembered, as `build` does."""
+        todo = {(kernel_id(p), o.schedule_id): (p, o) for p, o in pairs}
+        todo = {k: v for k, v in todo.items() if k not in self.built}
+        if any(k in self.failed for k in todo):
+            return False
+
+        def one(pair: tuple[Program, ScheduleOption]) -> bool:
+            try:
+                self.build(*pair)
+            except (BuildError, IRError):
+                return False
+            return True
+
+        workers = min(len(todo), os.cpu_count() or 1) if self.card.target == "cpu" else 1
+        if workers <= 1:
+            return all([one(pair) for pair in todo.values()])
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="emmy-build") as pool:
+            return all(list(pool.map(one, todo.values())))
 
     def check(self, fork: Fork, option: ForkOption) -> str | None:
         """Why `option` cannot be used (it does not build), or None; structural options are not built here."""

@@ -32,7 +32,7 @@ from emmy_core.compiler.weights import WeightWatch, check_same_kind
 from emmy_core.evidence.context import PriorArg, PriorUnavailableWarning, open_sources
 from emmy_core.evidence.freeze import FreezesArg
 from emmy_core.evidence.model import KernelPlan, ModelResolver, resolutions_of, stale_recordings
-from emmy_core.evidence.resolution import Resolution, ResolutionRecord, StrictEvidenceError
+from emmy_core.evidence.resolution import Resolution, ResolutionError, ResolutionRecord, StrictEvidenceError
 from emmy_core.evidence.sources import Sources
 from emmy_core.graph.errors import GraphError
 from emmy_core.graph.execute import graph_sizes
@@ -126,9 +126,25 @@ class Compiled:
         if build:
             if self._built is None:
                 raise RuntimeError(self.cannot_run or "this compile resolves only; it builds nothing")
+            self._build_ahead(sizes)
             self._plans[text] = self._settle(sizes, self._built)
             return self._plans[text]
         return self._settle(sizes, self._static)
+
+    def _build_ahead(self, sizes: dict[str, int]) -> None:
+        """Settles the forks at `sizes` without building, then builds every chosen kernel at once (side by side).
+        When all built, the building resolver takes these plans as they are: its check would have passed each
+        answer, so they are what it settles, at one compile's wait instead of the sum. When one did not build,
+        the building resolver settles as before, blocking it (the others are built already)."""
+        assert self.builder is not None and self._built is not None
+        try:
+            plans = self._static.model(self.lowered, sizes)
+        except ResolutionError:
+            return  # the building resolver raises it, with the check's reasons
+        leaves = [p for top in plans for p in top.walk()]
+        if self.builder.build_all((p.program, p.schedule) for p in leaves if p.schedule is not None):
+            for p in leaves:
+                self._built.plans.setdefault(p.key, p)
 
     def prepare(self, sizes: Mapping[str, int] | str) -> list[Resolution]:
         """Settles every fork at `sizes` with each chosen kernel built (nothing allocated); cached per size."""
