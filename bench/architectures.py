@@ -1,0 +1,124 @@
+"""Which `transformers` architectures compile through `torch.compile(backend="emmy")`, and how much runs on Emmy?
+
+Each architecture is built at a tiny config with random weights (no downloads), compiled once with
+dynamic shapes, and run at three sequence lengths (7, 1 and 33; batch 2, 1 and 2) against eager.
+The table prints, per architecture: whether it ran, the largest error against eager, the graphs
+Dynamo handed over, the share of matrix-product FLOPs on Emmy kernels, the ops torch ran, and the
+groups handed back to torch (with the first reason). This is the coverage question of a user
+bringing a model no one here wrote; the speed questions are `bench/compile.py`'s. Peak memory at the end.
+
+Run: .venv/bin/python bench/architectures.py [--dtype float32|bfloat16|float16] [--only mistral,gpt2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+
+
+def _models() -> dict[str, Callable[[], torch.nn.Module]]:
+    import transformers as T
+
+    def cfg(cls, **kw):  # type: ignore[no-untyped-def]
+        c = cls(**kw)
+        c._attn_implementation = "sdpa"
+        return c
+
+    small = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_hidden_layers=2,
+                 vocab_size=500, max_position_embeddings=256)
+    enc = dict(hidden_size=64, num_attention_heads=4, intermediate_size=128, num_hidden_layers=2, vocab_size=500)
+    return {
+        "llama": lambda: T.LlamaModel(cfg(T.LlamaConfig, num_key_value_heads=2, **small)),
+        "mistral": lambda: T.MistralModel(cfg(T.MistralConfig, num_key_value_heads=2, **small)),
+        "qwen2": lambda: T.Qwen2Model(cfg(T.Qwen2Config, num_key_value_heads=2, **small)),
+        "phi3 (fused qkv)": lambda: T.Phi3Model(cfg(T.Phi3Config, num_key_value_heads=2, pad_token_id=0, **small)),
+        "gemma": lambda: T.GemmaModel(cfg(T.GemmaConfig, num_key_value_heads=2, head_dim=16, **small)),
+        "gpt_neox": lambda: T.GPTNeoXModel(cfg(T.GPTNeoXConfig, **small)),
+        "falcon (fused qkv)": lambda: T.FalconModel(cfg(T.FalconConfig, hidden_size=64, num_attention_heads=4,
+                                                        num_hidden_layers=2, vocab_size=500)),
+        "opt": lambda: T.OPTModel(cfg(T.OPTConfig, hidden_size=64, ffn_dim=128, num_attention_heads=4,
+                                      num_hidden_layers=2, vocab_size=500, word_embed_proj_dim=64,
+                                      max_position_embeddings=256)),
+        "gpt2": lambda: T.GPT2Model(cfg(T.GPT2Config, n_embd=64, n_head=4, n_layer=2, vocab_size=500,
+                                        n_positions=256, bos_token_id=0, eos_token_id=0)),
+        "bert": lambda: T.BertModel(cfg(T.BertConfig, **enc)),
+        "roberta": lambda: T.RobertaModel(cfg(T.RobertaConfig, **enc)),
+        "distilbert": lambda: T.DistilBertModel(cfg(T.DistilBertConfig, dim=64, n_heads=4, hidden_dim=128,
+                                                    n_layers=2, vocab_size=500)),
+        "t5 encoder": lambda: T.T5EncoderModel(cfg(T.T5Config, d_model=64, d_ff=128, num_heads=4, num_layers=2,
+                                                   vocab_size=500, d_kv=16)),
+        "vit": lambda: T.ViTModel(cfg(T.ViTConfig, hidden_size=64, num_attention_heads=4, intermediate_size=128,
+                                      num_hidden_layers=2, image_size=32, patch_size=8)),
+    }
+
+
+def _first(out: object) -> torch.Tensor:
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, tuple | list):
+        return _first(out[0])
+    return _first(out.last_hidden_state)  # type: ignore[attr-defined]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    ap.add_argument("--only", default="", help="comma list of architecture names (prefixes)")
+    args = ap.parse_args()
+    warnings.simplefilter("ignore")
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    from emmy_core.compiler.backend import _GRAPHS, emmy_backend
+
+    dtype = getattr(torch, args.dtype)
+    models = _models()
+    if args.only:
+        models = {k: v for k, v in models.items() if any(k.startswith(w) for w in args.only.split(","))}
+    print(f"{len(models)} architectures, {args.dtype}, tiny configs, random weights; load {os.getloadavg()[0]:.2f}")
+    print(f"  {'architecture':<20}{'result':<8}{'max err':>9}{'graphs':>7}{'matmul on emmy':>16}  "
+          f"torch ran / groups handed back")
+    ran = 0
+    for name, make in models.items():
+        torch.manual_seed(0)
+        module = make().eval().to(dtype)
+        torch._dynamo.reset()
+        before = len(_GRAPHS)
+        t0 = time.perf_counter()
+        try:
+            with torch.no_grad():
+                compiled = torch.compile(module, backend=emmy_backend(prior=False), dynamic=True)
+                err = 0.0
+                for batch, seq in ((2, 7), (1, 1), (2, 33)):
+                    x = torch.randn(batch, 3, 32, 32, dtype=dtype) if name == "vit" else \
+                        torch.randint(1, 500, (batch, seq))
+                    err = max(err, float((_first(compiled(x)).float() - _first(module(x)).float()).abs().max()))
+        except Exception as exc:  # the point of the bench: say which architecture fails, and why
+            print(f"  {name:<20}{'FAILED':<8} {type(exc).__name__}: {str(exc).splitlines()[0][:150]}")
+            continue
+        ran += 1
+        reports = [st.report() for st in _GRAPHS[before:]]
+        on = sum(r.matmul_flops_on_emmy for r in reports)
+        total = sum(r.matmul_flops for r in reports)
+        fell = sorted({f.op for r in reports for f in r.fell_back})
+        notes = [n for r in reports for n in r.notes]
+        share = f"{100 * on / total:.0f}%" if total else "-"
+        print(f"  {name:<20}{'ok':<8}{err:>9.2g}{len(reports):>7}{share:>16}  {len(fell)} kinds of op; "
+              f"{len(notes)} handed back{': ' + notes[0][:110] if notes else ''} ({time.perf_counter() - t0:.0f} s)")
+    print(f"{ran} of {len(models)} ran and matched eager within the error shown; peak memory "
+          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    return 0 if ran == len(models) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
