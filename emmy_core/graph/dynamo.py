@@ -260,7 +260,7 @@ def cast_problem(node: fx.Node) -> str | None:
     if x.dtype not in TORCH_DTYPE_NAMES:
         return f"converts from {x.dtype}; Emmy's casts are between f32, f16, bf16"
     k = target_key(node)
-    allowed = {"to": {"dtype", "copy", "non_blocking", "memory_format"}, "type_as": {"other"}}.get(str(k), set())
+    allowed = {"to": {"dtype", "device", "copy", "non_blocking", "memory_format"}, "type_as": {"other"}}.get(str(k), set())
     if set(node.kwargs) - allowed:
         return f"a conversion with arguments {sorted(set(node.kwargs) - allowed)}"
     if node.kwargs.get("non_blocking") or (k == "to" and any(a is True for a in node.args[1:])):
