@@ -9,7 +9,10 @@ import torch
 from torch import nn
 
 from emmy_core.compiler.backend import _GRAPHS, emmy_backend
+from emmy_core.graph.execute import run_lowered
 from emmy_core.graph.lower import KernelStep
+from emmy_core.graph.ops import Graph, Node, TensorType
+from emmy_core.graph.pipeline import compile_graph
 from emmy_core.ir import builders
 from emmy_core.ir.errors import IRError
 
@@ -115,3 +118,37 @@ def test_weight_after_round_refuses_f32_where_there_is_nothing_to_round() -> Non
     with pytest.raises(IRError, match="nothing to round"):
         builders.rmsnorm(64, "f32", 8, 1e-6, weight_after_round=True)
     assert builders.rmsnorm(64, "f16", 8, 1e-6, weight_after_round=True).name == "rmsnorm_f16_H64_eps1em06_roundw"
+
+
+def _hf_f16_norm_of_a_residual_sum(hidden: int) -> Graph:
+    """`h = a + r`, then `(h.float() * rsqrt(mean(h.float()**2) + eps)).half() * w` (weight on the right), h kept."""
+    f16, f32 = (TensorType(("B", hidden), d) for d in ("f16", "f32"))
+    row = TensorType(("B", 1), "f32")
+    nodes = (Node("a", "input", (), f16), Node("r", "input", (), f16),
+             Node("w", "param", (), TensorType((hidden,), "f16"), (("path", "w"),)),
+             Node("h", "add", ("a", "r"), f16), Node("xf", "cast", ("h",), f32),
+             Node("sq", "pow", ("xf",), f32, (("scalar", 2.0), ("scalar_first", False))),
+             Node("var", "mean", ("sq",), row, (("keepdim", True),)),
+             Node("ve", "add", ("var",), row, (("scalar", 1e-6), ("scalar_first", False))),
+             Node("inv", "rsqrt", ("ve",), row), Node("n", "mul", ("xf", "inv"), f32),
+             Node("n16", "cast", ("n",), f16), Node("y", "mul", ("n16", "w"), f16))
+    return Graph("hf_norm", nodes, ("y", "h"), (("B", 5),))
+
+
+def test_hf_f16_rmsnorm_of_a_residual_sum_folds_the_sum_and_its_cut_keeps_the_rounding_order() -> None:
+    torch.manual_seed(1)
+    w = torch.randn(32).half()
+    low = compile_graph(_hf_f16_norm_of_a_residual_sum(32), {"w": w})
+    (k,) = low.kernels
+    assert k.program.name == "rmsnorm_f16_H32_eps1em06_res_roundw"
+    (cut,) = [c for c in k.cuts if c.decision == "cut:prologue"]
+    assert [p.name for p in cut.pieces] == ["residual_add_f16_H32", "rmsnorm_f16_H32_eps1em06_roundw_of_h"]
+    a, r = (torch.randn(5, 32).half() * 3 for _ in range(2))
+    h = a + r
+    hf = h.float()
+    want = (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + 1e-6)).half() * w
+    for taken in ({}, {k.kernel_id: cut}):
+        y, got_h = run_lowered(low, (a, r), taken)
+        assert torch.equal(got_h, h)
+        torch.testing.assert_close(y, want, rtol=F16_TOL, atol=F16_TOL)
+        assert (y != want).sum().item() <= 2  # bit-equal but for a rare sum of squares rounded the other way
