@@ -263,7 +263,8 @@ def cast_problem(node: fx.Node) -> str | None:
     allowed = {"to": {"dtype", "device", "copy", "non_blocking", "memory_format"}, "type_as": {"other"}}.get(str(k), set())
     if set(node.kwargs) - allowed:
         return f"a conversion with arguments {sorted(set(node.kwargs) - allowed)}"
-    if node.kwargs.get("non_blocking") or (k == "to" and any(a is True for a in node.args[1:])):
+    # `to(dtype | other, non_blocking, copy)`: a fresh copy is what a cast makes anyway
+    if node.kwargs.get("non_blocking") or (k == "to" and len(node.args) > 2 and node.args[2] is True):
         return "a non-blocking copy (torch completes it later)"
     if node.kwargs.get("memory_format") not in (None, torch.preserve_format):
         return "a conversion that changes the memory format"
