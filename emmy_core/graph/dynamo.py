@@ -330,9 +330,10 @@ def _cat_problem(node: fx.Node) -> str | None:
 
 
 def alias_only(node: fx.Node) -> bool:
-    """A node that moves no data Emmy computes (a view, transpose or no-op); a partition of only these is left to torch."""
+    """A node that computes nothing (a view, transpose, no-op or float conversion); a partition of only these is left
+    to torch: on Emmy it would be the same copy or conversion, with a call's overhead on top."""
     k = target_key(node)
-    return (k in ALIAS and not changes_dtype(node)) or k in RESHAPE or k in PERMUTE
+    return k in ALIAS or k in RESHAPE or k in PERMUTE
 
 
 def matmul_flops(node: fx.Node) -> sympy.Expr | int | None:

@@ -152,3 +152,17 @@ def test_hf_f16_rmsnorm_of_a_residual_sum_folds_the_sum_and_its_cut_keeps_the_ro
         assert torch.equal(got_h, h)
         torch.testing.assert_close(y, want, rtol=F16_TOL, atol=F16_TOL)
         assert (y != want).sum().item() <= 2  # bit-equal but for a rare sum of squares rounded the other way
+
+
+class OnlyConverts(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.float().view(-1)
+
+
+def test_a_group_of_nothing_but_conversions_and_views_stays_with_torch() -> None:
+    compiled, before = _compiled(OnlyConverts())
+    x = torch.randn(2, 3, 8, dtype=torch.float16)
+    with torch.no_grad():
+        assert torch.equal(compiled(x), OnlyConverts()(x))
+    fell = _fell_back(before)
+    assert set(fell) == {"float_1", "view"} and all("no other Emmy kernel" in why for why in fell.values()), fell
