@@ -90,6 +90,23 @@ static inline uint16_t em_f2h(float f) {
   const uint32_t o = u >= 0x47800000u ? big : u < 0x38800000u ? sub : norm;
   return (uint16_t)(o | (sign >> 16));
 }
+static inline float em_f2h2f(float f) {
+  /* em_h2f(em_f2h(f)) in float arithmetic, which vectorises (the integer round trip costs a 16-bit row six
+     times its loop): adding 2^(e+13), e the exponent of |f| (at least f16's -14), rounds |f| at f16's ulp, to
+     nearest even; subtracting it again is exact. At 65520 and above f16 is infinite; a NaN stays a NaN. */
+  uint32_t u; memcpy(&u, &f, 4);
+  const uint32_t sign = u & 0x80000000u;
+  const uint32_t au = u ^ sign;
+  float a; memcpy(&a, &au, 4);
+  const uint32_t e = au & 0x7f800000u;
+  const uint32_t mb = (e < 0x38800000u ? 0x38800000u : e) + (13u << 23);
+  float m; memcpy(&m, &mb, 4);
+  float r = (a + m) - m;
+  r = a >= 65520.0f ? INFINITY : r;
+  r = a != a ? a : r;
+  uint32_t ru; memcpy(&ru, &r, 4); ru |= sign;
+  memcpy(&r, &ru, 4); return r;
+}
 static inline float em_bf2f(uint16_t x) { uint32_t u = (uint32_t)x << 16; float f; memcpy(&f, &u, 4); return f; }
 static inline uint16_t em_f2bf(float f) {
   uint32_t u; memcpy(&u, &f, 4);
@@ -438,10 +455,13 @@ class ExprC:
         return None
 
     def compute(self, e: Expr) -> str:
-        """C text of `e` in the type it is computed in (a staged load reads its f32 run)."""
+        """C text of `e` in the type it is computed in (a staged load reads its f32 run; an f32 value rounded
+        to f16 and read back as f32 is rounded in float arithmetic, `em_f2h2f`, the same bits)."""
         run = self._staged_at(e)
         if run is not None:
             return run
+        if isinstance(e, Cast) and e.dtype == "f16" and e not in self.reuse and self.dtype(e.x) == "f32":
+            return f"em_f2h2f({self.compute(e.x)})"
         return to_compute(self.code(e), self.dtype(e))
 
     def _operation(self, e: Unary | Binary) -> str:

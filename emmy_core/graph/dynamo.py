@@ -48,7 +48,9 @@ NORMS: dict[object, str] = {F.layer_norm: "layernorm", torch.layer_norm: "layern
 RESHAPE = frozenset({"view", "reshape", torch.reshape, "unsqueeze", torch.unsqueeze, "squeeze", torch.squeeze,
                      "flatten", torch.flatten})
 PERMUTE = frozenset({"transpose", torch.transpose, "permute", torch.permute})
-ALIAS = frozenset({"contiguous", "to", "float", "half", "type_as", F.dropout, "clone", torch.clone})
+ALIAS = frozenset({"contiguous", "to", "float", "half", "bfloat16", "type_as", F.dropout, "clone", torch.clone})
+# the aliases that may change the data type: between float types they are Emmy `cast`s (`cast_problem`)
+CASTS = frozenset({"to", "float", "half", "bfloat16", "type_as"})
 # what counts toward `matmul_flops`: every matrix product, whoever runs it
 FLOP_OPS = frozenset({F.linear, torch.addmm, torch.baddbmm, F.scaled_dot_product_attention, torch.conv1d,
                       torch.conv2d, F.conv1d, F.conv2d, *MATMUL})
@@ -139,9 +141,11 @@ def refusal(node: fx.Node, device: str = "cpu", consts: Mapping[str, float] | No
         if isinstance(a, list | tuple) and any(isinstance(value(x), torch.Tensor) for x in a):
             return "takes a list of tensors"
     if k in ALIAS:
-        x = tensors[0] if tensors else None
-        if x is None or x.dtype != out.dtype:
-            return "changes the data type (a cast)" if x is not None else "no tensor operand"
+        x = value(node.args[0]) if node.args else None
+        if not isinstance(x, torch.Tensor):
+            return "no tensor operand"
+        if x.dtype != out.dtype:
+            return cast_problem(node) if k in CASTS else "changes the data type"
         if k is F.dropout and node_arg(node, 2, "training", True) and node_arg(node, 1, "p", 0.5) not in (0, 0.0):
             return "dropout while training"
         if k == "to" and any(isinstance(a, torch.device | str) for a in node.args[1:]):
@@ -241,6 +245,44 @@ def refusal(node: fx.Node, device: str = "cpu", consts: Mapping[str, float] | No
     return "Emmy has no kernel for it"
 
 
+def changes_dtype(node: fx.Node) -> bool:
+    """Whether a node's tensor result has another data type than its first (tensor) argument."""
+    x, out = (value(node.args[0]) if node.args else None), value(node)
+    return isinstance(x, torch.Tensor) and isinstance(out, torch.Tensor) and x.dtype != out.dtype
+
+
+def cast_problem(node: fx.Node) -> str | None:
+    """Why a data type change (`Tensor.to(dtype)`, `.float()`, `.half()`, `.bfloat16()`, `.type_as(t)`) is not an
+    Emmy `cast` (None: it is one). Emmy converts between its float types only, on the tensor's own device, into a
+    fresh contiguous tensor: a device move, a memory format or a non-blocking copy (whose completion torch defers)
+    stays with torch, and so does a conversion from or to any other type (`refusal` names the result's)."""
+    x = value(node.args[0])
+    if x.dtype not in TORCH_DTYPE_NAMES:
+        return f"converts from {x.dtype}; Emmy's casts are between f32, f16, bf16"
+    k = target_key(node)
+    allowed = {"to": {"dtype", "device", "copy", "non_blocking", "memory_format"}, "type_as": {"other"}}.get(str(k), set())
+    if set(node.kwargs) - allowed:
+        return f"a conversion with arguments {sorted(set(node.kwargs) - allowed)}"
+    # `to(dtype | other, non_blocking, copy)`: a fresh copy is what a cast makes anyway
+    if node.kwargs.get("non_blocking") or (k == "to" and len(node.args) > 2 and node.args[2] is True):
+        return "a non-blocking copy (torch completes it later)"
+    if node.kwargs.get("memory_format") not in (None, torch.preserve_format):
+        return "a conversion that changes the memory format"
+    rest = node.args[1:]
+    if k == "to":
+        if "device" in node.kwargs or any(isinstance(a, torch.device | str | int) and not isinstance(a, bool)
+                                          for a in rest):
+            return "moves the tensor"
+        if any(isinstance(value(a), torch.Tensor) for a in rest):
+            return None  # `x.to(other)`: other's type and device, and the device is this compile's (checked above)
+        if not all(isinstance(a, torch.dtype) or isinstance(a, bool) for a in rest):
+            return "a conversion with arguments other than a data type"
+        return None
+    if k == "type_as":
+        return None
+    return "a conversion with arguments" if rest else None
+
+
 def half_part(node: fx.Node) -> int | str:
     """Which half of the last axis `x[..., :n]` or `x[..., n:]` reads (0 or 1; n half the static last axis),
     or why the `getitem` is not such a slice."""
@@ -288,7 +330,8 @@ def _cat_problem(node: fx.Node) -> str | None:
 
 
 def alias_only(node: fx.Node) -> bool:
-    """A node that moves no data Emmy computes (a view, transpose or no-op); a partition of only these is left to torch."""
+    """A node that computes nothing (a view, transpose, no-op or float conversion); a partition of only these is left
+    to torch: on Emmy it would be the same copy or conversion, with a call's overhead on top."""
     k = target_key(node)
     return k in ALIAS or k in RESHAPE or k in PERMUTE
 

@@ -33,6 +33,7 @@ from emmy_core.graph.dynamo import (
     TORCH_DTYPE_NAMES,
     UNARY,
     Refused,
+    changes_dtype,
     half_part,
     node_arg,
     refusal,
@@ -168,6 +169,8 @@ def _one(n: fx.Node, env: dict[fx.Node, str], names: SizeNames, consts: Mapping[
         return Node(n.name, op, tuple(ins), ttype, tuple(attrs.items()), n.name)  # type: ignore[arg-type]
 
     if k in ALIAS:
+        if changes_dtype(n):  # `refusal` accepted it: a conversion between float types
+            return make("cast", (t(n.args[0]),))
         return t(n.args[0])
     if k is operator.getitem:
         return make("half", (t(n.args[0]),), part=half_part(n))

@@ -8,6 +8,7 @@
   and each half of the output is stored by its own expression, every access a constant
   half and a loop variable, so rotate_half costs no index arithmetic and no pass over memory;
 - `row_reduce`: `sum` or `mean` of each row into `y[B]`;
+- `cast`: `y[B, C]` = `x[B, C]` converted from one float type to another (through f32, so rounded once);
 - `dynamic_row`: a row kernel whose row axis is dynamic (softmax over the sequence),
   from the builder's static program with the row axis made dynamic and renamed;
 - `with_row_epilogue`: a row kernel whose stored result goes through elementwise steps
@@ -231,6 +232,21 @@ def row_reduce(op: str, cols: int, dtype: str, batch_hint: int) -> Program:
     buffers = (Buffer("x", "in", dtype, ("B", "C")), Buffer("y", "out", dtype, ("B",)))
     prog = Program(kernel_name("rowreduce", op, dtype, f"C{cols}"), (Axis("B", None, batch_hint), Axis("C", cols)),
                    buffers, body)
+    validate(prog)
+    return prog
+
+
+def cast(from_dtype: str, dtype: str, batch_hint: int, cols: int) -> Program:
+    """y[B, C] (`dtype`) = x[B, C] (`from_dtype`) converted; between two 16-bit types through f32 (exact), so the
+    value is rounded once, as torch's `Tensor.to` rounds it."""
+    if from_dtype == dtype:
+        raise IRError(f"cast: from {dtype} to itself is no conversion")
+    t = acc_dtype(dtype)
+    value = to(dtype, to(t, Load("x", ("i", "j")), from_dtype), t)
+    buffers = (Buffer("x", "in", from_dtype, ("B", "C")), Buffer("y", "out", dtype, ("B", "C")))
+    prog = Program(kernel_name("cast", from_dtype, "to", dtype, f"C{cols}"),
+                   (Axis("B", None, batch_hint), Axis("C", cols)), buffers,
+                   (Loop("i", "B", (Loop("j", "C", (Store("y", ("i", "j"), value),)),)),))
     validate(prog)
     return prog
 

@@ -34,7 +34,7 @@ from emmy_core.ir.identity import kernel_id
 from emmy_core.ir.nodes import Program
 
 STEP_FAMILIES = (  # what KernelStep.family names (ir.family.FAMILIES are the structural families)
-    "matmul", "rmsnorm", "layernorm", "softmax", "elementwise", "rowreduce")
+    "matmul", "rmsnorm", "layernorm", "softmax", "elementwise", "rowreduce", "cast")
 
 
 @dataclass(frozen=True)
@@ -146,13 +146,15 @@ def _lower_row(n: Node, index: dict[str, Node], hints: dict[str, int], taps: dic
     if n.op == "rmsnorm":
         prologue = tuple(n.attr("prologue") or ())
         hidden, eps = _static(row, n, "the normalised axis"), float(n.attr("eps"))  # type: ignore[arg-type]
-        bare = builders.rmsnorm(hidden, dtype, rows_hint, eps, prologue)
+        rounded = bool(n.attr("weight_after_round"))
+        bare = builders.rmsnorm(hidden, dtype, rows_hint, eps, prologue, rounded)
         prog = gk.with_row_epilogue(bare, steps)
         names = ["x", "res", "w"] if prologue else ["x", "w"]
         outs = [("y", n.name)]
         if prologue:
             outs.append(("h", taps.get(n.name, f"{n.name}__h")))
-            plain = gk.with_row_epilogue(builders.rmsnorm(hidden, dtype, rows_hint, eps), steps)
+            plain = gk.with_row_epilogue(builders.rmsnorm(hidden, dtype, rows_hint, eps,
+                                                          weight_after_round=rounded), steps)
             found.append(cuts.cut_rmsnorm_prologue(prog, plain, dtype))
         ins = tuple(zip(names, n.inputs, strict=True))
     elif n.op == "layernorm":
@@ -285,6 +287,17 @@ def _lower_elementwise(n: Node, index: dict[str, Node], hints: dict[str, int]) -
                       (("B", lead),), (), n.source)
 
 
+def _lower_cast(n: Node, index: dict[str, Node], hints: dict[str, int]) -> KernelStep:
+    """A conversion between float types: one pass over the tensor viewed as [rows, cols]."""
+    x = index[n.inputs[0]]
+    lead, cols = split_rows_cols(n.type.shape, need_last=False)
+    try:
+        prog = gk.cast(x.type.dtype, n.type.dtype, _hint(lead, hints), cols)
+    except IRError as exc:
+        raise UnsupportedOp("cast", n.source, str(exc)) from None
+    return KernelStep(n.name, "cast", prog, (("x", x.name),), (("y", n.name),), (("B", lead),), (), n.source)
+
+
 def lower(graph: Graph, stages: tuple[tuple[str, Graph], ...] = (), weights: dict | None = None) -> Lowered:
     """Kernels and layout steps for a graph that went through the pipeline's passes.
 
@@ -313,6 +326,8 @@ def lower(graph: Graph, stages: tuple[tuple[str, Graph], ...] = (), weights: dic
             step = _lower_row(n, index, hints, taps)
         elif n.op == "elementwise":
             step = _lower_elementwise(n, index, hints)
+        elif n.op == "cast":
+            step = _lower_cast(n, index, hints)
         else:
             raise UnsupportedOp(n.op, n.source, "no kernel lowers it (run the pipeline's passes first)")
         if _positional(step, n, taps):

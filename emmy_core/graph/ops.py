@@ -29,6 +29,7 @@ SOURCE_OPS = frozenset(
         "mean", "sum", "softmax", "rmsnorm", "layernorm",
         "reshape", "transpose", "permute",
         "half", "cat",
+        "cast",
     }
 )
 UNARY_OPS = frozenset({"neg", "silu", "gelu", "relu", "exp", "rsqrt"})
@@ -39,6 +40,8 @@ ELEMENTWISE_OPS = UNARY_OPS | BINARY_OPS
 HALF_OPS = frozenset({"half", "cat"})
 LAYOUT_OPS = frozenset({"reshape", "transpose", "permute"})
 NORM_OPS = frozenset({"rmsnorm", "layernorm", "softmax"})
+# `cast` converts between float types (its node's type names the target); it is its own kernel, a boundary of the
+# elementwise chains (their kernels read and write one data type), and `match_rmsnorm` folds the ones of an RMSNorm
 FUSED_OPS = frozenset({"elementwise", "tap"})
 OPS = SOURCE_OPS | FUSED_OPS
 

@@ -5,7 +5,7 @@
 an Emmy graph, every pass run, lowered). A group the passes or lowering refuse names the node at
 fault (its FX name travels as the Emmy node's source); that node is handed to torch with the reason
 and the graph is partitioned again, so one op Emmy cannot take never costs its neighbours. A group
-of nothing but views and no-ops is left to torch: moving it to Emmy would only copy. `fuse` then
+of nothing but views, no-ops and float conversions is left to torch: moving it to Emmy would only copy. `fuse` then
 replaces each accepted group with a call to a submodule `emmy_<i>`.
 
 torch's partitioner moves every `getitem` user of a node whose users are all `getitem`s into that node's
@@ -100,7 +100,7 @@ def plan_partitions(gm: fx.GraphModule, trial: Callable[[fx.GraphModule], None],
             if all(alias_only(n) for n in nodes):
                 for n in nodes:
                     if is_compute(n):
-                        plan.torch_ops[n.name] = "a view or no-op with no Emmy kernel in its group"
+                        plan.torch_ops[n.name] = "a view, no-op or conversion with no other Emmy kernel in its group"
                 continue
             sub, _, _ = fuse_as_graphmodule(gm, nodes, "trial", always_return_tuple=True)
             try:

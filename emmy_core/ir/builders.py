@@ -271,11 +271,14 @@ def _finite(value: float, what: str) -> float:
 
 
 def rmsnorm(hidden: int, dtype: str = "f16", batch_hint: int = 8, eps: float = 1e-6,
-            prologue: tuple[str, ...] = ()) -> Program:
+            prologue: tuple[str, ...] = (), weight_after_round: bool = False) -> Program:
     """y[B, H] = x * rsqrt(mean(x^2) + eps) * w, reduced in f32.
 
     prologue ("residual",): x is `x + res` (added in `dtype`, as the model does), and that sum is
     also written to the second out buffer `h` (the residual stream the next layer reads).
+    weight_after_round: the normalised row is rounded to `dtype` before the weight multiplies it, and the
+    product rounded again, as Hugging Face's `LlamaRMSNorm` does in f16 (`w * (x.float() * inv).to(f16)`);
+    otherwise `x * inv * w` is rounded once. Meaningless (and refused) when `dtype` is the f32 it computes in.
     """
     _float_dtype(dtype)
     t = acc_dtype(dtype)
@@ -291,10 +294,14 @@ def rmsnorm(hidden: int, dtype: str = "f16", batch_hint: int = 8, eps: float = 1
     buffers += [Buffer("w", "in", dtype, ("H",)), Buffer("y", "out", dtype, ("B", "H"))]
     if prologue:
         buffers.append(Buffer("h", "out", dtype, ("B", "H")))
+    if weight_after_round and dtype == t:
+        raise IRError(f"rmsnorm: weight_after_round rounds to {dtype}, the type it computes in; nothing to round")
     xf = to(t, xv, dtype)
+    normed: Expr = Binary("mul", xf, Ref("inv"))
+    if weight_after_round:
+        normed = Cast(t, Cast(dtype, normed))
     inner: list[Stmt] = [
-        Store("y", ("i", "j"),
-              to(dtype, Binary("mul", Binary("mul", xf, Ref("inv")), to(t, Load("w", ("j",)), dtype)), t))
+        Store("y", ("i", "j"), to(dtype, Binary("mul", normed, to(t, Load("w", ("j",)), dtype)), t))
     ]
     if prologue:
         inner.append(Store("h", ("i", "j"), xv))
@@ -303,7 +310,8 @@ def rmsnorm(hidden: int, dtype: str = "f16", batch_hint: int = 8, eps: float = 1
         Let("inv", t, Unary("rsqrt", Binary("add", Binary("div", Ref("ss"), c(t, hidden)), c(t, eps)))),
         Loop("j", "H", tuple(inner)),
     )
-    name = kernel_name("rmsnorm", dtype, f"H{hidden}", f"eps{eps!r}", "res" if prologue else "")
+    name = kernel_name("rmsnorm", dtype, f"H{hidden}", f"eps{eps!r}", "res" if prologue else "",
+                       "roundw" if weight_after_round else "")
     prog = Program(name, (rows, row), tuple(buffers), _nest([("i", "B")], body))
     validate(prog)
     return prog
