@@ -7,8 +7,8 @@ It sits above the three emitters so that each of them imports only the shared `E
 from __future__ import annotations
 
 from emmy_core.codegen.c_emit import ENTRY, Emitter
-from emmy_core.codegen.c_expr import PRELUDE
 from emmy_core.codegen.c_matmul import emit_matmul, pack_entries
+from emmy_core.codegen.c_prelude import PRELUDE
 from emmy_core.codegen.c_rows import emit_rows
 from emmy_core.codegen.c_schedule import CSchedule
 from emmy_core.ir.nodes import Program
