@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from emmy_core.compiler.backend import _GRAPHS, emmy_backend
-from emmy_core.compiler.compare import interleaved_medians, max_error
+from emmy_core.compiler.compare import interleaved_medians, max_error, medians_line
 
 
 def main() -> int:
@@ -62,9 +62,7 @@ def main() -> int:
         kernels = [k.program.name for g in _GRAPHS[before:] for grp in g.live_groups() if grp.off is None
                    for k in grp.compiled.lowered.kernels]
         fell = [f for g in _GRAPHS[before:] for f in g.report().fell_back]
-        line = ", ".join(f"{name} {us / 1e3:.3f} ms" for name, us in med.items())
-        if "inductor" in med and "emmy" in med:
-            line += f"; emmy {med['inductor'] / med['emmy']:.2f}x Inductor's speed, {med['eager'] / med['emmy']:.2f}x eager's"
+        line = medians_line(med)
         print(f"  B={b}: {line}")
         print(f"    max error against eager {err:.2g}, {100 * equal:.2f}% of elements bit-equal; Emmy kernels "
               f"{kernels}; ops run by torch {len(fell)}")

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from emmy_core.compiler.backend import _GRAPHS, emmy_backend
-from emmy_core.compiler.compare import interleaved_medians, max_error
+from emmy_core.compiler.compare import interleaved_medians, max_error, medians_line
 from emmy_core.dtypes import torch_dtype
 from emmy_core.graph.lower import LayoutStep
 
@@ -86,9 +86,7 @@ def main() -> int:
                  for st in grp.compiled.lowered.steps]
         kernels = sum(1 for st in steps if not isinstance(st, LayoutStep))
         copies = sum(1 for st in steps if isinstance(st, LayoutStep) and st.op != "reshape")
-        line = ", ".join(f"{name} {us / 1e3:.3f} ms" for name, us in med.items())
-        if "inductor" in med and "emmy" in med:
-            line += f"; emmy {med['inductor'] / med['emmy']:.2f}x Inductor's speed, {med['eager'] / med['emmy']:.2f}x eager's"
+        line = medians_line(med)
         print(f"  {what}: {line}")
         print(f"    max error against eager {err:.2g}; Emmy kernels {kernels}, layout copies {copies}, ops run by torch "
               f"{sum(len(r.fell_back) for r in reports)}")

@@ -62,6 +62,14 @@ def interleaved_medians(fns: dict[str, Fn], inputs: Sequence[torch.Tensor], repe
     return {n: 1e6 * statistics.median(v) for n, v in samples.items() if v}, failed
 
 
+def medians_line(med: dict[str, float]) -> str:
+    """Interleaved medians (microseconds) as one line, with emmy's speed against Inductor's and eager's when all ran."""
+    line = ", ".join(f"{name} {us / 1e3:.3f} ms" for name, us in med.items())
+    if all(k in med for k in ("emmy", "inductor", "eager")):
+        line += f"; emmy {med['inductor'] / med['emmy']:.2f}x Inductor's speed, {med['eager'] / med['emmy']:.2f}x eager's"
+    return line
+
+
 def compare(compiled: Fn, module: nn.Module, inputs: Sequence[torch.Tensor], repeats: int = 20,
             inductor: bool = True) -> Comparison:
     """The compiled model against eager torch (and Inductor) on `inputs`."""
