@@ -109,14 +109,38 @@ def kendall_tau(scores: Sequence[float] | np.ndarray, times: Sequence[float] | n
     okb = np.asarray(ok, dtype=bool)
     if int(okb.sum()) < MIN_TAU:
         return None
-    from scipy.stats import kendalltau  # the fit and the evaluation have scipy; scoring never calls this
-
     s = np.asarray(scores, dtype=np.float64)[okb]
     t = np.asarray(times, dtype=np.float64)[okb]
     if np.all(s == s[0]) or np.all(t == t[0]):
         return 0.0
-    tau = kendalltau(s, -t).statistic
-    return None if tau is None or math.isnan(tau) else float(tau)
+    if np.isnan(s).any() or np.isnan(t).any():
+        return None
+    return tau_b(s, -t)
+
+
+PAIRWISE_MAX = 256  # pools up to this size count their pairs directly; larger ones use scipy's O(n log n) count
+
+
+def tau_b(x: np.ndarray, y: np.ndarray) -> float:
+    """Kendall's tau-b of two NaN-free vectors with neither constant, as scipy's variant b computes it:
+    (concordant - discordant) / sqrt(pairs untied in x) / sqrt(pairs untied in y), clipped to [-1, 1].
+
+    The fit computes it for every pool of every fold, thousands of calls, most pools small. For those,
+    scipy's `kendalltau` spent most of its time on a p-value (exact below 34 candidates) that nothing
+    reads, so a small pool's pairs are counted here in exact integers (the same value, 10x faster);
+    a large pool goes to scipy with the cheap asymptotic p-value.
+    """
+    n = len(x)
+    if n > PAIRWISE_MAX or not (np.isfinite(x).all() and np.isfinite(y).all()):
+        from scipy.stats import kendalltau  # the fit and the evaluation have scipy; scoring never calls this
+
+        return float(kendalltau(x, y, method="asymptotic").statistic)
+    sx = np.sign(x[:, None] - x[None, :]).astype(np.int64)
+    sy = np.sign(y[:, None] - y[None, :]).astype(np.int64)
+    # every pair is counted twice, once from each end: halved to the counts of pairs
+    both, untied_x, untied_y = int(np.sum(sx * sy)) // 2, np.count_nonzero(sx) // 2, np.count_nonzero(sy) // 2
+    tau = both / np.sqrt(untied_x) / np.sqrt(untied_y)
+    return float(min(1.0, max(-1.0, tau)))
 
 
 def golden_rank(scores: Sequence[float] | np.ndarray, golden: int) -> tuple[int, int]:

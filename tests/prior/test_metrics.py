@@ -36,6 +36,18 @@ def test_kendall_tau_orders_scores_against_times() -> None:
     assert m.kendall_tau([1.0, 2.0, 3.0, 4.0], times, [True] * 4) == -1.0
 
 
+def test_the_pairwise_tau_equals_scipys_tau_b_with_ties_on_both_sides_of_the_cutoff() -> None:
+    from scipy.stats import kendalltau
+
+    rng = np.random.default_rng(7)
+    for n in (3, 9, 33, 34, 120, m.PAIRWISE_MAX, m.PAIRWISE_MAX + 1, 400):
+        for ties in (False, True):
+            x = rng.integers(0, 6, n).astype(float) if ties else rng.normal(size=n)
+            y = rng.normal(size=n).round(1)
+            assert m.tau_b(x, y) == kendalltau(x, y).statistic, (n, ties)
+    assert m.kendall_tau([1.0, np.nan, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0], [True] * 4) is None
+
+
 def test_golden_rank_strict_and_with_ties_counted_against() -> None:
     assert m.golden_rank([1.0, 1.0, 1.0, 0.5], 0) == (0, 2)  # a plateau of three
     assert m.golden_rank([2.0, 1.0, 3.0], 1) == (2, 2)
