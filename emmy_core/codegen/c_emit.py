@@ -138,14 +138,18 @@ class Emitter:
             self.line("}")
 
     # -- pragmas
-    def threads_clause(self) -> str:
+    def threads_clause(self, units: str | None = None) -> str:
         """`num_threads` of a parallel region: `threads`, fewer where the run's work is under CPU_GRAIN a
-        thread (the regions share work with `omp for`, so any team size computes the same)."""
+        thread (the regions share work with `omp for`, so any team size computes the same), and no more
+        than `units` (a C expression: the pieces of work the region shares, when the caller knows them)."""
         if self.sched.threads is None:
             return ""
         t = int(self.sched.threads)
         teams = f"(({work_c(self.program)}) >> {GRAIN_BITS})"  # a shift: CPU_GRAIN is a power of two
-        return f" num_threads((int)({teams} < 1 ? 1 : ({teams} < {t} ? {teams} : {t})))"
+        team = f"({teams} < 1 ? 1 : ({teams} < {t} ? {teams} : {t}))"
+        if units is not None:
+            team = f"em_min64({team}, ({units}) < 1 ? 1 : ({units}))"
+        return f" num_threads((int){team})"
 
     @property
     def parallel(self) -> bool:

@@ -484,8 +484,10 @@ def emit_matmul(em: Emitter) -> bool:
             em.line("if (!em_own) return 1;")
             em.line("em_B = em_own;")
         em.line(f"const int em_multipass = {k_len} > {bl.kc};")
-        if em.parallel:
-            em.line(f"#pragma omp parallel{em.threads_clause()}")
+        blocks = f"({nm} + {bl.mc - 1}) / {bl.mc}" if s.par_axis == "m" else f"({nn} + {bl.nc - 1}) / {bl.nc}"
+        if em.parallel:  # a team no larger than its blocks, unless it packs B first (which all of it shares)
+            units = " * ".join([*(f"({axis_c(a)})" for _, a in outer), f"({blocks})"])
+            em.line(f"#pragma omp parallel{em.threads_clause(f'em_own ? INT64_MAX : {units}')}")
         with em.block(""):
             with em.block("if (em_own)"):
                 _pack_all_b(em, plan, g, "em_own")
@@ -505,7 +507,6 @@ def emit_matmul(em: Emitter) -> bool:
             em.line("const int em_ok = em_ap && em_atmp && (em_cw || !em_multipass);")
             with em.block("if (!em_ok)"):
                 _fail(em)
-            blocks = f"({nm} + {bl.mc - 1}) / {bl.mc}" if s.par_axis == "m" else f"({nn} + {bl.nc - 1}) / {bl.nc}"
             if em.parallel:
                 em.line(f"#pragma omp for collapse({len(outer) + 1}) schedule(dynamic, 1)")
             for v, a in outer:
