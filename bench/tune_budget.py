@@ -16,7 +16,7 @@ Tune databases come from `--db LABEL=PATH` (an earlier `emmy tune --db PATH`, su
 `emmy tune` here into a temporary database and reports its wall time.
 
 Run: .venv/bin/python bench/tune_budget.py --db all=ALL.db --tune p8=prior:8
-     [--model llama_block] [--shape B=1,S=8] [--dtype f16] [--repeats 300]
+     [--model llama_block] [--shape B=1,S=8] [--dtype f16] [--repeats 300] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -77,6 +77,7 @@ def main() -> int:
     ap.add_argument("--db", action="append", default=[], help="LABEL=PATH of an existing tuning database")
     ap.add_argument("--tune", action="append", default=[], help="LABEL=STRATEGY:BUDGET, tuned here first")
     ap.add_argument("--repeats", type=int, default=300)
+    ap.add_argument("--keep", type=Path, help="write the tuned databases into this folder (kept) instead of a temporary one")
     args = ap.parse_args()
     dbs = {k: Path(v) for k, v in _pairs(args.db, "--db").items()}
     tunes = _pairs(args.tune, "--tune")
@@ -90,8 +91,12 @@ def main() -> int:
     module, inputs_fn = load_model(args.model, torch_dtype(args.dtype))
     with tempfile.TemporaryDirectory(prefix="emmy-tune-budget-") as tmp_s:
         tmp = Path(tmp_s)
+        if args.keep is not None:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            if any((args.keep / f"{label}.db").exists() for label in tunes):
+                sys.exit(f"--keep {args.keep}: a database of one of {sorted(tunes)} is already there; nothing overwritten")
         for label, spec in tunes.items():
-            dbs[label] = _tune(label, spec, args, tmp)
+            dbs[label] = _tune(label, spec, args, args.keep or tmp)
         empty = tmp / "no-freezes"
         empty.mkdir()
         example = inputs_fn({"B": 1, "S": 1})
