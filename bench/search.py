@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import pickle
 import random
 import sys
 import tempfile
@@ -58,6 +57,7 @@ from emmy_core.prior.fit import fit_dataset
 from emmy_core.prior.training import Params
 from emmy_core.search.curves import Runs, SearchCurves, emmy_search_curves, frozen_pools, plot_curves
 from emmy_core.search.replay import FrozenPool
+from emmy_core.search.strategy import SearchPool
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGETS = (1, 2, 4, 8, 16, 32)
@@ -79,6 +79,35 @@ def loco_pools(dataset: Dataset, order: Any, iterations: int, seed: int) -> list
         mine = [p for p in frozen_pools(dataset, prior, order) if p[0] == card]
         out += mine
         say(f"  without {card}: prior fitted in {time.monotonic() - t:.0f} s; {len(mine)} pools ({load()})")
+    return out
+
+
+def _floats(a: np.ndarray | None) -> list[float | None] | None:
+    return None if a is None else [None if not np.isfinite(x) else float(x) for x in a]
+
+
+def _array(xs: list[float | None] | None) -> np.ndarray | None:
+    return None if xs is None else np.array([np.nan if x is None else x for x in xs], dtype=np.float64)
+
+
+def pools_to_json(pools: Sequence[tuple[str, FrozenPool]]) -> list[dict[str, Any]]:
+    """The scored pools as JSON (NaN as null), the cache `--reuse` reads back: no pickle, even for a bench cache."""
+    return [{"card": card, "label": fp.pool.label, "knobs": [dict(k) for k in fp.pool.knobs],
+             "order": list(fp.pool.order), "first": fp.pool.first, "scores": _floats(fp.pool.scores),
+             "transfer": _floats(fp.pool.transfer),
+             "evidence": None if fp.pool.evidence is None else [_floats(e) for e in fp.pool.evidence],
+             "times": _floats(fp.times)} for card, fp in pools]
+
+
+def pools_from_json(doc: list[dict[str, Any]]) -> list[tuple[str, FrozenPool]]:
+    out = []
+    for r in doc:
+        evidence = None if r["evidence"] is None else tuple(_array(e) for e in r["evidence"])
+        pool = SearchPool(tuple(r["knobs"]), tuple(r["order"]), r["first"], _array(r["scores"]),
+                          _array(r["transfer"]), r["label"], evidence)  # type: ignore[arg-type]
+        times = _array(r["times"])
+        assert times is not None
+        out.append((r["card"], FrozenPool(pool, times)))
     return out
 
 
@@ -156,7 +185,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "_bench" / "search")
     ap.add_argument("--emmy", default=",".join(EMMY), help="Emmy strategies to replay")
     ap.add_argument("--reuse", action="store_true", help="reuse the scored pools and Kernel Tuner's runs a previous "
-                    "run left in --out (pools.pickle: the held-out priors' scores; kt-*.json), to replay again "
+                    "run left in --out (pools.json.gz: the held-out priors' scores; kt-*.json), to replay again "
                     "without fitting")
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -168,9 +197,9 @@ def main() -> int:
     t0 = time.monotonic()
     say(f"bench/search.py ({load()}); leave one card out, priors of {args.iterations} trees, seeds {seeds}")
     files = sorted(p for p in args.peer.iterdir() if p.name.endswith((".json", ".json.gz")))
-    cached = args.out / "pools.pickle"
+    cached = args.out / "pools.json.gz"
     if args.reuse and cached.is_file():
-        pools = pickle.loads(cached.read_bytes())  # written by this script: the pools and their held-out scores
+        pools = pools_from_json(json.loads(gzip.decompress(cached.read_bytes())))  # written by this script
         say(f"reused {len(pools)} scored pools from {cached}")
     else:
         with tempfile.TemporaryDirectory() as tmp:
@@ -178,7 +207,9 @@ def main() -> int:
         say(f"peer data read: {len(dataset.forks)} pools in {time.monotonic() - t0:.0f} s")
         pools = loco_pools(dataset, file_order(files), args.iterations, 0)
         args.out.mkdir(parents=True, exist_ok=True)
-        cached.write_bytes(pickle.dumps(pools))
+        tmp_cache = cached.with_name(cached.name + ".tmp")
+        tmp_cache.write_bytes(gzip.compress(json.dumps(pools_to_json(pools)).encode()))
+        tmp_cache.replace(cached)
     t = time.monotonic()
     emmy = [s for s in args.emmy.split(",") if s]
     curves, truths = emmy_search_curves(pools, emmy, BUDGETS, seeds, first_always=False)
