@@ -8,7 +8,7 @@ meaning differs gets its own name (`BenchCardOpt`: a card the timings come from,
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -47,3 +47,19 @@ def shape_of(text: str, *, model: bool = True) -> dict[str, int]:
     if model and set(sizes) != set(DYNAMIC_AXES):
         fail(f"--shape must give exactly {' and '.join(DYNAMIC_AXES)} (e.g. B=8,S=128), got {text[:60]!r}")
     return sizes
+
+
+def model_at(model: str, shape: str, dtype: str, setting: str) -> tuple[dict[str, int], list[Any]]:
+    """A reference model's sizes and bench units at `shape` for a command that measures (tune) or plans
+    measurements (suggest); CLI errors for an unknown setting, a bad shape or a model that does not lower."""
+    from emmy_core.bench.plan import model_units
+    from emmy_core.codegen.backend import SETTINGS
+    from emmy_core.graph.errors import GraphError
+
+    if setting not in SETTINGS:
+        fail(f"--setting {setting!r}: known settings: {', '.join(SETTINGS)}")
+    sizes = shape_of(shape)
+    try:
+        return sizes, model_units(model, sizes, dtype)
+    except (GraphError, ValueError) as exc:
+        fail(str(exc))

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from emmy_core.cli.common import fail
-from emmy_core.cli.options import CardOpt, DbOpt, DtypeOpt, Opt, SettingOpt, ShapeOpt, shape_of
+from emmy_core.cli.options import CardOpt, DbOpt, DtypeOpt, Opt, SettingOpt, ShapeOpt, model_at
 
 
 def suggest_command(
@@ -26,22 +26,13 @@ def suggest_command(
     json_out: Annotated[bool, Opt("--json", help="print JSON instead of text")] = False,
 ) -> None:
     """Per fork, the candidates most worth measuring next (prior score, uncertainty, no row yet); uncovered forks."""
-    from emmy_core.bench.plan import model_units
     from emmy_core.cli.tune_cmd import any_card_named
-    from emmy_core.codegen.backend import SETTINGS
-    from emmy_core.graph.errors import GraphError
     from emmy_core.prior import PriorError, load_installed_prior
     from emmy_core.search.suggest import read_rows, render, suggest
     from emmy_core.store import StoreError, default_db_path
 
-    if setting not in SETTINGS:
-        fail(f"--setting {setting!r}: known settings: {', '.join(SETTINGS)}")
-    sizes = shape_of(shape)
+    _, units = model_at(model, shape, dtype, setting)
     the_card = any_card_named(card)
-    try:
-        units = model_units(model, sizes, dtype)
-    except (GraphError, ValueError) as exc:
-        fail(str(exc))
     try:
         prior = load_installed_prior()
     except PriorError as exc:

@@ -16,7 +16,7 @@ import typer
 from emmy_core.bench.harness import BenchConfig, BenchError, BenchReport, Outcome, dedupe
 from emmy_core.bench.load import DEFAULT_MAX_BUSY
 from emmy_core.cli.common import fail
-from emmy_core.cli.options import BenchCardOpt, DbOpt, DtypeOpt, Opt, SettingOpt, ShapeOpt, shape_of
+from emmy_core.cli.options import BenchCardOpt, DbOpt, DtypeOpt, Opt, SettingOpt, ShapeOpt, model_at
 from emmy_core.store.recorders import StoreRecorder, TuneFileRecorder, db_recorder
 from emmy_core.targets import Card
 
@@ -205,21 +205,13 @@ def tune(
 
     By default 16 candidates per kernel (the first option always among them), chosen by the prior
     (`--strategy`), which finishes in minutes; `--budget all` benches every candidate."""
-    from emmy_core.bench.plan import model_units, tune_plan
-    from emmy_core.codegen.backend import SETTINGS
-    from emmy_core.graph.errors import GraphError
+    from emmy_core.bench.plan import tune_plan
     from emmy_core.search import STRATEGIES
 
     if db is not None and tune_file is not None:
         fail("give --db or --tune-file, not both")
-    if setting not in SETTINGS:
-        fail(f"--setting {setting!r}: known settings: {', '.join(SETTINGS)}")
-    sizes = shape_of(shape)
+    _, units = model_at(model, shape, dtype, setting)
     the_card = local_card_named(card)
-    try:
-        units = model_units(model, sizes, dtype)
-    except (GraphError, ValueError) as exc:
-        fail(str(exc))
     if strategy is not None and strategy not in STRATEGIES:
         fail(f"--strategy {strategy[:40]!r}: known strategies: {', '.join(STRATEGIES)}")
     per_kernel = parse_budget(budget)

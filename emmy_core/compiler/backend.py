@@ -36,7 +36,7 @@ import torch.fx as fx
 from torch import nn
 
 from emmy_core.compiler.build import Builder, runnable_here
-from emmy_core.compiler.compiled import Compiled
+from emmy_core.compiler.compiled import Compiled, card_of
 from emmy_core.compiler.launch import Launcher
 from emmy_core.compiler.memory import check_fits
 from emmy_core.compiler.runner import Runner
@@ -342,14 +342,6 @@ def lifted_floats(gm: fx.GraphModule, example_inputs: Sequence[Any], params: set
     return out
 
 
-def _card(card: str | Card) -> Card:
-    if isinstance(card, Card):
-        return card
-    from emmy_core.targets import resolve_card
-
-    return resolve_card(card)
-
-
 def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_db: Path | str | None = None,
                  freezes: FreezesArg = None, prior: PriorArg = None, check: bool = True,
                  build: bool = True, attention: bool = True) -> Callable[..., Any]:
@@ -366,7 +358,7 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
     warned: list[bool] = []
 
     def compile_fx(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-        the_card = _card(card)
+        the_card = card_of(card)
         name = f"graph{len(_GRAPHS)}"
         if build:
             device = the_card.target if the_card.target == "cpu" else "cuda"
