@@ -22,6 +22,8 @@
    against Inductor's; and each Emmy group against the torch ops it replaced, at the same inputs
    (the groups that lose are named). `--backend-only` runs just this part; `--sdpa-on-torch` adds the
    backend with attention left to torch's fused kernel as a contender (does lowering attention pay?);
+   `--inductor-fallback` adds the backend with `fallback="inductor"` (the ops left to torch compiled by
+   Inductor around Emmy's groups), with Emmy's attention and with attention left to Inductor;
    `--cases f16,B=1` keeps the speed cases whose names contain one of the words.
 
 Run: .venv/bin/python bench/compile.py [--db _data/bench.db] [--tune 16] [--repeats 30] [--no-inductor]
@@ -346,6 +348,13 @@ def backend_vs_torch(args: argparse.Namespace) -> None:
                 sdpa = torch.compile(module, backend=emmy_backend(attention=False, **opts))
                 sdpa(*x)
                 fns["emmy, sdpa on torch"] = sdpa
+            if args.inductor_fallback:  # the ops left to torch compiled by Inductor around Emmy's groups
+                for label, attn in (("emmy+inductor", True), ("emmy+inductor, sdpa on inductor", False)):
+                    hybrid = torch.compile(module, backend=emmy_backend(fallback="inductor", attention=attn, **opts))
+                    t0 = time.perf_counter()
+                    hybrid(*x)
+                    print(f"    {label}: first call (compile) {time.perf_counter() - t0:.1f} s", flush=True)
+                    fns[label] = hybrid
             inductor_s = None
             if not args.no_inductor:
                 inductor = torch.compile(module)
@@ -368,6 +377,11 @@ def backend_vs_torch(args: argparse.Namespace) -> None:
             line += f", inductor {med['inductor'] / 1e3:9.1f} ms"
         if "emmy, sdpa on torch" in med:
             line += f", emmy with sdpa on torch {med['emmy, sdpa on torch'] / 1e3:9.1f} ms"
+        for label in ("emmy+inductor", "emmy+inductor, sdpa on inductor"):
+            if label in med:
+                line += f", {label} {med[label] / 1e3:9.1f} ms"
+                if "inductor" in med:
+                    line += f" ({med['inductor'] / med[label]:.2f}x inductor)"
         line += f"; emmy {med['eager'] / med['emmy']:.2f}x eager"
         if "inductor" in med:
             line += f", {med['inductor'] / med['emmy']:.2f}x inductor"
@@ -412,6 +426,9 @@ def main() -> int:
     ap.add_argument("--no-inductor", action="store_true")
     ap.add_argument("--skip-resolution", action="store_true")
     ap.add_argument("--backend-only", action="store_true", help="only part 3, the emmy Dynamo backend")
+    ap.add_argument("--inductor-fallback", action="store_true",
+                    help="also time the backend with fallback='inductor' (the ops left to torch compiled by Inductor "
+                         "around Emmy's groups), with Emmy's attention and with attention left to Inductor")
     ap.add_argument("--sdpa-on-torch", action="store_true",
                     help="also time the backend with attention left to torch (does lowering attention pay?)")
     ap.add_argument("--cases", default="", help="only the speed cases whose name contains one of these (comma list)")

@@ -52,7 +52,9 @@ from emmy_core.graph.pipeline import compile_graph
 from emmy_core.ir.sizes import format_sizes
 from emmy_core.targets.card import Card
 
-RTOL = {"f32": 1e-4, "bf16": 3e-2, "f16": 1e-2}  # the harness's tolerances (emmy_core.bench.reference)
+RTOL = {"f32": 1e-4, "bf16": 3e-2, "f16": 1e-2}
+FALLBACKS = ("eager", "inductor")  # how the ops left to torch run
+BACKEND_OPTIONS = frozenset({"card", "setting", "tuning_db", "freezes", "prior", "attention", "fallback"})  # the harness's tolerances (emmy_core.bench.reference)
 
 
 @dataclass(frozen=True)
@@ -344,17 +346,22 @@ def lifted_floats(gm: fx.GraphModule, example_inputs: Sequence[Any], params: set
 
 def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_db: Path | str | None = None,
                  freezes: FreezesArg = None, prior: PriorArg = None, check: bool = True,
-                 build: bool = True, attention: bool = True) -> Callable[..., Any]:
+                 build: bool = True, attention: bool = True, fallback: str = "eager") -> Callable[..., Any]:
     """A Dynamo backend for `card` and `setting` with the given evidence sources (as `emmy_core.compile` takes them).
 
     `check=False` skips the check against torch at each new size (for timing the check's cost only);
     `build=False` only partitions and settles forks at each size run, while torch computes (what `emmy explain`
     uses: the coverage and the record of a card this machine cannot run); `attention=False` leaves
     `scaled_dot_product_attention` to torch instead of rewriting it as Emmy's matmuls and softmax (what the
-    benchmark compares it with)."""
+    benchmark compares it with). `fallback` says how the ops left to torch run: `eager`, one by one as torch
+    runs them, or `inductor`, compiled by Inductor around the Emmy groups (`emmy_core.compiler.opaque`:
+    each group one op Inductor does not look into), so that a mask's index math, rotary tables and
+    attention left to torch are fused as `torch.compile` would fuse them."""
     from emmy_core.codegen.backend import get_setting
 
     get_setting(setting)
+    if fallback not in FALLBACKS:
+        raise ValueError(f"fallback={fallback!r}: the ops left to torch run by one of {', '.join(FALLBACKS)}")
     warned: list[bool] = []
 
     def compile_fx(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
@@ -375,6 +382,7 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
         builder = Builder(the_card, setting) if build and runnable_here(the_card) is None else None
         lowered: dict[str, Lowered] = {}
 
+        sources_of = [getattr(n, "_dynamo_source", None) for n in gm.graph.find_nodes(op="placeholder")]
         consts = lifted_floats(gm, example_inputs, params)
         if attention:
             decompose_sdpa(gm, consts)
@@ -398,15 +406,35 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
         gm.recompile()
         _GRAPHS.append(state)
         forward = gm.forward
+        if fallback == "inductor" and build:
+            forward = _inductor_around(gm, example_inputs, sources_of)
 
         def run(*args: Any) -> Any:
             state.saw(args)
             return forward(*args)
 
         run.emmy_graph = state  # type: ignore[attr-defined]
+        run.emmy_module = gm  # type: ignore[attr-defined]  # keeps its groups alive for Inductor's code
         return run
 
     return compile_fx
+
+
+def _inductor_around(gm: fx.GraphModule, example_inputs: Sequence[Any], sources: list[Any]) -> Callable[..., Any]:
+    """`gm` with its Emmy groups made opaque, compiled by Inductor. The partition rebuilt the graph's
+    placeholders; Inductor reads Dynamo's source of each input from them, so they get it back."""
+    from torch._inductor.compile_fx import compile_fx
+
+    from emmy_core.compiler.opaque import opaque_groups
+
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    if len(placeholders) != len(sources):
+        raise RuntimeError(f"the partition changed the graph's inputs ({len(sources)} -> {len(placeholders)})")
+    for node, source in zip(placeholders, sources, strict=True):
+        if source is not None:
+            node._dynamo_source = source  # type: ignore[attr-defined]
+    opaque_groups(gm, {name: m for name, m in gm.named_children() if isinstance(m, EmmyGroup)})
+    return compile_fx(gm, list(example_inputs))
 
 
 def run_backend(module: nn.Module, inputs: Sequence[Any], **options: Any) -> tuple[Any, list[GraphReport]]:
@@ -419,6 +447,16 @@ def run_backend(module: nn.Module, inputs: Sequence[Any], **options: Any) -> tup
     return out, [g.report() for g in _GRAPHS[before:]]
 
 
-def backend(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-    """The `emmy` backend as `torch.compile(model, backend="emmy")` finds it: this machine's card, deploy setting."""
-    return emmy_backend()(gm, example_inputs)
+def backend(gm: fx.GraphModule, example_inputs: Sequence[Any], options: dict[str, Any] | None = None,
+            **unknown: Any) -> Callable[..., Any]:
+    """The `emmy` backend as `torch.compile(model, backend="emmy")` finds it: this machine's card, deploy setting;
+    `torch.compile(..., options={...})` passes `emmy_backend`'s keyword arguments (e.g. `{"fallback": "inductor"}`)."""
+    if unknown:
+        raise TypeError(f"the emmy backend takes no {', '.join(sorted(unknown))} (torch.compile's mode is Inductor's;"
+                        " give the emmy backend's settings as options={...})")
+    given = dict(options or {})
+    bad = sorted(set(given) - BACKEND_OPTIONS)
+    if bad:
+        raise TypeError(f"the emmy backend has no option {', '.join(map(repr, bad))}; it takes "
+                        f"{', '.join(sorted(BACKEND_OPTIONS))}")
+    return emmy_backend(**given)(gm, example_inputs)
