@@ -7,7 +7,7 @@ Dynamo handed over, the share of matrix-product FLOPs on Emmy kernels, the ops t
 groups handed back to torch (with the first reason). This is the coverage question of a user
 bringing a model no one here wrote; the speed questions are `bench/compile.py`'s. Peak memory at the end.
 
-Run: .venv/bin/python bench/architectures.py [--dtype float32|bfloat16|float16] [--only mistral,gpt2]
+Run: .venv/bin/python bench/architectures.py [--dtype float32|bfloat16|float16] [--only mistral,gpt2] [--fallback inductor]
 """
 
 from __future__ import annotations
@@ -74,6 +74,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--only", default="", help="comma list of architecture names (prefixes)")
+    ap.add_argument("--fallback", default="eager", choices=["eager", "inductor"],
+                    help="how the ops left to torch run (emmy_backend's fallback)")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     import transformers
@@ -97,14 +99,16 @@ def main() -> int:
         t0 = time.perf_counter()
         try:
             with torch.no_grad():
-                compiled = torch.compile(module, backend=emmy_backend(prior=False), dynamic=True)
+                compiled = torch.compile(module, backend=emmy_backend(prior=False, fallback=args.fallback),
+                                         dynamic=True)
                 err = 0.0
                 for batch, seq in ((2, 7), (1, 1), (2, 33)):
                     x = torch.randn(batch, 3, 32, 32, dtype=dtype) if name == "vit" else \
                         torch.randint(1, 500, (batch, seq))
                     err = max(err, float((_first(compiled(x)).float() - _first(module(x)).float()).abs().max()))
         except Exception as exc:  # the point of the bench: say which architecture fails, and why
-            print(f"  {name:<20}{'FAILED':<8} {type(exc).__name__}: {str(exc).splitlines()[0][:150]}")
+            lines = [ln for ln in str(exc).splitlines() if ln.strip()]
+            print(f"  {name:<20}{'FAILED':<8} {type(exc).__name__}: {' | '.join(lines[:2])[:240]}")
             continue
         ran += 1
         reports = [st.report() for st in _GRAPHS[before:]]

@@ -383,6 +383,8 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
         lowered: dict[str, Lowered] = {}
 
         sources_of = [getattr(n, "_dynamo_source", None) for n in gm.graph.find_nodes(op="placeholder")]
+        if fallback == "inductor":  # Inductor may ask Dynamo to trace the frame again: its graph stays as handed over
+            gm = _copy(gm)
         consts = lifted_floats(gm, example_inputs, params)
         if attention:
             decompose_sdpa(gm, consts)
@@ -404,10 +406,10 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
             setattr(gm, sub_name, group)
             state.add(group)
         gm.recompile()
-        _GRAPHS.append(state)
         forward = gm.forward
         if fallback == "inductor" and build:
             forward = _inductor_around(gm, example_inputs, sources_of)
+        _GRAPHS.append(state)
 
         def run(*args: Any) -> Any:
             state.saw(args)
@@ -420,6 +422,15 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
     return compile_fx
 
 
+def _copy(gm: fx.GraphModule) -> fx.GraphModule:
+    """`gm` with a copy of its graph (the same submodules and attributes), to rewrite without touching `gm`."""
+    graph = fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    copy = fx.GraphModule(gm, graph)
+    copy.meta = dict(gm.meta)
+    return copy
+
+
 def _inductor_around(gm: fx.GraphModule, example_inputs: Sequence[Any], sources: list[Any]) -> Callable[..., Any]:
     """`gm` with its Emmy groups made opaque, compiled by Inductor. The partition rebuilt the graph's
     placeholders; Inductor reads Dynamo's source of each input from them, so they get it back."""
@@ -427,14 +438,15 @@ def _inductor_around(gm: fx.GraphModule, example_inputs: Sequence[Any], sources:
 
     from emmy_core.compiler.opaque import opaque_groups
 
-    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    copy = _copy(gm)
+    placeholders = list(copy.graph.find_nodes(op="placeholder"))
     if len(placeholders) != len(sources):
         raise RuntimeError(f"the partition changed the graph's inputs ({len(sources)} -> {len(placeholders)})")
     for node, source in zip(placeholders, sources, strict=True):
         if source is not None:
             node._dynamo_source = source  # type: ignore[attr-defined]
-    opaque_groups(gm, {name: m for name, m in gm.named_children() if isinstance(m, EmmyGroup)})
-    return compile_fx(gm, list(example_inputs))
+    opaque_groups(copy, {name: m for name, m in copy.named_children() if isinstance(m, EmmyGroup)})
+    return compile_fx(copy, list(example_inputs))
 
 
 def run_backend(module: nn.Module, inputs: Sequence[Any], **options: Any) -> tuple[Any, list[GraphReport]]:

@@ -30,9 +30,26 @@ _numbers = itertools.count()
 _library: list[torch.library.Library] = []  # the registration, kept alive once made
 
 
-def _arguments(tensors: Sequence[torch.Tensor], ints: Sequence[Any], kinds: Sequence[int]) -> list[Any]:
-    ti, ii = iter(tensors), iter(ints)
-    return [next(ti) if k == 0 else next(ii) for k in kinds]
+TENSOR, INT, FLOAT, SIZE = 0, 1, 2, 3  # what each argument of a group is (`kinds`)
+FAKE_FLOAT = 0.5  # a float argument's stand-in for the fake kernel: floats change no shape
+
+
+def _arguments(tensors: Sequence[torch.Tensor], ints: Sequence[Any], kinds: Sequence[int],
+               lengths: Sequence[int], fake: bool = False) -> list[Any]:
+    """The group's arguments again from the op's: a float travels as a 0-d f64 tensor, a size as its ints."""
+    ti, ii, li = iter(tensors), iter(ints), iter(lengths)
+    out: list[Any] = []
+    for k in kinds:
+        if k == TENSOR:
+            out.append(next(ti))
+        elif k == INT:
+            out.append(next(ii))
+        elif k == FLOAT:
+            t = next(ti)
+            out.append(FAKE_FLOAT if fake else float(t.item()))
+        else:
+            out.append(torch.Size([next(ii) for _ in range(next(li))]))
+    return out
 
 
 def _outputs(out: Any) -> list[torch.Tensor]:
@@ -46,24 +63,31 @@ def _group(number: int) -> Any:
     return group
 
 
-def _run(number: int, tensors: list[torch.Tensor], ints: list[Any], kinds: list[int]) -> list[torch.Tensor]:
-    outs = _outputs(_group(number)(*_arguments(tensors, ints, kinds)))
-    inputs = {t.untyped_storage().data_ptr() for t in tensors}
-    # an op's outputs alias none of its inputs, and are laid out as its fake kernel says (contiguous)
-    return [o.clone(memory_format=torch.contiguous_format) if o.untyped_storage().data_ptr() in inputs
-            else o.contiguous() for o in outs]
+def _run(number: int, tensors: list[torch.Tensor], ints: list[Any], kinds: list[int],
+         lengths: list[int]) -> list[torch.Tensor]:
+    outs = _outputs(_group(number)(*_arguments(tensors, ints, kinds, lengths)))
+    seen = {t.untyped_storage().data_ptr() for t in tensors}
+    fresh = []
+    for o in outs:  # an op's outputs alias none of its inputs nor each other, laid out as its fake kernel says
+        ptr = o.untyped_storage().data_ptr()
+        fresh.append(o.clone(memory_format=torch.contiguous_format) if ptr in seen else o.contiguous())
+        seen.add(ptr)
+    return fresh
 
 
-def _fake(number: int, tensors: list[torch.Tensor], ints: list[Any], kinds: list[int]) -> list[torch.Tensor]:
-    outs = _outputs(_group(number).torch_sub(*_arguments(tensors, ints, kinds)))
+def _fake(number: int, tensors: list[torch.Tensor], ints: list[Any], kinds: list[int],
+          lengths: list[int]) -> list[torch.Tensor]:
+    outs = _outputs(_group(number).torch_sub(*_arguments(tensors, ints, kinds, lengths, fake=True)))
     return [torch.empty(o.shape, dtype=o.dtype, device=o.device) for o in outs]
 
 
 def group_op() -> Any:
-    """`torch.ops.emmy.group`, registered on first use: (number, tensors, ints, kinds) -> the group's outputs."""
+    """`torch.ops.emmy.group`, registered on first use: (number, tensors, ints, kinds, lengths) -> the group's
+    outputs. `kinds` says what each of the group's arguments is (TENSOR, INT, FLOAT, SIZE); a float travels as a
+    0-d f64 tensor among the tensors, a size as its ints, `lengths` long."""
     if not _library:
         lib = torch.library.Library("emmy", "DEF")
-        lib.define("group(int number, Tensor[] tensors, SymInt[] ints, int[] kinds) -> Tensor[]")
+        lib.define("group(int number, Tensor[] tensors, SymInt[] ints, int[] kinds, int[] lengths) -> Tensor[]")
         lib.impl("group", _run, "CompositeExplicitAutograd")
         torch.library.register_fake(OP, _fake, lib=lib)
         _library.append(lib)
@@ -80,19 +104,33 @@ def opaque_groups(gm: fx.GraphModule, groups: Mapping[str, nn.Module]) -> None:
         group = groups[node.target]
         number = next(_numbers)
         _groups[number] = group
-        tensors, ints, kinds = [], [], []
-        for a in node.args:
-            v = a.meta.get("example_value", a.meta.get("val")) if isinstance(a, fx.Node) else a
-            if isinstance(v, torch.Tensor):
-                tensors.append(a)
-                kinds.append(0)
-            else:
-                ints.append(a)
-                kinds.append(1)
+        tensors: list[Any] = []
+        ints: list[Any] = []
+        kinds: list[int] = []
+        lengths: list[int] = []
+        with gm.graph.inserting_before(node):
+            for a in node.args:
+                v = a.meta.get("example_value", a.meta.get("val")) if isinstance(a, fx.Node) else a
+                if isinstance(v, torch.Tensor):
+                    tensors.append(a)
+                    kinds.append(TENSOR)
+                elif isinstance(v, bool) or not isinstance(v, int | float | torch.SymInt | torch.SymFloat | tuple):
+                    raise TypeError(f"{OP}: a group argument of type {type(v).__name__} ({a}) has no place in it")
+                elif isinstance(v, int | torch.SymInt):
+                    ints.append(a)
+                    kinds.append(INT)
+                elif isinstance(v, float | torch.SymFloat):
+                    tensors.append(gm.graph.call_function(torch.scalar_tensor, (a,), {"dtype": torch.float64}))
+                    kinds.append(FLOAT)
+                else:  # a size: its ints
+                    ints += [gm.graph.call_function(operator.getitem, (a, i)) if isinstance(a, fx.Node) else a[i]
+                             for i in range(len(v))]
+                    kinds.append(SIZE)
+                    lengths.append(len(v))
         torch_sub: Any = group.torch_sub
         single = not isinstance(torch_sub.graph.output_node().args[0], tuple | list)
         with gm.graph.inserting_before(node):
-            call = gm.graph.call_function(op, (number, tensors, ints, kinds))
+            call = gm.graph.call_function(op, (number, tensors, ints, kinds, lengths))
             node.replace_all_uses_with(gm.graph.call_function(operator.getitem, (call, 0)) if single else call)
         gm.graph.erase_node(node)
     gm.recompile()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch._inductor.metrics as inductor_metrics
+import torch.fx as fx
 import torch.nn.functional as F
 from torch import nn
 
@@ -64,3 +65,44 @@ def test_an_unknown_backend_option_or_fallback_is_refused_naming_what_it_takes()
         torch.compile(m, backend="emmy", options={"fallbak": "inductor"})(torch.randn(2, 5, H))
     with pytest.raises(ValueError, match="eager, inductor"):
         emmy_backend(fallback="aot")
+
+
+class _Sub(nn.Module):
+    def forward(self, x: torch.Tensor, f: float, size: torch.Size) -> torch.Tensor:
+        return (x * f).reshape(size) + 1
+
+
+class _Group(nn.Module):
+    """Stands for an EmmyGroup: called with the group's arguments, its `torch_sub` the torch ops it replaces."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.torch_sub = fx.symbolic_trace(_Sub())
+        self.calls = 0
+
+    def forward(self, *args: object) -> torch.Tensor:
+        self.calls += 1
+        return self.torch_sub(*args)
+
+
+def test_an_opaque_group_takes_floats_and_sizes_and_its_fake_kernel_gives_the_shapes() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from emmy_core.compiler.opaque import FLOAT, SIZE, TENSOR, opaque_groups
+
+    g = fx.Graph()
+    x, f, s = g.placeholder("x"), g.placeholder("f"), g.placeholder("s")
+    x.meta["val"], f.meta["val"], s.meta["val"] = torch.empty(2, 3), 0.5, torch.Size([3, 2])
+    g.output(g.call_module("grp", (x, f, s)))
+    root = nn.Module()
+    root.grp = _Group()
+    gm = fx.GraphModule(root, g)
+    opaque_groups(gm, {"grp": root.grp})
+    (call,) = [n for n in gm.graph.nodes if n.op == "call_function" and "emmy" in str(n.target)]
+    assert call.args[3] == [TENSOR, FLOAT, SIZE] and call.args[4] == [2]  # kinds, lengths
+    a = torch.randn(2, 3)
+    torch.testing.assert_close(gm(a, 0.5, torch.Size([3, 2])), (a * 0.5).reshape(3, 2) + 1, rtol=0, atol=0)
+    assert root.grp.calls == 1  # the real kernel called the group
+    with FakeTensorMode() as mode:
+        out = gm(mode.from_tensor(a), 0.5, torch.Size([3, 2]))
+    assert out.shape == (3, 2) and root.grp.calls == 1  # the fake kernel ran the torch ops, not the group
