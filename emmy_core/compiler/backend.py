@@ -52,9 +52,9 @@ from emmy_core.graph.pipeline import compile_graph
 from emmy_core.ir.sizes import format_sizes
 from emmy_core.targets.card import Card
 
-RTOL = {"f32": 1e-4, "bf16": 3e-2, "f16": 1e-2}
+RTOL = {"f32": 1e-4, "bf16": 3e-2, "f16": 1e-2}  # the harness's tolerances (emmy_core.bench.reference)
 FALLBACKS = ("eager", "inductor")  # how the ops left to torch run
-BACKEND_OPTIONS = frozenset({"card", "setting", "tuning_db", "freezes", "prior", "attention", "fallback"})  # the harness's tolerances (emmy_core.bench.reference)
+BACKEND_OPTIONS = frozenset({"card", "setting", "tuning_db", "freezes", "prior", "attention", "fallback"})
 
 
 @dataclass(frozen=True)
@@ -432,21 +432,21 @@ def _copy(gm: fx.GraphModule) -> fx.GraphModule:
 
 
 def _inductor_around(gm: fx.GraphModule, example_inputs: Sequence[Any], sources: list[Any]) -> Callable[..., Any]:
-    """`gm` with its Emmy groups made opaque, compiled by Inductor. The partition rebuilt the graph's
-    placeholders; Inductor reads Dynamo's source of each input from them, so they get it back."""
+    """`gm` (the backend's copy of Dynamo's graph, partitioned) with its Emmy groups made opaque, compiled by
+    Inductor. The partition rebuilt the graph's placeholders; Inductor reads Dynamo's source of each input from
+    them, so they get it back."""
     from torch._inductor.compile_fx import compile_fx
 
     from emmy_core.compiler.opaque import opaque_groups
 
-    copy = _copy(gm)
-    placeholders = list(copy.graph.find_nodes(op="placeholder"))
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
     if len(placeholders) != len(sources):
         raise RuntimeError(f"the partition changed the graph's inputs ({len(sources)} -> {len(placeholders)})")
     for node, source in zip(placeholders, sources, strict=True):
         if source is not None:
             node._dynamo_source = source  # type: ignore[attr-defined]
-    opaque_groups(copy, {name: m for name, m in copy.named_children() if isinstance(m, EmmyGroup)})
-    return compile_fx(copy, list(example_inputs))
+    opaque_groups(gm, {name: m for name, m in gm.named_children() if isinstance(m, EmmyGroup)})
+    return compile_fx(gm, list(example_inputs))
 
 
 def run_backend(module: nn.Module, inputs: Sequence[Any], **options: Any) -> tuple[Any, list[GraphReport]]:
