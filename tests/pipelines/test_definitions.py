@@ -95,3 +95,24 @@ def test_the_dagster_cli_started_in_the_repository_uses_its_instance_not_a_tempo
     monkeypatch.setenv("PWD", str(root))  # what a shell sets when the CLI starts in the repository root
     home = Path(get_env_var_dict(str(root))["DAGSTER_HOME"])
     assert home == root and (home / "dagster.yaml").is_file()
+
+
+def test_the_readmes_asset_graph_figure_is_drawn_from_these_definitions(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """If this fails after a change to the chain: `.venv/bin/python docs/asset_graph.py` redraws the figure."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "docs" / "asset_graph.py"
+    spec = importlib.util.spec_from_file_location("asset_graph", path)
+    assert spec is not None and spec.loader is not None
+    figure = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("asset_graph", figure)  # its dataclass looks its module up
+    spec.loader.exec_module(figure)
+    placed = figure.layout()
+    assert {p.name for p in placed} == {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
+    column = {p.name: p.column for p in placed}
+    assert all(column[parent] < p.column for p in placed for parent in p.parents)  # arrows point right
+    assert figure.drawn(figure.OUT) == figure.describe(placed), "docs/asset-graph.png shows other definitions"
+    figure.draw(placed[:-1], tmp_path / "other.png")  # a figure of another graph is told apart
+    assert figure.drawn(tmp_path / "other.png") != figure.describe(placed)
