@@ -4,11 +4,11 @@
 torch op; Emmy has no attention kernel, but it lowers what attention is made of. `decompose_sdpa` replaces
 each such node (without dropout) by
 
-    k, v = repeat_interleave(k, v) over the heads    (grouped-query attention only; torch runs it)
-    m    = attention_mask(q, k, attn_mask, is_causal, scale)     (torch runs it; masked only)
+    q    = q viewed as [..., Hk, r * L, D]           (grouped-query attention: r query heads a key head)
+    m    = attention_mask(q, k, attn_mask, is_causal, scale, r)   (torch runs it; masked only)
     s    = q @ k^T (+ m)                             (a batched matmul, the mask its residual epilogue)
     p    = softmax(s * scale)                        (the scale folded into the softmax kernel)
-    out  = p @ v
+    out  = p @ v                                     (viewed back as [..., H, L, D])
 
 The mask is additive and already divided by the scale, so `softmax((q k^T + m/scale) * scale)` is
 `softmax(scale q k^T + m)`: torch's own definition (a causal mask keeps `j <= i`, aligned top-left, as
@@ -17,6 +17,10 @@ because Emmy's elementwise kernels broadcast only rows and columns. Every node g
 running the op on its operands' fake values, so the partitioner and the translation read it like any
 node Dynamo made. The groups these nodes fall into are checked against torch at build time like any
 other, and a group handed back to torch computes the same decomposition with torch's ops.
+
+Grouped-query attention stacks the r query heads that share a key head as rows of one product, instead of
+copying each key and value head r times: no copy, and products of r times as many rows (at decode, r rows
+where there was one).
 """
 
 from __future__ import annotations
@@ -33,8 +37,9 @@ SDPA = frozenset({F.scaled_dot_product_attention, torch._C._nn.scaled_dot_produc
 
 
 def attention_mask(q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor | None, is_causal: bool,
-                   scale: float) -> torch.Tensor:
-    """The additive mask divided by `scale` (0 kept, -inf masked), contiguous at the scores' shape `[..., L, S]`."""
+                   scale: float, repeat: int = 1) -> torch.Tensor:
+    """The additive mask divided by `scale` (0 kept, -inf masked), contiguous at the scores' shape `[..., H, L, S]`;
+    with `repeat` query heads a key head, at the grouped scores' shape `[..., H / repeat, repeat * L, S]`."""
     length, source = q.shape[-2], k.shape[-2]
     m = torch.zeros(length, source, dtype=q.dtype, device=q.device)
     if is_causal:
@@ -45,7 +50,10 @@ def attention_mask(q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor | N
             m = torch.where(attn_mask, m, torch.full((), float("-inf"), dtype=q.dtype, device=q.device))
         else:
             m = m + attn_mask.to(q.dtype) / scale
-    return m.expand(*q.shape[:-1], source).contiguous()
+    m = m.expand(*q.shape[:-1], source)
+    if repeat > 1:
+        m = m.unflatten(-3, (q.shape[-3] // repeat, repeat)).flatten(-3, -2)
+    return m.contiguous()
 
 
 def _value(x: object) -> Any:
@@ -116,14 +124,16 @@ def _rewrite(graph: fx.Graph, node: fx.Node, consts: dict[str, float]) -> bool:
         return made
 
     with graph.inserting_before(node):
-        if repeat > 1:
-            k = add(torch.repeat_interleave, k, repeat, dim=-3)
-            v = add(torch.repeat_interleave, v, repeat, dim=-3)
-        scores = add(torch.matmul, q, add(torch.transpose, k, -2, -1))
+        rows = q
+        if repeat > 1:  # the query heads of one key head stacked as rows: [..., Hk, r * L, D], a view of q
+            rows = add(torch.flatten, add(torch.unflatten, q, -3, (heads_k, repeat)), -3, -2)
+        scores = add(torch.matmul, rows, add(torch.transpose, k, -2, -1))
         if causal or mask is not None:
-            scores = add(operator.add, scores, add(attention_mask, q, k, mask, causal, the_scale))
+            scores = add(operator.add, scores, add(attention_mask, q, k, mask, causal, the_scale, repeat))
         probs = add(torch.softmax, add(operator.mul, scores, the_scale), -1)
         out = add(torch.matmul, probs, v)
+        if repeat > 1:  # back to [..., H, L, D]
+            out = add(torch.flatten, add(torch.unflatten, out, -2, (repeat, -1)), -4, -3)
     node.replace_all_uses_with(out)
     graph.erase_node(node)
     return True

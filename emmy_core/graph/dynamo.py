@@ -46,7 +46,7 @@ SOFTMAX = frozenset({F.softmax, torch.softmax, "softmax"})
 NORMS: dict[object, str] = {F.layer_norm: "layernorm", torch.layer_norm: "layernorm", F.rms_norm: "rmsnorm",
                             torch.rms_norm: "rmsnorm"}
 RESHAPE = frozenset({"view", "reshape", torch.reshape, "unsqueeze", torch.unsqueeze, "squeeze", torch.squeeze,
-                     "flatten", torch.flatten})
+                     "flatten", torch.flatten, "unflatten", torch.unflatten})
 PERMUTE = frozenset({"transpose", torch.transpose, "permute", torch.permute})
 ALIAS = frozenset({"contiguous", "to", "float", "half", "bfloat16", "type_as", F.dropout, "clone", torch.clone})
 # the aliases that may change the data type: between float types they are Emmy `cast`s (`cast_problem`)

@@ -263,6 +263,25 @@ def test_causal_and_masked_attention_run_as_emmy_matmuls_and_softmax_equal_to_to
     assert len(masks) == 3  # the masks are torch's to make, one per attention
 
 
+def test_grouped_query_heads_are_stacked_as_rows_of_one_product_and_no_key_or_value_head_is_copied() -> None:
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)  # 2 query heads a key head
+
+    def gqa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+    before = len(compile_reports())
+    with torch.no_grad():
+        got = torch.compile(gqa, backend=emmy_backend(prior=False))(q, k, v)
+    torch.testing.assert_close(got, gqa(q, k, v), rtol=1e-5, atol=1e-5)
+    (report,) = _since(before)
+    assert not report.notes and not [f for f in report.fell_back if "repeat" in f.op], report.fell_back
+    products = [p for g in emmy_core.compiler.backend._GRAPHS[-1].live_groups()
+                for p in (kp.program for kp in g.compiled.lowered.kernels) if p.name.startswith("matmul")]
+    assert len(products) == 2 and all(p.axis("M").extent == 2 * 5 for p in products)  # r * L rows a key head
+    assert report.matmul_flops == report.matmul_flops_on_emmy == 2 * (2 * 2 * 4 * 5 * 5 * 8)  # two products
+
+
 def test_a_lifted_float_attribute_is_taken_at_its_value_and_a_changed_one_runs_as_torch() -> None:
     torch.manual_seed(0)
     m = Scaled().eval()
