@@ -41,15 +41,17 @@ def attention_mask(q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor | N
     """The additive mask divided by `scale` (0 kept, -inf masked), contiguous at the scores' shape `[..., H, L, S]`;
     with `repeat` query heads a key head, at the grouped scores' shape `[..., H / repeat, repeat * L, S]`."""
     length, source = q.shape[-2], k.shape[-2]
-    m = torch.zeros(length, source, dtype=q.dtype, device=q.device)
-    if is_causal:
-        keep = torch.ones(length, source, dtype=torch.bool, device=q.device).tril()
-        m = m.masked_fill(~keep, float("-inf"))
+    if is_causal:  # -inf where j > i, in one op beside the copy (this runs on every call)
+        m = torch.full((length, source), float("-inf"), dtype=q.dtype, device=q.device).triu(1)
+    else:
+        m = torch.zeros(length, source, dtype=q.dtype, device=q.device)
     if attn_mask is not None:
         if attn_mask.dtype == torch.bool:  # torch.where broadcasts a batched mask ([B, 1, L, S]) as SDPA does
             m = torch.where(attn_mask, m, torch.full((), float("-inf"), dtype=q.dtype, device=q.device))
         else:
             m = m + attn_mask.to(q.dtype) / scale
+    if repeat > 1 and m.dim() == 2:  # the same for every head: the grouped rows are the mask's rows r times
+        return m.repeat(repeat, 1).expand(*q.shape[:-3], q.shape[-3] // repeat, repeat * length, source).contiguous()
     m = m.expand(*q.shape[:-1], source)
     if repeat > 1:
         m = m.unflatten(-3, (q.shape[-3] // repeat, repeat)).flatten(-3, -2)

@@ -267,11 +267,22 @@ def test_grouped_query_heads_are_stacked_as_rows_of_one_product_and_no_key_or_va
     torch.manual_seed(0)
     q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)  # 2 query heads a key head
 
+    bias, keep = torch.randn(5, 5), torch.rand(2, 1, 5, 5) > 0.3  # a mask of every head, and a batched one
+    keep[..., 0] = True
+
     def gqa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
 
-    before = len(compile_reports())
+    def masked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=True),
+                F.scaled_dot_product_attention(q, k, v, attn_mask=keep, enable_gqa=True))
+
     with torch.no_grad():
+        for g, w in zip(torch.compile(masked, backend=emmy_backend(prior=False))(q, k, v), masked(q, k, v),
+                        strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+        assert not compile_reports()[-1].notes
+        before = len(compile_reports())
         got = torch.compile(gqa, backend=emmy_backend(prior=False))(q, k, v)
     torch.testing.assert_close(got, gqa(q, k, v), rtol=1e-5, atol=1e-5)
     (report,) = _since(before)
