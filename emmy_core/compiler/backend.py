@@ -43,7 +43,7 @@ from emmy_core.compiler.runner import Runner
 from emmy_core.evidence.context import PriorArg, PriorUnavailableWarning, open_sources
 from emmy_core.evidence.freeze import FreezesArg
 from emmy_core.evidence.model import KernelPlan
-from emmy_core.graph.attention import decompose_sdpa
+from emmy_core.graph.attention import decompose_sdpa, emmy_wins
 from emmy_core.graph.dynamo import describe, is_compute, matmul_flops, value
 from emmy_core.graph.dynamo_graph import Translated, to_graph
 from emmy_core.graph.lower import Lowered
@@ -346,20 +346,23 @@ def lifted_floats(gm: fx.GraphModule, example_inputs: Sequence[Any], params: set
 
 def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_db: Path | str | None = None,
                  freezes: FreezesArg = None, prior: PriorArg = None, check: bool = True,
-                 build: bool = True, attention: bool = True, fallback: str = "eager") -> Callable[..., Any]:
+                 build: bool = True, attention: bool | str = "auto", fallback: str = "eager") -> Callable[..., Any]:
     """A Dynamo backend for `card` and `setting` with the given evidence sources (as `emmy_core.compile` takes them).
 
     `check=False` skips the check against torch at each new size (for timing the check's cost only);
     `build=False` only partitions and settles forks at each size run, while torch computes (what `emmy explain`
-    uses: the coverage and the record of a card this machine cannot run); `attention=False` leaves
-    `scaled_dot_product_attention` to torch instead of rewriting it as Emmy's matmuls and softmax (what the
-    benchmark compares it with). `fallback` says how the ops left to torch run: `eager`, one by one as torch
+    uses: the coverage and the record of a card this machine cannot run); `attention` says where
+    `scaled_dot_product_attention` runs: `"auto"`, rewritten as Emmy's matmuls and softmax where those are
+    measured to win (`emmy_core.graph.attention.emmy_wins`: 16-bit types on a CPU, not f32) and torch's fused
+    kernel elsewhere; `True`, always rewritten; `False`, always torch's. `fallback` says how the ops left to torch run: `eager`, one by one as torch
     runs them, or `inductor`, compiled by Inductor around the Emmy groups (`emmy_core.compiler.opaque`:
     each group one op Inductor does not look into), so that a mask's index math, rotary tables and
     attention left to torch are fused as `torch.compile` would fuse them."""
     from emmy_core.codegen.backend import get_setting
 
     get_setting(setting)
+    if not (isinstance(attention, bool) or attention == "auto"):
+        raise ValueError(f"attention={attention!r}: one of True (Emmy's), False (torch's) or 'auto' (where Emmy's wins)")
     if fallback not in FALLBACKS:
         raise ValueError(f"fallback={fallback!r}: the ops left to torch run by one of {', '.join(FALLBACKS)}")
     warned: list[bool] = []
@@ -387,7 +390,7 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
             gm = _copy(gm)
         consts = lifted_floats(gm, example_inputs, params)
         if attention:
-            decompose_sdpa(gm, consts)
+            decompose_sdpa(gm, consts, where=emmy_wins if attention == "auto" else None)
 
         def trial(sub: fx.GraphModule) -> None:
             tr = to_graph(sub, params, f"{name}.trial", consts)

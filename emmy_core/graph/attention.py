@@ -33,6 +33,8 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
+from emmy_core.graph.dynamo import LEFT_TO_TORCH
+
 SDPA = frozenset({F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention})
 
 
@@ -66,14 +68,35 @@ def _arg(node: fx.Node, i: int, name: str, default: object) -> Any:
     return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
 
 
-def decompose_sdpa(gm: fx.GraphModule, consts: dict[str, float]) -> list[str]:
-    """Rewrites every attention node of `gm` without dropout (in place); the names of the nodes rewritten.
+def emmy_wins(node: fx.Node) -> bool:
+    """Whether Emmy's decomposition is expected to beat torch's fused attention for this attention node
+    (`attention="auto"`): on a CPU, for 16-bit types and not for f32; elsewhere (no measurement yet) it is Emmy's.
+
+    Measured with `bench/attention.py` (causal grouped-query attention, 8 query heads, 2 key heads, B=1, on
+    this project's AVX2 CPU, untuned): torch's time over Emmy's was 0.32-0.74 in f32 at head dimensions 32-128
+    and lengths 128-512 (torch's flash kernel for the CPU wins everywhere), and 0.94-1.70 in f16 (Emmy's wins
+    from head dimension 64, and ties at 32), where torch computes 16-bit attention slowly on a CPU."""
+    q = _value(node.args[0]) if node.args else None
+    if not isinstance(q, torch.Tensor) or q.device.type != "cpu":
+        return True
+    return q.dtype in (torch.float16, torch.bfloat16)
+
+
+def decompose_sdpa(gm: fx.GraphModule, consts: dict[str, float],
+                   where: Callable[[fx.Node], bool] | None = None) -> list[str]:
+    """Rewrites every attention node of `gm` without dropout (in place), or those `where` accepts; the names
+    of the nodes rewritten.
 
     `consts` gives the value of a scale Dynamo passes as a symbolic float (a module attribute it lifted);
     a scale that is neither a number nor such a value leaves its node to torch."""
     done: list[str] = []
     for node in list(gm.graph.nodes):
-        if node.op == "call_function" and node.target in SDPA and _rewrite(gm.graph, node, consts):
+        if node.op != "call_function" or node.target not in SDPA:
+            continue
+        if where is not None and not where(node):
+            node.meta[LEFT_TO_TORCH] = ("torch's fused attention is faster here (attention='auto'; "
+                                        "attention=True rewrites it as Emmy's kernels)")
+        elif _rewrite(gm.graph, node, consts):
             done.append(node.name)
     if done:
         gm.graph.lint()

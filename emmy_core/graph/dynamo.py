@@ -56,6 +56,9 @@ FLOP_OPS = frozenset({F.linear, torch.addmm, torch.baddbmm, F.scaled_dot_product
                       torch.conv2d, F.conv1d, F.conv2d, *MATMUL})
 
 
+LEFT_TO_TORCH = "emmy_left_to_torch"  # node.meta key: why a rewrite left the node to torch (`refusal` reports it)
+
+
 def value(node: object) -> Any:
     """The fake value Dynamo recorded for a node (a FakeTensor, a SymInt, ...), or the constant itself."""
     if isinstance(node, fx.Node):
@@ -127,6 +130,8 @@ def refusal(node: fx.Node, device: str = "cpu", consts: Mapping[str, float] | No
     out = value(node)
     if node.op not in ("call_function", "call_method"):
         return f"a {node.op} node"
+    if LEFT_TO_TORCH in node.meta:  # a rewrite that chose torch for this node said why
+        return str(node.meta[LEFT_TO_TORCH])
     if not isinstance(out, torch.Tensor):
         return "does not compute one tensor"
     if out.dtype not in TORCH_DTYPE_NAMES:

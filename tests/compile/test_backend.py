@@ -252,7 +252,7 @@ def test_causal_and_masked_attention_run_as_emmy_matmuls_and_softmax_equal_to_to
     keep[..., 0] = True  # no row fully masked (torch's answer there is NaN)
     before = len(compile_reports())
     with torch.no_grad():
-        got = torch.compile(Attention(), backend=emmy_backend(prior=False))(q, k, v, bias, keep)
+        got = torch.compile(Attention(), backend=emmy_backend(prior=False, attention=True))(q, k, v, bias, keep)
         want = Attention()(q, k, v, bias, keep)
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
@@ -278,12 +278,12 @@ def test_grouped_query_heads_are_stacked_as_rows_of_one_product_and_no_key_or_va
                 F.scaled_dot_product_attention(q, k, v, attn_mask=keep, enable_gqa=True))
 
     with torch.no_grad():
-        for g, w in zip(torch.compile(masked, backend=emmy_backend(prior=False))(q, k, v), masked(q, k, v),
+        for g, w in zip(torch.compile(masked, backend=emmy_backend(prior=False, attention=True))(q, k, v), masked(q, k, v),
                         strict=True):
             torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
         assert not compile_reports()[-1].notes
         before = len(compile_reports())
-        got = torch.compile(gqa, backend=emmy_backend(prior=False))(q, k, v)
+        got = torch.compile(gqa, backend=emmy_backend(prior=False, attention=True))(q, k, v)
     torch.testing.assert_close(got, gqa(q, k, v), rtol=1e-5, atol=1e-5)
     (report,) = _since(before)
     assert not report.notes and not [f for f in report.fell_back if "repeat" in f.op], report.fell_back
@@ -291,6 +291,27 @@ def test_grouped_query_heads_are_stacked_as_rows_of_one_product_and_no_key_or_va
                 for p in (kp.program for kp in g.compiled.lowered.kernels) if p.name.startswith("matmul")]
     assert len(products) == 2 and all(p.axis("M").extent == 2 * 5 for p in products)  # r * L rows a key head
     assert report.matmul_flops == report.matmul_flops_on_emmy == 2 * (2 * 2 * 4 * 5 * 5 * 8)  # two products
+
+
+def test_attention_auto_leaves_f32_attention_to_torchs_kernel_and_rewrites_f16_attention_on_a_cpu() -> None:
+    torch.manual_seed(0)
+
+    def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    for dtype, on_emmy in ((torch.float32, False), (torch.float16, True)):
+        q, k, v = (torch.randn(1, 2, 6, 8).to(dtype) for _ in range(3))
+        before = len(compile_reports())
+        with torch.no_grad():
+            got = torch.compile(attend, backend=emmy_backend(prior=False))(q, k, v)  # attention="auto"
+        torch.testing.assert_close(got, attend(q, k, v), rtol=2e-3, atol=2e-3)
+        (report,) = _since(before)
+        assert report.matmul_flops == 2 * (2 * 2 * 6 * 6 * 8)
+        assert report.matmul_flops_on_emmy == (report.matmul_flops if on_emmy else 0), dtype
+        sdpa = [f for f in report.fell_back if "scaled_dot_product_attention" in f.op]
+        assert bool(sdpa) != on_emmy and all("faster" in f.reason for f in sdpa), report.fell_back
+    with pytest.raises(ValueError, match="attention="):
+        emmy_backend(attention="yes")
 
 
 def test_a_lifted_float_attribute_is_taken_at_its_value_and_a_changed_one_runs_as_torch() -> None:
