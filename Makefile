@@ -21,9 +21,11 @@ run: $(STAMP)
 	$(BIN)/python -m pipelines
 
 # One worker per core, a test file's tests kept on one worker (module fixtures such as the in-process
-# chain are built once); every test is bounded so a hang fails the run instead of stalling it.
+# chain are built once), the files handed out in collection order, which starts the slowest files first
+# (tests/conftest.py SLOWEST_FIRST; xdist would otherwise start the files with most tests first and end
+# on a long file of few tests); every test is bounded so a hang fails the run instead of stalling it.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --dist loadfile
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -5,7 +5,7 @@ import dagster as dg
 from assets.dataset import dataset
 from assets.resources import ComputeScheduler, EmmyPaths, MLflowTracking
 from emmy_core.prior.fit import HEADLINE_FIGURES
-from emmy_core.prior.training import DEFAULT_POOLS
+from emmy_core.prior.training import DEFAULT_POOLS, Params
 
 GROUP = "prior"
 
@@ -13,11 +13,14 @@ GROUP = "prior"
 class FitConfig(dg.Config):
     """How the prior is fitted: validation folds (grouped by card, the headline, and by kernel), seed, and the
     pools it learns from (`golden`: the goldens first among their candidates; `measured`: also the measured
-    order)."""
+    order); the ranker's number of trees and their depth (defaults: the shipped recipe, `Params`; fewer or
+    shallower trees make a quicker trial fit, and the artifact's provenance records them)."""
 
     folds: int = 5
     seed: int = 0
     pools: str = DEFAULT_POOLS
+    iterations: int = Params.iterations
+    depth: int = Params.depth
 
 
 @dg.asset(deps=[dataset], group_name=GROUP, description=(
@@ -34,7 +37,7 @@ def prior(context: dg.AssetExecutionContext, config: FitConfig, paths: EmmyPaths
     result = steps.fit(chain.dataset, chain.candidate, pools=config.pools, folds=config.folds, seed=config.seed,
                        tracking_uri=chain.tracking(), fits_dir=chain.fits, progress=context.log.info,
                        tags={"dagster_run_id": context.run.run_id, "code_revision": code_revision()},
-                       scheduler=compute.scheduler)
+                       scheduler=compute.scheduler, params=Params().sized(config.iterations, config.depth))
     cv = result.metrics["mean"]  # metrics.json: the held-out cards' figures (the card split)
     digest = steps.content_digest(result.artifact_path)
     return dg.MaterializeResult(data_version=dg.DataVersion(digest), metadata={

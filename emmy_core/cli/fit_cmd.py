@@ -12,7 +12,7 @@ import typer
 
 from emmy_core.cli.common import fail
 from emmy_core.prior.tracking import DEFAULT_URI
-from emmy_core.prior.training import DEFAULT_POOLS
+from emmy_core.prior.training import DEFAULT_POOLS, MAX_DEPTH, MAX_ITERATIONS, Params
 
 MAX_SEED = 2**32 - 1
 """Largest seed: CatBoost and numpy take a seed of 32 bits; a larger one is refused, not wrapped."""
@@ -48,6 +48,13 @@ def fit(dataset: Annotated[str | None, typer.Argument(help="dataset export folde
                                    " 'off' logs nothing)")] = None,
         compare: Annotated[tuple[str, str] | None, typer.Option(
             "--compare", help="print two MLflow runs' metrics side by side: --compare RUN_A RUN_B")] = None,
+        iterations: Annotated[int | None, typer.Option(
+            "--iterations", min=1, max=MAX_ITERATIONS, show_default=False,
+            help=f"trees of the ranker (default {Params.iterations}, the shipped recipe's; fewer: a quicker trial "
+                 "fit, recorded in its provenance)")] = None,
+        depth: Annotated[int | None, typer.Option(
+            "--depth", min=1, max=MAX_DEPTH, show_default=False,
+            help=f"depth of the ranker's trees (default {Params.depth}, the shipped recipe's)")] = None,
         scheduler: Annotated[str, typer.Option(
             "--scheduler", help="where the folds and seed members train and the cards are evaluated: inprocess, "
                                 "local:N (a Dask LocalCluster of N workers) or tcp://HOST:PORT (a running Dask "
@@ -85,6 +92,8 @@ def fit(dataset: Annotated[str | None, typer.Argument(help="dataset export folde
                 fail("--install refits in this process; give no --scheduler")
             if dataset is not None or out is not None:
                 fail("--install refits from the repository freeze (--freeze-dir); give no DATASET or OUT")
+            if iterations is not None or depth is not None:
+                fail("--install refits the shipped recipe; give no --iterations or --depth")
             result = steps.refit_installed(freeze_dir, seed=seed, tracking_uri=tracking_uri, progress=progress)
         else:
             if folder is None or out is None:
@@ -94,7 +103,7 @@ def fit(dataset: Annotated[str | None, typer.Argument(help="dataset export folde
             check_artifact_out(out)  # before minutes of fitting: a refusal comes first
             result = steps.fit(folder, out, pools=pools, folds=folds, seed=0 if seed is None else seed,
                                cards_file=cards, tracking_uri=tracking_uri, fits_dir=ChainPaths().fits,
-                               progress=progress, scheduler=scheduler)
+                               progress=progress, scheduler=scheduler, params=Params().sized(iterations, depth))
     except (PriorError, StoreError, CardTableError, TrackingError, ComputeError, steps.ChainError, ValueError,
             FileNotFoundError) as exc:
         fail(str(exc))

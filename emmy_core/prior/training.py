@@ -39,7 +39,7 @@ import math
 import os
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -54,6 +54,8 @@ GOLDEN_SAMPLE = 31  # other candidates drawn below a golden
 MIN_MEASURED = 2  # measured members a fork needs to teach an order
 MAX_GROUP = 256  # members of one training group at most (a larger measured pool is cut into chunks)
 MAX_MEMBERS = 2048  # measured members of one fork trained on at most (the fastest quarter, then a sample)
+MAX_ITERATIONS = 100_000  # trees of one ranker at most (a larger number is a typo, not a recipe)
+MAX_DEPTH = 16  # CatBoost's deepest oblivious tree
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,16 @@ class Params:
     sharpness: float = 4.0  # exponent of the measured relevance: see `relevance`
     residual: float = 0.0  # weight of the transfer score in each group's starting score: see `design`
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def sized(self, iterations: int | None = None, depth: int | None = None) -> Params:
+        """This recipe with another number of trees or tree depth where given (a quicker fit for a trial or a
+        test; the artifact's provenance records what was used). ValueError naming the field when out of range."""
+        if iterations is not None and not 1 <= iterations <= MAX_ITERATIONS:
+            raise ValueError(f"iterations must be in 1..{MAX_ITERATIONS}, not {iterations}")
+        if depth is not None and not 1 <= depth <= MAX_DEPTH:
+            raise ValueError(f"depth must be in 1..{MAX_DEPTH}, not {depth}")
+        return replace(self, iterations=self.iterations if iterations is None else iterations,
+                       depth=self.depth if depth is None else depth)
 
     def catboost(self, seed: int) -> dict[str, Any]:
         return {"loss_function": self.loss, "iterations": self.iterations, "depth": self.depth,

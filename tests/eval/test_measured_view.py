@@ -13,6 +13,7 @@ from emmy_core.eval.extern_order import file_order
 from emmy_core.files.sourcefile import SourceError
 from emmy_core.prior import load_installed_prior
 from emmy_core.prior import metrics as m
+from tests.conftest import PeerStore
 
 A4000 = "NVIDIA RTX A4000 / deploy"
 
@@ -70,14 +71,9 @@ def test_a_file_that_is_not_a_kernel_tuner_cache_gives_no_order(tmp_path: Path) 
         file_order([bad])
 
 
-def test_the_measured_view_on_the_peer_data_reports_every_card(peer_dir: Path, tmp_path: Path) -> None:
-    from emmy_core.store.export import export_db
-    from emmy_core.store.importer import import_db
-
-    files = sorted(p for p in peer_dir.iterdir() if p.name.endswith((".json", ".json.gz")))
-    assert all(o.ok for o in import_db(tmp_path / "peer.db", files, fresh=True))
-    export_db(tmp_path / "peer.db", tmp_path / "peer")
-    report = evaluate(tmp_path / "peer", load_installed_prior(), pools="measured")
+def test_the_measured_view_on_the_peer_data_reports_every_card(peer_store: PeerStore) -> None:
+    assert peer_store.files and all(o.ok for o in peer_store.outcomes)  # imported fresh and exported
+    report = evaluate(peer_store.export, load_installed_prior(), pools="measured")
     doc = report.to_json()
     cards = {f"{r['card']} / deploy" for r in doc["per_pool"]}
     assert len(cards) >= 5 and set(doc["by_card"]) == cards

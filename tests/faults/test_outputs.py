@@ -19,6 +19,7 @@ from emmy_core.files.safefile import FileWriteError, fresh_folder
 from emmy_core.prior import installed_prior_path, load_prior
 from emmy_core.prior.artifact import write_artifact
 from emmy_core.store import open_store
+from tests.compute.conftest import toy_export  # noqa: F401  (a toy export: a fit on it takes seconds)
 from tests.prior.conftest import freeze_export  # noqa: F401  (the repository freeze as an export)
 from tests.store.test_files_freeze import populate
 
@@ -164,7 +165,7 @@ def test_writers_of_other_kinds_refuse_a_folder_named_as_their_file(tmp_path: Pa
 
 
 def test_two_identical_fits_stamped_with_the_same_second_write_two_metrics_folders(
-        freeze_export: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        toy_export: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     import datetime as dt
 
     from emmy_core.prior import fit as fit_module
@@ -177,7 +178,7 @@ def test_two_identical_fits_stamped_with_the_same_second_write_two_metrics_folde
             return cls(2026, 1, 1, 12, 0, 0, tzinfo=tz)
 
     monkeypatch.setattr(fit_module._dt, "datetime", Frozen)
-    data = read_dataset(freeze_export)
+    data = read_dataset(toy_export)  # any dataset a fit takes: two identical fits are what is tested
     dirs = [fit_module.fit_dataset(data, tmp_path / f"p{i}.json", folds=2, params=Params(iterations=10, depth=3),
                                    tracking_uri="off", fits_dir=tmp_path / "fits").fit_dir for i in range(2)]
     assert dirs[0] != dirs[1] and dirs[1].name == dirs[0].name + "-2"

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.prior.conftest import freeze_export  # noqa: F401  (the repository freeze as an export)
+from tests.compute.conftest import toy_export  # noqa: F401  (a toy export: a fit on it takes seconds)
 
 ROOT = Path(__file__).resolve().parents[2]
 FIT = """
@@ -31,11 +31,11 @@ except TrackingError as exc:
 
 
 def test_an_unreachable_tracking_server_times_out_says_so_and_keeps_the_artifact(
-        freeze_export: Path, tmp_path: Path) -> None:  # noqa: F811
+        toy_export: Path, tmp_path: Path) -> None:  # noqa: F811
     out = tmp_path / "prior.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_HTTP_REQUEST")}
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", FIT, str(freeze_export), str(out), str(tmp_path / "fits"),
+    done = subprocess.run([sys.executable, "-c", FIT, str(toy_export), str(out), str(tmp_path / "fits"),
                            "http://127.0.0.1:9"], cwd=ROOT, capture_output=True, text=True, timeout=300,
                           check=False, env={**env, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 3, (done.stdout + done.stderr)[-3000:]

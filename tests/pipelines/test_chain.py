@@ -7,6 +7,7 @@ and refuses one worse beyond the tolerance."""
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +19,10 @@ from pipelines.__main__ import failure_cause
 from pipelines.definitions import chain_assets
 from pipelines.jobs import CHAIN, run_chain
 from tests.pipelines.conftest import copy_freeze, events, make_resources, materialized
+from tests.prior.conftest import SMALL
 
-FAST_FIT = {"prior": {"config": {"folds": 2}}}
+# the chain needs a fitted prior, not the shipped one: two folds and the prior tests' small recipe
+FAST_FIT = {"prior": {"config": {"folds": 2, "iterations": SMALL.iterations, "depth": SMALL.depth}}}
 REFIT = ("freeze_files", "refreshed_freeze", "tuning_db", "dataset", "prior")
 PLOTS = ("price_vs_time.png", "slowdowns.png", "golden_ranks.png")
 
@@ -95,6 +98,8 @@ def test_the_whole_chain_materializes_in_process(chain: Chain) -> None:
     assert metadata(chain.first, "dataset")["pools"] > 0
     fit = metadata(chain.first, "prior")
     assert fit["mlflow_run_id"] != "none" and fit["mlflow_tracking_uri"] == chain.resources["mlflow"].tracking_uri
+    recipe = json.loads(Path(fit["artifact"]).read_text())["provenance"]["params"]
+    assert (recipe["iterations"], recipe["depth"]) == (SMALL.iterations, SMALL.depth)  # the asset's config reached the fit
     ev = metadata(chain.first, "evaluation")
     assert "## golden view" in ev["table"] and "## measured view" in ev["table"]
     assert "| Intel(R) Xeon(R) Processor AVX-512 x2 / deploy" in ev["table"] and "| all pools" in ev["table"]
@@ -193,8 +198,6 @@ def test_a_candidate_no_worse_is_installed_and_one_worse_beyond_the_tolerance_is
 
 
 def test_an_installed_prior_that_no_longer_loads_is_replaced_and_the_verdict_says_why(chain: Chain) -> None:
-    import json
-
     from emmy_core.prior import load_prior
 
     paths = chain.resources["paths"].chain()

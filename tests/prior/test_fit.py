@@ -14,8 +14,9 @@ from emmy_core.ir.builders import matmul
 from emmy_core.knobs import candidates
 from emmy_core.prior import load_prior
 from emmy_core.prior.dataset import DatasetFork
-from emmy_core.prior.training import GOLDEN_SAMPLE, training_groups
+from emmy_core.prior.training import GOLDEN_SAMPLE, Params, training_groups
 from emmy_core.targets import load_table
+from tests.prior.conftest import SMALL
 
 
 def test_no_kernel_is_in_both_train_and_validation_of_any_fold(small_fit: tuple) -> None:
@@ -102,10 +103,13 @@ def test_emmy_fit_writes_and_emmy_prior_info_reads(freeze_export: Path, tmp_path
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "w.json"
     done = CliRunner().invoke(app, ["fit", str(freeze_export), str(out), "--pools", "measured", "--folds", "2",
-                                    "--seed", "3", "--tracking-uri", "off"])
+                                    "--seed", "3", "--tracking-uri", "off", "--iterations", str(SMALL.iterations),
+                                    "--depth", str(SMALL.depth)])  # any fitted model will do: a quick recipe
     assert done.exit_code == 0, done.output
     assert f"wrote {out}" in done.output and (tmp_path / "_tune" / "fits").is_dir()
     assert '"mlflow_run": null' in done.output
+    recipe = json.loads(out.read_text())["provenance"]["params"]
+    assert recipe == {**Params().to_json(), "iterations": SMALL.iterations, "depth": SMALL.depth}
     info = CliRunner().invoke(app, ["prior", "info", "--file", str(out)])
     assert info.exit_code == 0, info.output
     assert "feature version" in info.output and "pools measured, seed 3" in info.output
@@ -114,6 +118,20 @@ def test_emmy_fit_writes_and_emmy_prior_info_reads(freeze_export: Path, tmp_path
     assert "against the rule's first option" in info.output and "runner-up:" in info.output
     bad = CliRunner().invoke(app, ["fit", str(tmp_path / "nothing"), str(out), "--tracking-uri", "off"])
     assert bad.exit_code == 2 and "not a dataset export" in bad.output and "Traceback" not in bad.output
+
+
+def test_emmy_fit_install_refits_the_shipped_recipe_and_refuses_iterations_or_depth(tmp_path: Path) -> None:
+    for flag in ("--iterations", "--depth"):
+        done = CliRunner().invoke(app, ["fit", "--install", flag, "3", "--freeze-dir", str(tmp_path)])
+        assert done.exit_code == 2 and "refits the shipped recipe" in done.output, done.output
+
+
+def test_a_recipe_sized_out_of_range_is_refused_naming_the_field() -> None:
+    assert Params().sized() == Params() and Params().sized(60, 4) == Params(iterations=60, depth=4)
+    with pytest.raises(ValueError, match=r"iterations must be in 1\.\.100000, not 0"):
+        Params().sized(iterations=0)
+    with pytest.raises(ValueError, match=r"depth must be in 1\.\.16, not 17"):
+        Params().sized(depth=17)
 
 
 def test_emmy_fit_compare_prints_two_runs_side_by_side(small_fit: tuple, mlflow_uri: str) -> None:

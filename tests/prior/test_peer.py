@@ -3,23 +3,18 @@ score runs end to end, from the caches through import, export, features and the 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from emmy_core.prior.dataset import read_dataset
 from emmy_core.prior.featurize import featurize
 from emmy_core.prior.training import Params
 from emmy_core.prior.transfer import leave_one_card_out
-from emmy_core.store.export import export_db
-from emmy_core.store.importer import import_db
+from tests.conftest import PeerStore
 
 HELD_OUT = "NVIDIA RTX A6000"
 
 
-def test_a_leave_one_card_out_fit_and_score_runs_end_to_end(peer_dir: Path, tmp_path: Path) -> None:
-    files = sorted(p for p in peer_dir.iterdir() if p.name.endswith((".json", ".json.gz")))
-    assert all(o.ok for o in import_db(tmp_path / "peer.db", files, fresh=True))
-    export_db(tmp_path / "peer.db", tmp_path / "peer")
-    dataset = read_dataset(tmp_path / "peer")
+def test_a_leave_one_card_out_fit_and_score_runs_end_to_end(peer_store: PeerStore) -> None:
+    assert peer_store.files and all(o.ok for o in peer_store.outcomes)  # imported fresh and exported
+    dataset = read_dataset(peer_store.export)
     cards = {f.card_name for f in dataset.forks}
     assert HELD_OUT in cards and len(cards) >= 3 and dataset.undescribed_pools == 0
     names = featurize(dataset.forks)

@@ -1,7 +1,8 @@
 """Every Kernel Tuner cache of the peer data imports: row counts and medians checked against the files.
 
-The files are large (4k to 18k configurations each): they are imported once per module into one
-DuckDB store, and every test reads that store.
+The files are large (4k to 18k configurations each): they are imported once per test run into one
+fresh DuckDB store (`peer_store`, which the prior's and the evaluation's peer tests read exported), and
+every test reads that store.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from emmy_core.ir import Extern, kernel_id
 from emmy_core.knobs.vocab import EXTERN_PREFIX
 from emmy_core.store import PLACEHOLDER_US, open_store
 from emmy_core.store.importer import import_db
+from tests.conftest import PeerStore
 
 _CACHE: dict[str, object] = {}
 
@@ -46,13 +48,12 @@ def _expected(path: Path) -> dict:
 
 
 @pytest.fixture
-def peer_db(peer_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list, dict[str, dict]]:
-    """One store holding every peer file, imported once for the whole module, and what each file says."""
-    if "db" not in _CACHE:
-        files = sorted(p for p in peer_dir.iterdir() if p.name.endswith((".json", ".json.gz")))
-        db = tmp_path_factory.mktemp("peer") / "peer.db"
-        _CACHE["db"] = (db, import_db(db, files), {p.name: _expected(p) for p in files})
-    return _CACHE["db"]  # type: ignore[return-value]
+def peer_db(peer_store: PeerStore) -> tuple[Path, list, dict[str, dict]]:
+    """The store holding every peer file (imported once per test run: `peer_store`), the import's outcome per
+    file, and what each file says."""
+    if "expected" not in _CACHE:
+        _CACHE["expected"] = {p.name: _expected(p) for p in peer_store.files}
+    return peer_store.db, peer_store.outcomes, _CACHE["expected"]  # type: ignore[return-value]
 
 
 def test_every_peer_file_imports(peer_db: tuple[Path, list, dict[str, dict]]) -> None:
