@@ -30,4 +30,3 @@ def read_source(path: str) -> tuple[bytes, str]:
 def fail(message: str, code: int = 2) -> NoReturn:
     typer.echo(f"emmy: error: {message}", err=True)
     raise typer.Exit(code)
-

@@ -52,10 +52,8 @@ def attention_mask(q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor | N
             m = torch.where(attn_mask, m, torch.full((), float("-inf"), dtype=q.dtype, device=q.device))
         else:
             m = m + attn_mask.to(q.dtype) / scale
-    if repeat > 1 and m.dim() == 2:  # the same for every head: the grouped rows are the mask's rows r times
-        return m.repeat(repeat, 1).expand(*q.shape[:-3], q.shape[-3] // repeat, repeat * length, source).contiguous()
     m = m.expand(*q.shape[:-1], source)
-    if repeat > 1:
+    if repeat > 1:  # the flatten of the expanded view is the one copy
         m = m.unflatten(-3, (q.shape[-3] // repeat, repeat)).flatten(-3, -2)
     return m.contiguous()
 
