@@ -64,7 +64,7 @@ def main() -> int:
                 torch._dynamo.reset()
                 with torch.no_grad(), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    fns = {"emmy": torch.compile(module, backend=emmy_backend(tuning_db=args.db)),
+                    fns = {"emmy": torch.compile(module, backend=emmy_backend(tuning_db=args.db, attention=True)),
                            "torch sdpa": torch.compile(module, backend=emmy_backend(tuning_db=args.db,
                                                                                       attention=False)),
                            "inductor": torch.compile(module), "eager": module}
