@@ -25,6 +25,8 @@
    adds the backend with attention always on Emmy and always on torch's fused kernel (does lowering
    attention pay?); `--inductor-fallback` adds the backend with `fallback="inductor"` (the ops left to
    torch compiled by Inductor around Emmy's groups), with attention as the default places it and on Emmy;
+   `--tune-backend N` adds the backend after tuning each case's own kernels (N candidates per kernel, the
+   prior's strategy, `emmy_core.search.module_tune`): what a performance engineer's tune buys;
    `--cases f16,B=1` keeps the speed cases whose names contain one of the words.
 
 Run: .venv/bin/python bench/compile.py [--db _data/bench.db] [--tune 16] [--repeats 30] [--no-inductor]
@@ -301,6 +303,7 @@ def _share(reports) -> tuple[int, int]:  # type: ignore[no-untyped-def]
 def backend_vs_torch(args: argparse.Namespace) -> None:
     from emmy_core.compiler.backend import _GRAPHS, emmy_backend, render_reports, run_backend
     from emmy_core.compiler.compare import interleaved_medians, max_error
+    from emmy_core.search.module_tune import tune_module
 
     db = args.db or Path(tempfile.mkdtemp()) / "none.db"
     opts = {"tuning_db": db}
@@ -345,6 +348,14 @@ def backend_vs_torch(args: argparse.Namespace) -> None:
             emmy_s = time.perf_counter() - t0
             emmy_end = len(_GRAPHS)  # the emmy contender's graphs end here (the other contenders compile their own)
             fns = {"emmy": emmy, "eager": module}
+            if args.tune_backend:  # the module's own kernels tuned on this machine, then compiled reading the rows
+                tuned_db = Path(tempfile.mkdtemp()) / "tuned.db"
+                t0 = time.perf_counter()
+                report = tune_module(module, x, budget=args.tune_backend, tuning_db=tuned_db)
+                print(f"    tuned its {len(report.planned)} kernels, {args.tune_backend} candidates each "
+                      f"(prior strategy): {time.perf_counter() - t0:.0f} s, {report.rows_recorded} rows", flush=True)
+                fns["emmy, tuned"] = torch.compile(module, backend=emmy_backend(tuning_db=tuned_db))
+                fns["emmy, tuned"](*x)
             if args.attention_both:  # the same backend with attention always on Emmy, and always torch's
                 for label, attn in (("emmy, attention on emmy", True), ("emmy, attention on torch", False)):
                     fns[label] = torch.compile(module, backend=emmy_backend(attention=attn, **opts))
@@ -379,6 +390,10 @@ def backend_vs_torch(args: argparse.Namespace) -> None:
         for label in ("emmy, attention on emmy", "emmy, attention on torch"):
             if label in med:
                 line += f", {label} {med[label] / 1e3:9.1f} ms"
+        if "emmy, tuned" in med:
+            line += f", emmy tuned {med['emmy, tuned'] / 1e3:9.1f} ms"
+            if "inductor" in med:
+                line += f" ({med['inductor'] / med['emmy, tuned']:.2f}x inductor)"
         for label in ("emmy+inductor", "emmy+inductor, attention on emmy"):
             if label in med:
                 line += f", {label} {med[label] / 1e3:9.1f} ms"
@@ -434,6 +449,9 @@ def main() -> int:
     ap.add_argument("--attention-both", action="store_true",
                     help="also time the backend with attention always on Emmy and always torch's (does lowering "
                          "attention pay?)")
+    ap.add_argument("--tune-backend", type=int, default=0, metavar="N",
+                    help="part 3: also time each speed case after tuning its own kernels (emmy_core.tune_module, N "
+                         "candidates per kernel, into a fresh database)")
     ap.add_argument("--cases", default="", help="only the speed cases whose name contains one of these (comma list)")
     ap.add_argument("--verbose", action="store_true", help="print the backend's coverage report of every case")
     args = ap.parse_args()

@@ -3,7 +3,9 @@
 `emmy_core.compile(module, example_inputs, ...)` compiles a model to generated kernels (`emmy_core.compiler`),
 by default on the path of `torch.compile(model, backend="emmy")`: a model's graphs run on Emmy kernels where
 Emmy lowers them and as torch elsewhere, `.explain()` and `emmy_core.compile_reports()` say how much ran
-where (`torch_ops="refuse"`: one graph all on Emmy kernels, or a refusal). The compiler is loaded on first
+where (`torch_ops="refuse"`: one graph all on Emmy kernels, or a refusal). `emmy_core.tune_module(module,
+example_inputs, ...)` measures the kernels the backend lowers a module to on this machine and records them, so
+the next compile's forks are answered by measurement. The compiler is loaded on first
 use, so `import emmy_core` stays light.
 """
 
@@ -12,10 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 _LAZY = ("compile", "compile_reports", "explain", "Compiled", "CompiledGraphs", "StrictEvidenceError",
-         "PriorUnavailableWarning", "TooLarge")
+         "PriorUnavailableWarning", "TooLarge", "tune_module")
 
 
 def __getattr__(name: str) -> Any:
+    if name == "tune_module":
+        from emmy_core.search.module_tune import tune_module
+
+        return tune_module
     if name in _LAZY:
         import emmy_core.compiler as compiler
 

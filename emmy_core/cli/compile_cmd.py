@@ -23,36 +23,21 @@ from emmy_core.cli.options import (
     DbOpt,
     DtypeOpt,
     FreezesOpt,
+    InputOpt,
     JsonOpt,
+    ModelOpt,
     NoPriorOpt,
     Opt,
     PriorOpt,
     SettingOpt,
     ShapeOpt,
+    model_and_inputs,
     shape_of,
 )
-from emmy_core.dtypes import MODEL_DTYPES, torch_dtype
 
-ModelOpt = Annotated[str, Opt("--model", help="a reference model (emmy graph models) or package.module:Class")]
-InputOpt = Annotated[list[str] | None, Opt("--input", help="for package.module:Class: one shape per input, "
-                                                           "e.g. --input B,S,256")]
 StrictOpt = Annotated[bool, Opt("--strict-evidence", help="fail when a fork falls past the measured tiers")]
 
 SMALL = {"B": 1, "S": 1}  # the example the model is compiled from; its own sizes are never run
-
-
-def model_and_inputs(model: str, dtype: str, inputs: list[str] | None) -> tuple[Any, Any]:
-    """The module and its inputs function; CLI errors for an unknown model or a bad input spec."""
-    from emmy_core.graph.errors import GraphError
-    from emmy_core.graph.user_models import load_model
-
-    if dtype not in MODEL_DTYPES:
-        fail(f"--dtype must be one of {', '.join(MODEL_DTYPES)}, got {dtype!r}")
-    try:
-        return load_model(model, torch_dtype(dtype),
-                          inputs or ())
-    except GraphError as exc:
-        fail(str(exc))
 
 
 def backend_coverage(module: Any, inputs: Any, *, build: bool = True, **options: Any) -> Any:

@@ -13,11 +13,8 @@ import typer
 from emmy_core.cli.common import fail
 from emmy_core.cli.compile_cmd import (
     SMALL,
-    InputOpt,
-    ModelOpt,
     StrictOpt,
     backend_coverage,
-    model_and_inputs,
     prior_arg,
 )
 from emmy_core.cli.options import (
@@ -25,11 +22,14 @@ from emmy_core.cli.options import (
     DbOpt,
     DtypeOpt,
     FreezesOpt,
+    InputOpt,
     JsonOpt,
+    ModelOpt,
     NoPriorOpt,
     PriorOpt,
     SettingOpt,
     ShapeOpt,
+    model_and_inputs,
     shape_of,
 )
 

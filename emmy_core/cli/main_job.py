@@ -124,7 +124,8 @@ def fork_section(model: str, dims: dict[str, int], setting: str) -> dict[str, in
     """The model's forks on this machine's card, each settled by the evidence resolver as a compile would
     (`emmy_core.compiler.explain`, nothing built): the freeze's goldens, the local tuning database, the
     installed prior, the rule's first option. Returns the count per tier."""
-    from emmy_core.cli.compile_cmd import SMALL, model_and_inputs
+    from emmy_core.cli.compile_cmd import SMALL
+    from emmy_core.cli.options import model_and_inputs
     from emmy_core.compiler import explain
     from emmy_core.ir import format_sizes
 

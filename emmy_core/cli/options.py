@@ -33,6 +33,9 @@ FreezesOpt = Annotated[Path | None, Opt("--freezes", help="freeze folder or file
 PriorOpt = Annotated[Path | None, Opt("--prior", help="a prior artifact (default: the installed prior)")]
 NoPriorOpt = Annotated[bool, Opt("--no-prior", help="compile without the prior")]
 JsonOpt = Annotated[bool, Opt("--json", help="print one JSON object")]
+ModelOpt = Annotated[str, Opt("--model", help="a reference model (emmy graph models) or package.module:Class")]
+InputOpt = Annotated[list[str] | None, Opt("--input", help="for package.module:Class: one shape per input, "
+                                                           "e.g. --input B,S,256")]
 
 
 def shape_of(text: str, *, model: bool = True) -> dict[str, int]:
@@ -49,16 +52,49 @@ def shape_of(text: str, *, model: bool = True) -> dict[str, int]:
     return sizes
 
 
-def model_at(model: str, shape: str, dtype: str, setting: str) -> tuple[dict[str, int], list[Any]]:
-    """A reference model's sizes and bench units at `shape` for a command that measures (tune) or plans
-    measurements (suggest); CLI errors for an unknown setting, a bad shape or a model that does not lower."""
+def model_and_inputs(model: str, dtype: str, inputs: list[str] | None) -> tuple[Any, Any]:
+    """The module and its inputs function; CLI errors for an unknown model or a bad input spec."""
+    from emmy_core.dtypes import torch_dtype
+    from emmy_core.graph.errors import GraphError
+    from emmy_core.graph.user_models import load_model
+
+    if dtype not in MODEL_DTYPES:
+        fail(f"--dtype must be one of {', '.join(MODEL_DTYPES)}, got {dtype!r}")
+    try:
+        return load_model(model, torch_dtype(dtype), inputs or ())
+    except GraphError as exc:
+        fail(str(exc))
+
+
+def model_at(model: str, shape: str, dtype: str, setting: str, inputs: list[str] | None = None,
+             card: Any = "local") -> tuple[dict[str, int], list[Any]]:
+    """A model's sizes and bench units at `shape` for a command that measures (tune) or plans measurements
+    (suggest): a reference model's one-graph lowering, or the kernels the emmy backend makes of a user's
+    `package.module:Class` (given `--input` specs) on `card`; CLI errors for an unknown setting, a bad shape
+    or a model that does not lower."""
     from emmy_core.bench.plan import model_units
     from emmy_core.codegen.backend import SETTINGS
     from emmy_core.graph.errors import GraphError
+    from emmy_core.graph.models import MODEL_NAMES
 
     if setting not in SETTINGS:
         fail(f"--setting {setting!r}: known settings: {', '.join(SETTINGS)}")
     sizes = shape_of(shape)
+    if model not in MODEL_NAMES:
+        from emmy_core.search.module_tune import module_units
+
+        module, inputs_fn = model_and_inputs(model, dtype, inputs)
+        try:
+            units = module_units(module, inputs_fn(sizes), card=card, setting=setting)
+        except Exception as exc:  # the user's own forward: whatever Dynamo or the module raised is named
+            fail(f"{model}: running it through the emmy backend at {shape} raised {type(exc).__name__}: "
+                 f"{str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}")
+        if not units:
+            fail(f"{model} at {shape}: the emmy backend lowers none of it to Emmy kernels, so there is nothing to "
+                 "measure (emmy compile --run prints what runs as torch, and why)")
+        return sizes, units
+    if inputs:
+        fail(f"{model} is a reference model: it brings its own inputs (no --input)")
     try:
         return sizes, model_units(model, sizes, dtype)
     except (GraphError, ValueError) as exc:

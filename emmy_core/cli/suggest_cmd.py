@@ -1,6 +1,7 @@
 """`emmy suggest`: per fork of a model at a shape, the candidates most worth measuring next and why; the uncovered forks.
 
-Thin: lower the model, read the tuning database's rows and the installed prior, print
+Thin: lower the model (a reference model, or a user's `package.module:Class` with `--input` specs, as the emmy
+backend lowers it), read the tuning database's rows and the installed prior, print
 `emmy_core.search.suggest`'s answer (or its JSON).
 """
 
@@ -12,11 +13,21 @@ from typing import Annotated
 import typer
 
 from emmy_core.cli.common import fail
-from emmy_core.cli.options import CardOpt, DbOpt, DtypeOpt, Opt, SettingOpt, ShapeOpt, model_at
+from emmy_core.cli.options import (
+    CardOpt,
+    DbOpt,
+    DtypeOpt,
+    InputOpt,
+    ModelOpt,
+    Opt,
+    SettingOpt,
+    ShapeOpt,
+    model_at,
+)
 
 
 def suggest_command(
-    model: Annotated[str, Opt("--model", help="reference model (llama_block, llama_stack, mlp)")],
+    model: ModelOpt,
     shape: ShapeOpt,
     card: CardOpt = "local",
     setting: SettingOpt = "deploy",
@@ -24,6 +35,7 @@ def suggest_command(
     top: Annotated[int, Opt("--top", min=1, max=1000, help="suggestions per fork")] = 5,
     db: DbOpt = None,
     json_out: Annotated[bool, Opt("--json", help="print JSON instead of text")] = False,
+    inputs: InputOpt = None,
 ) -> None:
     """Per fork, the candidates most worth measuring next (prior score, uncertainty, no row yet); uncovered forks."""
     from emmy_core.cli.tune_cmd import any_card_named
@@ -31,8 +43,8 @@ def suggest_command(
     from emmy_core.search.suggest import read_rows, render, suggest
     from emmy_core.store import StoreError, default_db_path
 
-    _, units = model_at(model, shape, dtype, setting)
     the_card = any_card_named(card)
+    _, units = model_at(model, shape, dtype, setting, inputs, the_card)
     try:
         prior = load_installed_prior()
     except PriorError as exc:

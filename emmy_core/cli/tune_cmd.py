@@ -1,6 +1,8 @@
 """`emmy tune`: bench every kernel of a model over its candidates on this machine's card, and record.
 
-Thin: lower the model, plan the candidates, run the one harness, print what happened.
+Thin: lower the model (a reference model, or a user's `package.module:Class` with `--input` specs: the
+kernels the emmy backend makes of it, `emmy_core.search.module_tune`), plan the candidates, run the one
+harness, print what happened.
 Rows go through the store's one writer (`--db`, default the local tuning database) or
 into a tune file (`--tune-file`, the store's format), by the recorders of
 `emmy_core.store.recorders`.
@@ -16,7 +18,17 @@ import typer
 from emmy_core.bench.harness import BenchConfig, BenchError, BenchReport, Outcome, dedupe
 from emmy_core.bench.load import DEFAULT_MAX_BUSY
 from emmy_core.cli.common import fail
-from emmy_core.cli.options import BenchCardOpt, DbOpt, DtypeOpt, Opt, SettingOpt, ShapeOpt, model_at
+from emmy_core.cli.options import (
+    BenchCardOpt,
+    DbOpt,
+    DtypeOpt,
+    InputOpt,
+    ModelOpt,
+    Opt,
+    SettingOpt,
+    ShapeOpt,
+    model_at,
+)
 from emmy_core.store.recorders import StoreRecorder, TuneFileRecorder, db_recorder
 from emmy_core.targets import Card
 
@@ -52,21 +64,14 @@ def local_card_named(name: str) -> Card:
 def search_chooser(strategy: str | None, card: Card, setting: str, budget: int, seed: int) -> tuple[Any, str]:
     """The chooser of `--strategy` (default: prior when the installed prior loads, else random) and its name;
     each kernel's best so far against its first option is shown on stderr as it finishes."""
-    from emmy_core.prior import PriorError, load_installed_prior
-    from emmy_core.search.tune import PRIOR_STRATEGIES, StrategyChooser, default_strategy
+    from emmy_core.search.tune import PRIOR_STRATEGIES, StrategyChooser, strategy_prior
 
-    prior, why = None, ""
-    if strategy is None or strategy in PRIOR_STRATEGIES:
-        try:
-            prior = load_installed_prior()
-        except PriorError as exc:
-            why = str(exc)
-    if strategy is None:
-        strategy = default_strategy(prior)
-        if prior is None:
-            typer.echo(f"emmy: no prior loads ({why}); strategy random", err=True)
-    elif strategy in PRIOR_STRATEGIES and prior is None:
-        fail(f"--strategy {strategy} needs a prior: {why}")
+    prior, chosen, why = strategy_prior(strategy)
+    if strategy is None and prior is None:
+        typer.echo(f"emmy: no prior loads ({why}); strategy random", err=True)
+    elif chosen in PRIOR_STRATEGIES and prior is None:
+        fail(f"--strategy {chosen} needs a prior: {why}")
+    strategy = chosen
 
     def shown(k: Any) -> None:
         typer.echo(f"  search {strategy}: {k.best_line()}", err=True)
@@ -178,7 +183,7 @@ BackendOpt = Annotated[str | None, Opt("--backend", help="code generator as modu
 
 
 def tune(
-    model: Annotated[str, Opt("--model", help="reference model to tune (llama_block, llama_stack, mlp)")],
+    model: ModelOpt,
     shape: ShapeOpt,
     dtype: DtypeOpt = "f16",
     card: BenchCardOpt = "local",
@@ -200,6 +205,7 @@ def tune(
     progress: ProgressOpt = True,
     max_busy: MaxBusyOpt = DEFAULT_MAX_BUSY,
     backend: BackendOpt = None,
+    inputs: InputOpt = None,
 ) -> None:
     """Tune every kernel of a model at a shape over its candidates; record ok and failed rows.
 
@@ -210,8 +216,8 @@ def tune(
 
     if db is not None and tune_file is not None:
         fail("give --db or --tune-file, not both")
-    _, units = model_at(model, shape, dtype, setting)
     the_card = local_card_named(card)
+    _, units = model_at(model, shape, dtype, setting, inputs, the_card)
     if strategy is not None and strategy not in STRATEGIES:
         fail(f"--strategy {strategy[:40]!r}: known strategies: {', '.join(STRATEGIES)}")
     per_kernel = parse_budget(budget)

@@ -158,6 +158,14 @@ class EmmyGroup(nn.Module):
         self._sizes[key] = out
         return out
 
+    def sizes_seen(self) -> list[dict[str, int]]:
+        """Every size (of the group's named axes) this group was called at, first seen first."""
+        out: list[dict[str, int]] = []
+        for sizes in self._sizes.values():
+            if sizes is not None and sizes not in out:
+                out.append(dict(sizes))
+        return out
+
     def _launcher(self, plan: KernelPlan) -> Launcher:
         assert self.compiled.builder is not None and plan.schedule is not None
         return Launcher(self.compiled.builder.build(plan.program, plan.schedule), plan.sizes, plan.program.name,

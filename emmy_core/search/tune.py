@@ -31,6 +31,20 @@ def default_strategy(prior: Any | None) -> str:
     return "prior" if prior is not None else "random"
 
 
+def strategy_prior(strategy: str | None) -> tuple[Any | None, str, str]:
+    """(the installed prior or None, the strategy to run, why no prior loaded): the prior is loaded when
+    `strategy` needs it or is left to the default (`default_strategy`)."""
+    from emmy_core.prior import PriorError, load_installed_prior
+
+    prior, why = None, ""
+    if strategy is None or strategy in PRIOR_STRATEGIES:
+        try:
+            prior = load_installed_prior()
+        except PriorError as exc:
+            why = str(exc)
+    return prior, strategy if strategy is not None else default_strategy(prior), why
+
+
 @dataclass
 class KernelSearch:
     """One kernel's search: its pool, the session, and what became of its first option and its best."""
