@@ -39,7 +39,7 @@ from emmy_core.compiler.build import Builder, runnable_here
 from emmy_core.compiler.compiled import Compiled, card_of
 from emmy_core.compiler.launch import Launcher
 from emmy_core.compiler.memory import check_fits
-from emmy_core.compiler.runner import Runner
+from emmy_core.compiler.runner import Runner, output_views
 from emmy_core.evidence.context import PriorArg, PriorUnavailableWarning, open_sources
 from emmy_core.evidence.freeze import FreezesArg
 from emmy_core.evidence.model import KernelPlan
@@ -177,22 +177,30 @@ class EmmyGroup(nn.Module):
     def _build(self, sizes: dict[str, int], args: Sequence[Any]) -> Runner | None:
         compiled = self.compiled
         text = format_sizes(sizes) or "its static sizes"
-        try:
-            compiled.prepare(sizes)
-            layout = compiled.layout(sizes)
-            check_fits(layout.nbytes, compiled.device, f"{compiled.lowered.graph.name} at {text}")
-            runner = Runner(layout, self._weights(args), compiled.device, self._launcher)
-        except Exception as exc:  # a group that does not build here runs as torch; the note says why
-            self._hand_back(f"does not build at {text}: {str(exc).strip().splitlines()[0][:200]}")
-            return None
-        if self.check:
-            why = self._differs(runner, args)
+        views = output_views(compiled.lowered) if self.check else frozenset()
+        while True:
+            try:
+                compiled.prepare(sizes)
+                layout = compiled.layout(sizes, views)
+                check_fits(layout.nbytes, compiled.device, f"{compiled.lowered.graph.name} at {text}")
+                runner = Runner(layout, self._weights(args), compiled.device, self._launcher)
+            except Exception as exc:  # a group that does not build here runs as torch; the note says why
+                self._hand_back(f"does not build at {text}: {str(exc).strip().splitlines()[0][:200]}")
+                return None
+            if not self.check:
+                return runner
+            why, strides = self._differs(runner, args, views)
             if why is not None:
                 self._hand_back(f"differs from torch at {text} on fresh inputs: {why}")
                 return None
-        return runner
+            if not views or strides:
+                return runner
+            views = frozenset()  # an output view strided unlike torch's own: hand back contiguous copies
 
-    def _differs(self, runner: Runner, args: Sequence[Any]) -> str | None:
+    def _differs(self, runner: Runner, args: Sequence[Any], views: frozenset[str] = frozenset()
+                 ) -> tuple[str | None, bool]:
+        """Why the runner's outputs are not torch's on fresh inputs (None: they agree), and whether the outputs
+        handed back as `views` have torch's own strides."""
         gen = torch.Generator(device="cpu").manual_seed(len(self._runners))
         params = {pos for _, pos in self.translated.params}
         fresh = [a if not isinstance(a, torch.Tensor) or i in params else
@@ -201,8 +209,11 @@ class EmmyGroup(nn.Module):
         with torch.no_grad():
             want = self.torch_sub(*fresh)
             got = runner.run([fresh[i] for i in self.translated.inputs])
+        want = list(want) if isinstance(want, tuple | list) else [want]
         dtypes = {n.type.dtype for n in self.translated.graph.nodes if n.name in self.translated.graph.outputs}
-        return check_outputs(got, want, "f16" if "f16" in dtypes else "bf16" if "bf16" in dtypes else "f32")
+        strides = all(g.stride() == w.stride() for name, g, w in zip(runner.layout.outputs, got, want, strict=False)
+                      if name in views)
+        return check_outputs(got, want, "f16" if "f16" in dtypes else "bf16" if "bf16" in dtypes else "f32"), strides
 
     @property
     def off(self) -> str | None:

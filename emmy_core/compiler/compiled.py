@@ -154,10 +154,11 @@ class Compiled:
         """Settles every fork at the model's `sizes` (e.g. `B=8,S=128`) without building or allocating."""
         return resolutions_of(self._planned(self._sizes(sizes), build=False))
 
-    def layout(self, sizes: Mapping[str, int] | str) -> Layout:
-        """Every buffer a call at `sizes` would use (nothing allocated): `layout(...).nbytes` is its need."""
+    def layout(self, sizes: Mapping[str, int] | str, views: frozenset[str] = frozenset()) -> Layout:
+        """Every buffer a call at `sizes` would use (nothing allocated): `layout(...).nbytes` is its need. The outputs
+        in `views` that can be (`runner.output_views`) are handed back as strided views, not copies."""
         s = self._sizes(sizes)
-        return plan_layout(self.lowered, s, self._planned(s, build=False))
+        return plan_layout(self.lowered, s, self._planned(s, build=False), views)
 
     # ---- running --------------------------------------------------------------------------------
 

@@ -10,8 +10,10 @@ call). `Layout.nbytes` is what `memory.check_fits` weighs before anything exists
 `Runner` allocates the layout and binds every launch: a kernel's buffers are views of the
 graph values reshaped to the kernel's buffers (row-major, so views of contiguous data); a
 decision runs its pieces in order over the parent's buffers and its scratch; a reshape is a
-view; a transpose or permute is a torch copy into its buffer. Only the inputs and the fresh
-values change between calls.
+view; a transpose or permute is a torch copy into its buffer, except an output nothing else reads, which
+the Dynamo backend may ask to be handed back as a strided view of what it permutes (`output_views`: torch's
+own transpose is a view, and the op reading it may take any strides). Only the inputs and the fresh values
+change between calls.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class ViewSpec:
     out: str  # an env value
     src: Ref
     shape: tuple[int, ...]
+    perm: tuple[int, ...] | None = None  # an output handed back as this permutation of src (strided), not a reshape
 
 
 @dataclass
@@ -96,8 +99,29 @@ def _kernel_ext(program: Program, sizes: Mapping[str, int]) -> dict[str, int]:
     return ext
 
 
-def plan_layout(lowered: Lowered, sizes: Mapping[str, int], plans: Sequence[KernelPlan]) -> Layout:
-    """The layout of `lowered` at the model's `sizes`, with `plans[i]` settling its i-th kernel step."""
+def output_views(lowered: Lowered) -> frozenset[str]:
+    """The outputs that are a transpose or permute of a value a kernel of `lowered` makes, read by nothing else
+    of it: they can be handed back as a strided view of that value (as torch's own transpose is), not a copy."""
+    read: set[str] = set()
+    for s in lowered.steps:
+        read.update([s.input] if isinstance(s, LayoutStep) else (v for _, v in s.inputs))
+    made_by = {s.node: s for s in lowered.steps}
+
+    def made_by_a_kernel(value: str) -> bool:  # through reshapes (views of it)
+        step = made_by.get(value)
+        while isinstance(step, LayoutStep) and step.op == "reshape":
+            step = made_by.get(step.input)
+        return isinstance(step, KernelStep)
+
+    return frozenset(out for out in lowered.graph.outputs
+                     if isinstance(st := made_by.get(out), LayoutStep) and st.op != "reshape" and out not in read
+                     and made_by_a_kernel(st.input))
+
+
+def plan_layout(lowered: Lowered, sizes: Mapping[str, int], plans: Sequence[KernelPlan],
+                views: frozenset[str] = frozenset()) -> Layout:
+    """The layout of `lowered` at the model's `sizes`, with `plans[i]` settling its i-th kernel step; the
+    outputs in `views` (of `output_views`) are strided views of the value they permute, made fresh."""
     graph = lowered.graph
     index = graph.index()
     inputs = tuple(n.name for n in graph.nodes if n.op == "input")
@@ -105,9 +129,13 @@ def plan_layout(lowered: Lowered, sizes: Mapping[str, int], plans: Sequence[Kern
     layout = Layout(dict(sizes), inputs, graph.outputs)
     layout.input_nbytes = sum(index[n].type.numel(dict(sizes)) * WIDTH[index[n].type.dtype] for n in inputs)
     made_by = {s.node: s for s in lowered.steps}
+    views = views & output_views(lowered)
     fresh: set[str] = set()
     for out in graph.outputs:  # an output, and what it is a view of, is made anew on every call
         v = out
+        if v in views and v not in fresh:
+            fresh.add(v)
+            v = made_by[v].input  # type: ignore[union-attr]
         while v not in params and v not in inputs and v not in fresh:
             fresh.add(v)
             step = made_by.get(v)
@@ -141,6 +169,9 @@ def plan_layout(lowered: Lowered, sizes: Mapping[str, int], plans: Sequence[Kern
                 else:
                     layout.refs[step.node] = ("pool", step.node)
                     layout.aliases[step.node] = (src, spec.shape)
+            elif step.node in views:
+                layout.refs[step.node] = ("env", step.node)
+                layout.ops.append(ViewSpec(step.node, src, spec.shape, tuple(dict(step.attrs)["perm"])))  # type: ignore[arg-type]
             else:
                 out = place(step.node, spec)
                 layout.ops.append(CopySpec(out, src, tuple(dict(step.attrs)["perm"])))  # type: ignore[arg-type]
@@ -275,7 +306,12 @@ class Runner:
     def _view(self, op: ViewSpec, pool: Mapping[str, torch.Tensor],
               weights: Mapping[str, torch.Tensor]) -> Callable[[dict[str, torch.Tensor]], None]:
         src = None if op.src[0] == "env" else self._fixed(op.src, pool, weights)
-        src_name, out_name, shape = op.src[1], op.out, op.shape
+        src_name, out_name, shape, perm = op.src[1], op.out, op.shape, op.perm
+        if perm is not None:
+            def permuted(env: dict[str, torch.Tensor]) -> None:
+                env[out_name] = (src if src is not None else env[src_name]).permute(perm)
+
+            return permuted
 
         def run(env: dict[str, torch.Tensor]) -> None:
             env[out_name] = (src if src is not None else env[src_name]).view(shape)

@@ -88,6 +88,20 @@ class Scaled(nn.Module):
         return F.relu(self.lin(x)) * self.scale
 
 
+class Heads(nn.Module):
+    """A projection split into heads and transposed for an op Emmy does not lower (cumsum over the sequence), as a
+    Llama layer hands its value heads to torch's attention; `contiguous` asks for the transposed copy instead."""
+
+    def __init__(self, contiguous: bool = False) -> None:
+        super().__init__()
+        self.v = nn.Linear(H, H, bias=False)
+        self.contiguous = contiguous
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.v(x).view(x.shape[0], x.shape[1], 4, H // 4).transpose(1, 2)
+        return torch.cumsum(h.contiguous() if self.contiguous else h, dim=2)
+
+
 def _since(before: int) -> list[GraphReport]:
     return compile_reports()[before:]
 
@@ -351,3 +365,28 @@ def test_the_backend_is_registered_as_the_emmy_entry_point() -> None:
     x = torch.randn(1, 3, H)
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(m, backend="emmy")(x), m(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("contiguous", [False, True])
+def test_a_transposed_output_is_handed_back_as_torchs_own_strided_view_not_a_copy(contiguous: bool) -> None:
+    torch.manual_seed(0)
+    m = Heads(contiguous).eval()
+    c = torch.compile(m, backend=emmy_backend(prior=False), dynamic=True)
+    before = len(emmy_core.compiler.backend._GRAPHS)
+    xs = (torch.randn(2, 5, H), torch.randn(1, 7, H))
+    with torch.no_grad():
+        for x in xs:
+            torch.testing.assert_close(c(x), m(x))
+        (group,) = emmy_core.compiler.backend._GRAPHS[before].live_groups()
+        assert group.off is None and group._runners
+        for runner in group._runners.values():
+            kinds = [kind for kind, _ in runner.labels]
+            if contiguous:  # torch's value is contiguous: a view would be strided unlike it, so the copy stays
+                assert "copy" in kinds
+                continue
+            assert "copy" not in kinds  # torch's transpose is a view: so is Emmy's output, and nothing is copied
+            (x,) = [x for x in xs if 4 * x.numel() == runner.layout.input_nbytes]
+            (out,) = runner.run([x])
+            want = m.v(x).view(*x.shape[:2], 4, H // 4).transpose(1, 2)
+            assert out.stride() == want.stride()
+            torch.testing.assert_close(out, want)
