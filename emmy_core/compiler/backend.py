@@ -150,9 +150,9 @@ class EmmyGroup(nn.Module):
         if key in self._sizes:
             return self._sizes[key]
         bound: dict[sympy.Symbol, int] = {}
-        for sym, pos, d in self.translated.binders:
+        for sym, pos, d, offset in self.translated.binders:
             a = args[pos]
-            bound[sym] = int(a) if d < 0 else int(a.shape[d])
+            bound[sym] = (int(a) if d < 0 else int(a.shape[d])) - offset
         sizes = {name: int(expr.xreplace(bound)) for name, expr in self.translated.names.exprs.items()}
         out = sizes if all(v >= 1 for v in sizes.values()) else None
         self._sizes[key] = out

@@ -77,8 +77,19 @@ class Translated:
     inputs: tuple[int, ...]  # argument positions of the graph's `input` nodes, in order
     params: tuple[tuple[str, int], ...]  # (parameter path, argument position)
     names: SizeNames
-    binders: tuple[tuple[sympy.Symbol, int, int], ...]  # (symbol, argument position, dimension; -1: a SymInt)
+    # (symbol, argument position, dimension (-1: a SymInt), offset): the symbol is that size minus the offset
+    binders: tuple[tuple[sympy.Symbol, int, int, int], ...]
     consts: tuple[tuple[int, float], ...] = ()  # (argument position, the value baked in): guarded at every call
+
+
+def _first_with(sub: fx.GraphModule, symbol: sympy.Symbol) -> str | None:
+    """The first computing node of `sub` whose value has a size that depends on `symbol`."""
+    for n in sub.graph.nodes:
+        v = value(n)
+        if n.op != "placeholder" and isinstance(v, torch.Tensor) and \
+                any(symbol in getattr(sym_key(x), "free_symbols", ()) for x in v.shape):
+            return str(n.name)
+    return None
 
 
 def to_graph(sub: fx.GraphModule, params: Mapping[str, object], name: str,
@@ -92,25 +103,31 @@ def to_graph(sub: fx.GraphModule, params: Mapping[str, object], name: str,
     env: dict[fx.Node, str] = {}
     inputs: list[int] = []
     param_pos: list[tuple[str, int]] = []
-    symbols: dict[sympy.Symbol, tuple[int, int]] = {}
+    symbols: dict[sympy.Symbol, tuple[int, int, int]] = {}
+    shifted: dict[sympy.Symbol, tuple[int, int, int]] = {}  # shown only as symbol + offset (a cache's length + 1)
     placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+
+    def shows(e: object, pos: int, d: int) -> None:
+        if isinstance(e, sympy.Symbol):
+            symbols.setdefault(e, (pos, d, 0))
+        elif (isinstance(e, sympy.Add) and len(e.args) == 2 and len(e.free_symbols) == 1
+              and isinstance(sym := next(iter(e.free_symbols)), sympy.Symbol) and (e - sym).is_Integer):
+            shifted.setdefault(sym, (pos, d, int(e - sym)))
+
     for pos, ph in enumerate(placeholders):
         v = value(ph)
         if ph.name in consts:
             baked.append((pos, consts[ph.name]))
             continue
         if isinstance(v, torch.SymInt):
-            if isinstance(v.node.expr, sympy.Symbol):
-                symbols.setdefault(v.node.expr, (pos, -1))
+            shows(v.node.expr, pos, -1)
             continue
         if not isinstance(v, torch.Tensor):
             continue
         if v.dtype not in TORCH_DTYPE_NAMES:
             raise Refused(ph.name, f"an input of {v.dtype}")
         for d, size in enumerate(v.shape):
-            e = sym_key(size)
-            if isinstance(e, sympy.Symbol):
-                symbols.setdefault(e, (pos, d))
+            shows(sym_key(size), pos, d)
         shape = names.shape(v)
         if ph.name in params and all(isinstance(s, int) for s in shape):
             nodes.append(Node(ph.name, "param", (), TensorType(shape, TORCH_DTYPE_NAMES[v.dtype]), (("path", ph.name),)))
@@ -133,12 +150,14 @@ def to_graph(sub: fx.GraphModule, params: Mapping[str, object], name: str,
         else:
             nodes.extend(made)
             env[n] = made[-1].name
+    for sym, at in shifted.items():
+        symbols.setdefault(sym, at)
     for nm, expr in names.exprs.items():
         missing = [s for s in expr.free_symbols if s not in symbols]
-        if missing:
-            raise Refused(next(iter(env.values())), f"size {nm} = {expr} depends on {missing[0]}, which no input "
-                          "shows")
-    binders = tuple((s, pos, d) for s, (pos, d) in symbols.items())
+        if missing:  # named at the first of the group's nodes that has the size, so the partition hands back that one
+            raise Refused(_first_with(sub, missing[0]) or next(iter(env.values())),
+                          f"size {nm} = {expr} depends on {missing[0]}, which no input shows")
+    binders = tuple((s, pos, d, off) for s, (pos, d, off) in symbols.items())
     graph = Graph(name, tuple(nodes), outputs, tuple(sorted(names.hints.items())))
     return Translated(graph, tuple(inputs), tuple(param_pos), names, binders, tuple(baked))
 

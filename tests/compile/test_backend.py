@@ -102,6 +102,18 @@ class Heads(nn.Module):
         return torch.cumsum(h.contiguous() if self.contiguous else h, dim=2)
 
 
+class CacheStep(nn.Module):
+    """A decode step: the new position joined to the cache by torch (a concatenation along the sequence), then a
+    projection Emmy runs, whose sizes show the cache's length only as that length + 1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(H, H)
+
+    def forward(self, past: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.proj(torch.cat([past, x], dim=1)))
+
+
 def _since(before: int) -> list[GraphReport]:
     return compile_reports()[before:]
 
@@ -390,3 +402,17 @@ def test_a_transposed_output_is_handed_back_as_torchs_own_strided_view_not_a_cop
             want = m.v(x).view(*x.shape[:2], 4, H // 4).transpose(1, 2)
             assert out.stride() == want.stride()
             torch.testing.assert_close(out, want)
+
+
+def test_a_size_a_group_sees_only_as_a_cache_length_plus_one_is_bound_from_it() -> None:
+    torch.manual_seed(0)
+    m = CacheStep().eval()
+    c = torch.compile(m, backend=emmy_backend(prior=False), dynamic=True)
+    before = len(compile_reports())
+    with torch.no_grad():
+        for past in (3, 4, 6, 9):
+            args = torch.randn(2, past, H), torch.randn(2, 1, H)
+            torch.testing.assert_close(c(*args), m(*args))
+    reports = _since(before)
+    assert reports and all(r.matmul_flops_on_emmy == r.matmul_flops > 0 for r in reports), \
+        [(r.fell_back, r.notes) for r in reports]
