@@ -243,11 +243,14 @@ class CBuilt:
         if rc != 0:
             raise LaunchError(f"{self.program.name}: a thread could not allocate its tile (status {rc})")
 
-    def prepare(self, sizes: Mapping[str, int], constants: Mapping[str, torch.Tensor] | None = None) -> Launch:
+    def prepare(self, sizes: Mapping[str, int], constants: Mapping[str, torch.Tensor] | None = None,
+                packs: dict[tuple[object, ...], tuple[object, torch.Tensor]] | None = None) -> Launch:
         """A launch at `sizes` with `constants` (input buffers by name, e.g. weights) bound once, checked here.
 
         A matmul's B among the constants is packed into its panels now, once, instead of at
-        every launch. The returned `Launch` takes the other buffers and checks nothing.
+        every launch. The returned `Launch` takes the other buffers and checks nothing. With `packs`
+        (a cache its caller keeps, e.g. per compiled group), a B of static shape packed by this build
+        for another size is taken from it: the panels depend on B, its version and the build only.
         """
         import torch
 
@@ -267,10 +270,20 @@ class CBuilt:
         ptrs = (ctypes.c_void_p * (len(buffers) + 1))()
         keep: list[object] = list(bound.values())
         if self._packed is not None and self._packed in bound:
-            ptrs[[b.name for b in buffers].index(self._packed)] = bound[self._packed].data_ptr()
-            packed = torch.empty(int(self._pack_bytes(dyn)), dtype=torch.uint8)
-            if self._pack(ptrs, dyn, packed.data_ptr()) != 0:
-                raise LaunchError(f"{name}: packing {self._packed!r} could not allocate its working memory")
+            b_tensor = bound[self._packed]
+            ptrs[[b.name for b in buffers].index(self._packed)] = b_tensor.data_ptr()
+            nbytes = int(self._pack_bytes(dyn))
+            static = not any(self.program.axis(a).dynamic for a in self.program.buffer(self._packed).shape)
+            key = (id(self), self._packed, b_tensor.data_ptr(), b_tensor._version, nbytes)
+            hit = packs.get(key) if packs is not None and static else None
+            if hit is not None:
+                packed = hit[1]
+            else:
+                packed = torch.empty(nbytes, dtype=torch.uint8)
+                if self._pack(ptrs, dyn, packed.data_ptr()) != 0:
+                    raise LaunchError(f"{name}: packing {self._packed!r} could not allocate its working memory")
+                if packs is not None and static:
+                    packs[key] = (self, packed)  # the build kept alive with its panels, so its id names only it
             ptrs[len(buffers)] = (packed.data_ptr() + 63) // 64 * 64  # where emmy_pack wrote: 64-byte aligned
             keep.append(packed)
         for i, b in enumerate(buffers):

@@ -142,6 +142,7 @@ class EmmyGroup(nn.Module):
         self._note = note
         self._sizes: dict[tuple, dict[str, int] | None] = {}
         self._runners: dict[str, Runner] = {}
+        self._packs: dict[tuple[object, ...], tuple[object, torch.Tensor]] = {}  # weights packed once for all sizes
         self._weights_key: tuple = ()
         self.torch_calls = 0  # calls torch ran (autograd on, a size of 0)
 
@@ -183,7 +184,7 @@ class EmmyGroup(nn.Module):
                 compiled.prepare(sizes)
                 layout = compiled.layout(sizes, views)
                 check_fits(layout.nbytes, compiled.device, f"{compiled.lowered.graph.name} at {text}")
-                runner = Runner(layout, self._weights(args), compiled.device, self._launcher)
+                runner = Runner(layout, self._weights(args), compiled.device, self._launcher, self._packs)
             except Exception as exc:  # a group that does not build here runs as torch; the note says why
                 self._hand_back(f"does not build at {text}: {str(exc).strip().splitlines()[0][:200]}")
                 return None
@@ -223,6 +224,7 @@ class EmmyGroup(nn.Module):
     def _hand_back(self, why: str) -> None:
         self.status.off = why
         self._runners.clear()
+        self._packs.clear()
         self._note(f"{self.compiled.lowered.graph.name} runs as torch: {why}")
 
     def forward(self, *args: Any) -> Any:
@@ -246,6 +248,7 @@ class EmmyGroup(nn.Module):
         wkey = tuple((p._version, p.data_ptr()) for p in params)
         if wkey != self._weights_key:  # a weight was edited or replaced: launches bound to the old one go
             self._runners.clear()
+            self._packs.clear()
             self._weights_key = wkey
         text = format_sizes(sizes)
         runner = self._runners.get(text)

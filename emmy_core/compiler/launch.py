@@ -37,10 +37,11 @@ class Launcher:
         """Whether launches are prepared (checked and packed once) rather than checked on every call."""
         return self.target == "cpu" and hasattr(self.built, "prepare")
 
-    def bind(self, constants: Mapping[str, torch.Tensor]) -> Bound:
-        """The launch with `constants` bound; it takes the kernel's other buffers by name."""
+    def bind(self, constants: Mapping[str, torch.Tensor], packs: dict[Any, Any] | None = None) -> Bound:
+        """The launch with `constants` bound; it takes the kernel's other buffers by name. `packs`: the caller's
+        cache of packed weights, shared by the launches of one build at several sizes (`CBuilt.prepare`)."""
         if self.prepared:
-            return self.built.prepare(self.sizes, dict(constants))  # type: ignore[no-any-return]
+            return self.built.prepare(self.sizes, dict(constants), packs)  # type: ignore[no-any-return]
         built, sizes, fixed = self.built, self.sizes, dict(constants)
         if not fixed:
             return lambda buffers: built(buffers, sizes)

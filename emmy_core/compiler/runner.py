@@ -219,9 +219,10 @@ class Runner:
     """The allocated layout with every op bound; `run(inputs)` computes the model's outputs."""
 
     def __init__(self, layout: Layout, weights: Mapping[str, torch.Tensor], device: torch.device,
-                 launcher_for: Callable[[KernelPlan], Launcher]) -> None:
+                 launcher_for: Callable[[KernelPlan], Launcher], packs: dict[Any, Any] | None = None) -> None:
         self.layout = layout
         self.device = device
+        self._packs = packs  # packed weights shared with the runners of other sizes (Launcher.bind)
         pool: dict[str, torch.Tensor] = {
             name: torch.empty(spec.shape, dtype=torch_dtype(spec.dtype), device=device)
             for name, spec in layout.pool.items()}
@@ -277,7 +278,7 @@ class Runner:
                      if ref[0] == "weight"}
         fixed = {b: self._fixed(ref, pool, weights).view(shape) for b, ref, shape in op.buffers if ref[0] == "pool"}
         per_call = [(b, ref[1], shape) for b, ref, shape in op.buffers if ref[0] == "env"]
-        launch = launcher.bind(constants)
+        launch = launcher.bind(constants, self._packs)
         if not per_call:
             return lambda env: launch(fixed)
 

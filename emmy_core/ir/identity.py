@@ -16,8 +16,13 @@ IDENTITY_VERSION = 1
 
 
 def identity_text(kernel: Kernel) -> str:
-    """The text the identity is computed from: canonical, with expected sizes left out."""
-    return render(kernel, hints=False)
+    """The text the identity is computed from: canonical, with expected sizes left out. Kept on the (immutable)
+    kernel once rendered: a compile asks for the identities of the same kernels at every size it settles."""
+    text = kernel.__dict__.get("_identity_text")
+    if text is None:
+        text = render(kernel, hints=False)
+        object.__setattr__(kernel, "_identity_text", text)
+    return text
 
 
 def kernel_id(kernel: Kernel) -> str:

@@ -416,3 +416,24 @@ def test_a_size_a_group_sees_only_as_a_cache_length_plus_one_is_bound_from_it() 
     reports = _since(before)
     assert reports and all(r.matmul_flops_on_emmy == r.matmul_flops > 0 for r in reports), \
         [(r.fell_back, r.notes) for r in reports]
+
+
+def test_a_weight_is_packed_once_for_every_size_and_again_when_edited_in_place() -> None:
+    torch.manual_seed(0)
+    m = Block().eval()
+    c = torch.compile(m, backend=emmy_backend(prior=False), dynamic=True)
+    before = len(emmy_core.compiler.backend._GRAPHS)
+    with torch.no_grad():
+        c(torch.randn(2, 3, H))
+        (group,) = emmy_core.compiler.backend._GRAPHS[before].live_groups()
+        packed = {k: v[1].data_ptr() for k, v in group._packs.items()}
+        assert packed  # the three projections' weights, packed into panels
+        for s in (5, 8, 13):
+            x = torch.randn(2, s, H)
+            torch.testing.assert_close(c(x), m(x))
+        assert len(group._runners) >= 3  # a runner per size, all reading the same panels
+        assert {k: v[1].data_ptr() for k, v in group._packs.items()} == packed
+        m.down.weight.mul_(-1.0)  # an in-place edit: the panels of the old values are dropped and packed again
+        x = torch.randn(2, 5, H)
+        torch.testing.assert_close(c(x), m(x))
+        assert len(group._packs) == len(packed) and set(group._packs) != set(packed)
