@@ -121,3 +121,15 @@ def test_the_first_options_blocks_are_sized_from_the_cards_l2() -> None:
         assert k["tile_k"] * k["vec"] * 4 <= l2 * 1024 / 2 and k["tile_m"] * k["tile_k"] * 4 <= l2 * 1024 / 2
         sizes[l2] = (k["tile_m"], k["tile_k"])
     assert sizes == {64.0: (16, 512), 256.0: (32, 1024), 512.0: (64, 1024), 2048.0: (64, 1024)}
+
+
+@pytest.mark.parametrize("rows", [1, 4, 64])
+def test_the_first_option_of_a_matmul_with_one_row_block_shares_its_columns_among_the_threads(rows: int) -> None:
+    """A decode step's projection (a static row count within one row block): with the threads sharing row blocks,
+    one thread did all of it while the other waited; the rule shares column blocks instead, one per thread."""
+    step = matmul(rows, 1024, 1024, dtype="f16", b_transposed=True)
+    k = first_option(view(step), AVX2)
+    assert (k["par_axis"], k["tile_n"], k["threads"]) == ("n", 512, 2)
+    assert option_problem(step, AVX2, k) is None and candidates(step, AVX2)[0] == k
+    assert first_option(view(LINEAR), AVX2)["par_axis"] == "m"  # rows known only at run time: row blocks
+    assert first_option(view(matmul(rows, 16, 1024, dtype="f32", b_transposed=True)), AVX2)["par_axis"] == "m"
