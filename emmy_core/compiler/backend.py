@@ -43,7 +43,7 @@ from emmy_core.compiler.runner import Runner, output_views
 from emmy_core.evidence.context import PriorArg, PriorUnavailableWarning, open_sources
 from emmy_core.evidence.freeze import FreezesArg
 from emmy_core.evidence.model import KernelPlan
-from emmy_core.graph.attention import decompose_sdpa, emmy_wins
+from emmy_core.graph.attention import decompose_sdpa, torch_wins
 from emmy_core.graph.dynamo import describe, is_compute, matmul_flops, value
 from emmy_core.graph.dynamo_graph import Translated, to_graph
 from emmy_core.graph.lower import Lowered
@@ -375,8 +375,8 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
     `build=False` only partitions and settles forks at each size run, while torch computes (what `emmy explain`
     uses: the coverage and the record of a card this machine cannot run); `attention` says where
     `scaled_dot_product_attention` runs: `"auto"`, rewritten as Emmy's matmuls and softmax where those are
-    measured to win (`emmy_core.graph.attention.emmy_wins`: 16-bit types on a CPU, not f32) and torch's fused
-    kernel elsewhere; `True`, always rewritten; `False`, always torch's. `fallback` says how the ops left to torch run: `eager`, one by one as torch
+    measured to win (`emmy_core.graph.attention.torch_wins`: on a CPU 16-bit attention over more than one
+    query position, not f32 nor a decode step) and torch's fused kernel elsewhere; `True`, always rewritten; `False`, always torch's. `fallback` says how the ops left to torch run: `eager`, one by one as torch
     runs them, or `inductor`, compiled by Inductor around the Emmy groups (`emmy_core.compiler.opaque`:
     each group one op Inductor does not look into), so that a mask's index math, rotary tables and
     attention left to torch are fused as `torch.compile` would fuse them."""
@@ -412,7 +412,7 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
             gm = _copy(gm)
         consts = lifted_floats(gm, example_inputs, params)
         if attention:
-            decompose_sdpa(gm, consts, where=emmy_wins if attention == "auto" else None)
+            decompose_sdpa(gm, consts, unless=torch_wins if attention == "auto" else None)
 
         def trial(sub: fx.GraphModule) -> None:
             tr = to_graph(sub, params, f"{name}.trial", consts)

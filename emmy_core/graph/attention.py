@@ -66,24 +66,36 @@ def _arg(node: fx.Node, i: int, name: str, default: object) -> Any:
     return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
 
 
-def emmy_wins(node: fx.Node) -> bool:
-    """Whether Emmy's decomposition is expected to beat torch's fused attention for this attention node
-    (`attention="auto"`): on a CPU, for 16-bit types and not for f32; elsewhere (no measurement yet) it is Emmy's.
+FASTER = "torch's fused attention is faster here (attention='auto'; attention=True rewrites it as Emmy's kernels)"
+DECODE = ("a decode step (one query position): its cache grows every step, and Emmy would settle and check its "
+          "kernels at every new length (attention='auto'; attention=True rewrites it as Emmy's kernels)")
+
+
+def torch_wins(node: fx.Node) -> str | None:
+    """Why torch's fused attention is expected to beat Emmy's decomposition for this attention node
+    (`attention="auto"`), or None where Emmy's is expected to win: on a CPU, f32 is torch's, and so is a
+    query of one position (decode); 16-bit attention over more positions, and any attention elsewhere (no
+    measurement yet), is Emmy's.
 
     Measured with `bench/attention.py` (causal grouped-query attention, 8 query heads, 2 key heads, B=1, on
-    this project's AVX2 CPU, untuned): torch's time over Emmy's was 0.32-0.74 in f32 at head dimensions 32-128
-    and lengths 128-512 (torch's flash kernel for the CPU wins everywhere), and 0.94-1.70 in f16 (Emmy's wins
-    from head dimension 64, and ties at 32), where torch computes 16-bit attention slowly on a CPU."""
+    this project's AVX2 CPU, untuned): torch's time over Emmy's was 0.56-0.64 in f32 at head dimensions 32-128
+    and length 128 (torch's flash kernel for the CPU wins everywhere), and 0.94-1.70 in f16 (Emmy's wins
+    from head dimension 64, and ties at 32), where torch computes 16-bit attention slowly on a CPU. In a
+    decode step the cache is one position longer at every call, a size the group has never run: with Emmy's
+    attention each new length settled and checked its group again (`bench/generate.py`: 15-32 ms a token
+    beyond eager's 3-11 ms, f16), with torch's the groups around it keep their sizes."""
     q = _value(node.args[0]) if node.args else None
     if not isinstance(q, torch.Tensor) or q.device.type != "cpu":
-        return True
-    return q.dtype in (torch.float16, torch.bfloat16)
+        return None
+    if q.dim() >= 2 and isinstance(q.shape[-2], int) and q.shape[-2] == 1:
+        return DECODE
+    return None if q.dtype in (torch.float16, torch.bfloat16) else FASTER
 
 
 def decompose_sdpa(gm: fx.GraphModule, consts: dict[str, float],
-                   where: Callable[[fx.Node], bool] | None = None) -> list[str]:
-    """Rewrites every attention node of `gm` without dropout (in place), or those `where` accepts; the names
-    of the nodes rewritten.
+                   unless: Callable[[fx.Node], str | None] | None = None) -> list[str]:
+    """Rewrites every attention node of `gm` without dropout (in place), but those `unless` gives a reason to
+    leave to torch (recorded for the report); the names of the nodes rewritten.
 
     `consts` gives the value of a scale Dynamo passes as a symbolic float (a module attribute it lifted);
     a scale that is neither a number nor such a value leaves its node to torch."""
@@ -91,9 +103,9 @@ def decompose_sdpa(gm: fx.GraphModule, consts: dict[str, float],
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target not in SDPA:
             continue
-        if where is not None and not where(node):
-            node.meta[LEFT_TO_TORCH] = ("torch's fused attention is faster here (attention='auto'; "
-                                        "attention=True rewrites it as Emmy's kernels)")
+        why = unless(node) if unless is not None else None
+        if why is not None:
+            node.meta[LEFT_TO_TORCH] = why
         elif _rewrite(gm.graph, node, consts):
             done.append(node.name)
     if done:

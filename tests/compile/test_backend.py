@@ -16,6 +16,7 @@ from torch import nn
 
 import emmy_core
 from emmy_core.compiler.backend import EmmyGroup, GraphReport, check_outputs, compile_reports, emmy_backend
+from emmy_core.graph.attention import DECODE
 from emmy_core.graph.errors import UnsupportedOp
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -319,7 +320,8 @@ def test_grouped_query_heads_are_stacked_as_rows_of_one_product_and_no_key_or_va
     assert report.matmul_flops == report.matmul_flops_on_emmy == 2 * (2 * 2 * 4 * 5 * 5 * 8)  # two products
 
 
-def test_attention_auto_leaves_f32_attention_to_torchs_kernel_and_rewrites_f16_attention_on_a_cpu() -> None:
+def test_attention_auto_leaves_f32_and_decode_attention_to_torchs_kernel_and_rewrites_f16_attention_on_a_cpu(
+) -> None:
     torch.manual_seed(0)
 
     def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -336,6 +338,14 @@ def test_attention_auto_leaves_f32_attention_to_torchs_kernel_and_rewrites_f16_a
         assert report.matmul_flops_on_emmy == (report.matmul_flops if on_emmy else 0), dtype
         sdpa = [f for f in report.fell_back if "scaled_dot_product_attention" in f.op]
         assert bool(sdpa) != on_emmy and all("faster" in f.reason for f in sdpa), report.fell_back
+    q, k, v = (torch.randn(1, 2, n, 8).half() for n in (1, 9, 9))  # a decode step: one query, the cache's keys
+    before = len(compile_reports())
+    with torch.no_grad():
+        got = torch.compile(attend, backend=emmy_backend(prior=False))(q, k, v)
+    torch.testing.assert_close(got, attend(q, k, v), rtol=2e-3, atol=2e-3)
+    (report,) = _since(before)
+    assert report.matmul_flops_on_emmy == 0
+    assert [f.reason for f in report.fell_back if "scaled_dot_product_attention" in f.op] == [DECODE]
     with pytest.raises(ValueError, match="attention="):
         emmy_backend(attention="yes")
 
