@@ -113,6 +113,25 @@ def test_whole_tiny_llama_model_from_token_ids() -> None:
     assert "torch.embedding" in fell or any("embedding" in op for op in fell)  # integer ops stay torch's
 
 
+def test_tiny_llama_generates_eagers_tokens_with_a_kv_cache_its_decode_steps_on_emmy() -> None:
+    """f16 greedy generation: a prefill graph, then decode steps whose attention sees a cache one position longer
+    each time (its groups see that length only as length + 1); every projection of both graphs runs on Emmy."""
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(_llama_config()).eval().half()
+    ids = torch.randint(0, 97, (1, 5), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model.generate(ids, max_new_tokens=6, min_new_tokens=6, do_sample=False)
+        before = len(compile_reports())
+        model.forward = torch.compile(model.forward, backend=emmy_backend(prior=False, setting="rank"), dynamic=True)
+        got = model.generate(ids, max_new_tokens=6, min_new_tokens=6, do_sample=False)
+    assert torch.equal(got, want)
+    reports = compile_reports()[before:]
+    assert len(reports) == 2  # the prefill, and one decode graph for every cache length
+    for r in reports:
+        linear_on_torch = [f for f in r.fell_back if f.op in ("torch.linear", "torch.addmm")]
+        assert not linear_on_torch and r.matmul_flops_on_emmy > 0, (r.name, r.fell_back)
+
+
 def test_gpt2_block() -> None:
     from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 
