@@ -127,15 +127,21 @@ def compile_graphs(module: nn.Module, example_inputs: Sequence[Any], *, card: st
 
     check_arguments(module, prior, False)
     the_card = card_of(card)
-    graphs: list[GraphState] = []
-    inner = be.emmy_backend(card=the_card, setting=setting, tuning_db=tuning_db, freezes=freezes, prior=prior)
-
-    def collect(gm: Any, example: Sequence[Any]) -> Any:
-        fn = inner(gm, example)
-        graphs.append(fn.emmy_graph)
-        return fn
-
-    run = torch.compile(module, backend=collect, dynamic=True, isolate_recompiles=True)
+    run, graphs = compile_collecting(module, be.emmy_backend(card=the_card, setting=setting, tuning_db=tuning_db,
+                                                             freezes=freezes, prior=prior))
     with torch.no_grad():
         run(*example_inputs)
     return CompiledGraphs(module, run, graphs, the_card, setting)
+
+
+def compile_collecting(module: nn.Module, backend: Any) -> tuple[Any, list[GraphState]]:
+    """`module` through `torch.compile` with an emmy `backend` (`emmy_backend(...)`), dynamic shapes, in its own
+    recompile region, and the list every graph Dynamo hands it over is appended to (its `GraphState`)."""
+    graphs: list[GraphState] = []
+
+    def collect(gm: Any, example: Sequence[Any]) -> Any:
+        fn = backend(gm, example)
+        graphs.append(fn.emmy_graph)
+        return fn
+
+    return torch.compile(module, backend=collect, dynamic=True, isolate_recompiles=True), graphs

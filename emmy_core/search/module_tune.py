@@ -26,17 +26,11 @@ def module_units(module: nn.Module, example_inputs: Sequence[Any], *, card: str 
                  setting: str = "deploy", attention: bool | str = "auto") -> list[Unit]:
     """One unit per kernel of every Emmy group the backend makes of `module` at `example_inputs` (graph order,
     repeats kept for the harness to count), each at the sizes its group ran; nothing is built or timed."""
-    from emmy_core.compiler.backend import GraphState, emmy_backend
+    from emmy_core.compiler.backend import emmy_backend
+    from emmy_core.compiler.graphs import compile_collecting
 
-    states: list[GraphState] = []
-    inner = emmy_backend(card=card, setting=setting, build=False, attention=attention, prior=False)
-
-    def collect(gm: Any, example: Sequence[Any]) -> Any:
-        fn = inner(gm, example)
-        states.append(fn.emmy_graph)
-        return fn
-
-    run = torch.compile(module, backend=collect, dynamic=True, isolate_recompiles=True)
+    run, states = compile_collecting(module, emmy_backend(card=card, setting=setting, build=False,
+                                                          attention=attention, prior=False))
     with torch.no_grad():
         run(*example_inputs)
     name = type(module).__name__
