@@ -150,11 +150,12 @@ class EmmyGroup(nn.Module):
         key = tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args)
         if key in self._sizes:
             return self._sizes[key]
-        bound: dict[sympy.Symbol, int] = {}
-        for sym, pos, d, offset in self.translated.binders:
+        bound: dict[sympy.Expr, int] = {}
+        for key, pos, d, offset in self.translated.binders:
             a = args[pos]
-            bound[sym] = (int(a) if d < 0 else int(a.shape[d])) - offset
-        sizes = {name: int(expr.xreplace(bound)) for name, expr in self.translated.names.exprs.items()}
+            bound[key] = (int(a) if d < 0 else int(a.shape[d])) - offset
+        sizes = {name: bound[expr] if expr in bound else int(expr.xreplace(bound))
+                 for name, expr in self.translated.names.exprs.items()}
         out = sizes if all(v >= 1 for v in sizes.values()) else None
         self._sizes[key] = out
         return out

@@ -77,8 +77,9 @@ class Translated:
     inputs: tuple[int, ...]  # argument positions of the graph's `input` nodes, in order
     params: tuple[tuple[str, int], ...]  # (parameter path, argument position)
     names: SizeNames
-    # (symbol, argument position, dimension (-1: a SymInt), offset): the symbol is that size minus the offset
-    binders: tuple[tuple[sympy.Symbol, int, int, int], ...]
+    # (key, argument position, dimension (-1: a SymInt), offset): the key is that size minus the offset. A key
+    # is a symbol, or a size expression an input shows as it is (a convolution's output length `(s//5) - 1`)
+    binders: tuple[tuple[sympy.Expr, int, int, int], ...]
     consts: tuple[tuple[int, float], ...] = ()  # (argument position, the value baked in): guarded at every call
 
 
@@ -105,9 +106,12 @@ def to_graph(sub: fx.GraphModule, params: Mapping[str, object], name: str,
     param_pos: list[tuple[str, int]] = []
     symbols: dict[sympy.Symbol, tuple[int, int, int]] = {}
     shifted: dict[sympy.Symbol, tuple[int, int, int]] = {}  # shown only as symbol + offset (a cache's length + 1)
+    shown: dict[sympy.Expr, tuple[int, int, int]] = {}  # every symbolic size an input shows, as it is
     placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
 
     def shows(e: object, pos: int, d: int) -> None:
+        if isinstance(e, sympy.Expr) and e.free_symbols:
+            shown.setdefault(e, (pos, d, 0))
         if isinstance(e, sympy.Symbol):
             symbols.setdefault(e, (pos, d, 0))
         elif (isinstance(e, sympy.Add) and len(e.args) == 2 and len(e.free_symbols) == 1
@@ -152,12 +156,15 @@ def to_graph(sub: fx.GraphModule, params: Mapping[str, object], name: str,
             env[n] = made[-1].name
     for sym, at in shifted.items():
         symbols.setdefault(sym, at)
+    direct: dict[sympy.Expr, tuple[int, int, int]] = {}
     for nm, expr in names.exprs.items():
         missing = [s for s in expr.free_symbols if s not in symbols]
-        if missing:  # named at the first of the group's nodes that has the size, so the partition hands back that one
+        if missing and expr in shown:  # an input has this very size: read it there (no symbol to solve for)
+            direct[expr] = shown[expr]
+        elif missing:  # named at the first of the group's nodes that has the size, so the partition hands back that one
             raise Refused(_first_with(sub, missing[0]) or next(iter(env.values())),
                           f"size {nm} = {expr} depends on {missing[0]}, which no input shows")
-    binders = tuple((s, pos, d, off) for s, (pos, d, off) in symbols.items())
+    binders = tuple((s, pos, d, off) for s, (pos, d, off) in (*symbols.items(), *direct.items()))
     graph = Graph(name, tuple(nodes), outputs, tuple(sorted(names.hints.items())))
     return Translated(graph, tuple(inputs), tuple(param_pos), names, binders, tuple(baked))
 

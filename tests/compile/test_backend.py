@@ -115,6 +115,19 @@ class CacheStep(nn.Module):
         return F.relu(self.proj(torch.cat([past, x], dim=1)))
 
 
+class ConvFront(nn.Module):
+    """An audio front end (as wav2vec2's): strided convolutions torch runs, then a projection Emmy runs, whose
+    length is the convolutions' output length `(s - 4) // 3 + 1`, an expression with no input of `s` in its group."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(1, H, kernel_size=5, stride=3)
+        self.proj = nn.Linear(H, H)
+
+    def forward(self, wave: torch.Tensor) -> torch.Tensor:
+        return F.gelu(self.proj(F.gelu(self.conv(wave[:, None]).transpose(1, 2))))
+
+
 def _since(before: int) -> list[GraphReport]:
     return compile_reports()[before:]
 
@@ -426,6 +439,20 @@ def test_a_size_a_group_sees_only_as_a_cache_length_plus_one_is_bound_from_it() 
     reports = _since(before)
     assert reports and all(r.matmul_flops_on_emmy == r.matmul_flops > 0 for r in reports), \
         [(r.fell_back, r.notes) for r in reports]
+
+
+def test_a_size_a_group_sees_only_as_a_convolutions_output_length_is_read_from_the_input_that_has_it() -> None:
+    torch.manual_seed(0)
+    m = ConvFront().eval()
+    c = torch.compile(m, backend=emmy_backend(prior=False), dynamic=True)
+    before = len(compile_reports())
+    with torch.no_grad():
+        for batch, length in ((2, 40), (1, 7), (3, 61)):
+            x = torch.randn(batch, length)
+            torch.testing.assert_close(c(x), m(x))
+    reports = _since(before)
+    assert reports and all(r.matmul_flops_on_emmy > 0 for r in reports), [(r.fell_back, r.notes) for r in reports]
+    assert all("torch.linear" not in {f.op for f in r.fell_back} for r in reports), [r.fell_back for r in reports]
 
 
 def test_a_weight_is_packed_once_for_every_size_and_again_when_edited_in_place() -> None:
