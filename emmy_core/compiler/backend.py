@@ -47,6 +47,7 @@ from emmy_core.graph.attention import decompose_sdpa, torch_wins
 from emmy_core.graph.dynamo import describe, is_compute, matmul_flops, value
 from emmy_core.graph.dynamo_graph import Translated, to_graph
 from emmy_core.graph.lower import Lowered
+from emmy_core.graph.mha import decompose_mha
 from emmy_core.graph.partition import fuse, plan_partitions
 from emmy_core.graph.pipeline import compile_graph
 from emmy_core.ir.sizes import format_sizes
@@ -413,6 +414,7 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
         if fallback == "inductor":  # Inductor may ask Dynamo to trace the frame again: its graph stays as handed over
             gm = _copy(gm)
         consts = lifted_floats(gm, example_inputs, params)
+        decompose_mha(gm, consts)  # nn.MultiheadAttention: its projections become Emmy's, its attention is as below
         if attention:
             decompose_sdpa(gm, consts, unless=torch_wins if attention == "auto" else None)
 

@@ -26,7 +26,7 @@ where there was one).
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -114,6 +114,32 @@ def decompose_sdpa(gm: fx.GraphModule, consts: dict[str, float],
     return done
 
 
+def node_adder(graph: fx.Graph, node: fx.Node, consts: Mapping[str, float]) -> Callable[..., fx.Node] | None:
+    """`add(target, *args, **kwargs)`: a new call node in `graph` (at its insertion point) for a rewrite of `node`,
+    its fake value made by running `target` on its operands' fake values in the mode of `node`'s own; None where
+    `node`'s first operand has no fake mode to run in.
+
+    A lifted float (named in `consts`) has an unbacked fake value: the op is run with its compile-time value."""
+    first = _value(node.args[0]) if node.args else None
+    fake_mode = getattr(first, "fake_mode", None)
+    if fake_mode is None:
+        return None
+
+    def fake(a: object) -> Any:
+        if isinstance(a, tuple | list):
+            return type(a)(fake(x) for x in a)
+        return consts[a.name] if isinstance(a, fx.Node) and a.name in consts else _value(a)
+
+    def add(target: Callable[..., Any], *args: Any, **kwargs: Any) -> fx.Node:
+        made = graph.call_function(target, args, kwargs)
+        with fake_mode:
+            made.meta["example_value"] = target(*map(fake, args), **{n: fake(a) for n, a in kwargs.items()})
+        made.meta["stack_trace"] = node.meta.get("stack_trace")
+        return made
+
+    return add
+
+
 def _rewrite(graph: fx.Graph, node: fx.Node, consts: dict[str, float]) -> bool:
     """Replaces one attention node by its decomposition; False (nothing changed) where it does not apply."""
     q, k, v = node.args[:3]
@@ -143,21 +169,10 @@ def _rewrite(graph: fx.Graph, node: fx.Node, consts: dict[str, float]) -> bool:
         if not (isinstance(heads_q, int) and isinstance(heads_k, int)) or heads_q % heads_k:
             return False
         repeat = heads_q // heads_k
-    fake_mode = getattr(qv, "fake_mode", None)  # the mode of the graph's own fake values
-    if fake_mode is None:
+    add = node_adder(graph, node, consts)
+    if add is None:
         return False
     the_scale = scale if isinstance(scale, fx.Node) else scale_value
-
-    def fake(a: object) -> Any:  # a lifted scale's fake value is an unbacked float: compute with its value
-        return consts[a.name] if isinstance(a, fx.Node) and a.name in consts else _value(a)
-
-    def add(target: Callable[..., Any], *args: Any, **kwargs: Any) -> fx.Node:
-        made = graph.call_function(target, args, kwargs)
-        with fake_mode:
-            made.meta["example_value"] = target(*map(fake, args), **{n: fake(a) for n, a in kwargs.items()})
-        made.meta["stack_trace"] = node.meta.get("stack_trace")
-        return made
-
     with graph.inserting_before(node):
         rows = q
         if repeat > 1:  # the query heads of one key head stacked as rows: [..., Hk, r * L, D], a view of q

@@ -117,8 +117,11 @@ def _last_dim(dim: object, rank: int) -> bool:
 
 
 def is_compute(node: fx.Node) -> bool:
-    """A node that computes a tensor (what the coverage counts as an op)."""
-    return node.op in ("call_function", "call_method", "call_module") and isinstance(value(node), torch.Tensor)
+    """A node that computes a tensor, or several (what the coverage counts as an op)."""
+    if node.op not in ("call_function", "call_method", "call_module"):
+        return False
+    v = value(node)
+    return isinstance(v, torch.Tensor) or (isinstance(v, tuple | list) and any(isinstance(t, torch.Tensor) for t in v))
 
 
 def refusal(node: fx.Node, device: str = "cpu", consts: Mapping[str, float] | None = None) -> str | None:
