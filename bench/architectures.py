@@ -1,7 +1,8 @@
 """Which `transformers` architectures compile through `torch.compile(backend="emmy")`, and how much runs on Emmy?
 
 Each architecture is built at a tiny config with random weights (no downloads), compiled once with
-dynamic shapes, and run at three sequence lengths (7, 1 and 33; batch 2, 1 and 2) against eager.
+dynamic shapes, and run at three sequence lengths (7, 1 and 33; batch 2, 1 and 2) against eager (token ids,
+or an image, a waveform or mel bins where the model reads one).
 The table prints, per architecture: whether it ran, the largest error against eager, the graphs
 Dynamo handed over, the share of matrix-product FLOPs on Emmy kernels, the ops torch ran, and the
 groups handed back to torch (with the first reason). This is the coverage question of a user
@@ -59,7 +60,46 @@ def _models() -> dict[str, Callable[[], torch.nn.Module]]:
                                                    vocab_size=500, d_kv=16)),
         "vit": lambda: T.ViTModel(cfg(T.ViTConfig, hidden_size=64, num_attention_heads=4, intermediate_size=128,
                                       num_hidden_layers=2, image_size=32, patch_size=8)),
+        "mixtral (experts)": lambda: T.MixtralModel(cfg(T.MixtralConfig, num_key_value_heads=2, num_local_experts=4,
+                                                        num_experts_per_tok=2, **small)),
+        "bart encoder": lambda: T.BartModel(cfg(T.BartConfig, d_model=64, encoder_ffn_dim=128, decoder_ffn_dim=128,
+                                                encoder_attention_heads=4, decoder_attention_heads=4, encoder_layers=2,
+                                                decoder_layers=2, vocab_size=500,
+                                                max_position_embeddings=256)).get_encoder(),
+        "wav2vec2 (conv front)": lambda: T.Wav2Vec2Model(T.Wav2Vec2Config(
+            hidden_size=64, intermediate_size=128, num_attention_heads=4, num_hidden_layers=2, conv_dim=(16, 16),
+            conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4)),
+        "whisper encoder": lambda: T.WhisperModel(cfg(
+            T.WhisperConfig, d_model=64, encoder_ffn_dim=128, decoder_ffn_dim=128, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_layers=2, decoder_layers=2, vocab_size=500, num_mel_bins=16,
+            max_source_positions=64, max_target_positions=64, pad_token_id=0, bos_token_id=0, eos_token_id=0,
+            decoder_start_token_id=0)).get_encoder(),
+        "torch MultiheadAttention": lambda: _SelfAttention(),
     }
+
+
+class _SelfAttention(torch.nn.Module):
+    """torch's own `nn.MultiheadAttention` over embedded tokens, its weights asked for (as its default)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(500, 64)
+        self.attn = torch.nn.MultiheadAttention(64, 4, batch_first=True)
+
+    def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.embed(ids)
+        return self.attn(x, x, x)
+
+
+def _input(name: str, batch: int, seq: int, dtype: torch.dtype) -> torch.Tensor:
+    """The input of each architecture: token ids, or an image, a waveform or mel bins of the model's dtype."""
+    if name == "vit":
+        return torch.randn(batch, 3, 32, 32, dtype=dtype)
+    if name.startswith("wav2vec2"):
+        return torch.randn(batch, 400 + 16 * seq, dtype=dtype)  # its convolutions' output lengths differ by seq
+    if name.startswith("whisper"):
+        return torch.randn(batch, 16, 128, dtype=dtype)
+    return torch.randint(1, 500, (batch, seq))
 
 
 def _first(out: object) -> torch.Tensor:
@@ -103,8 +143,7 @@ def main() -> int:
                                          dynamic=True)
                 err = 0.0
                 for batch, seq in ((2, 7), (1, 1), (2, 33)):
-                    x = torch.randn(batch, 3, 32, 32, dtype=dtype) if name == "vit" else \
-                        torch.randint(1, 500, (batch, seq))
+                    x = _input(name, batch, seq, dtype)
                     err = max(err, float((_first(compiled(x)).float() - _first(module(x)).float()).abs().max()))
         except Exception as exc:  # the point of the bench: say which architecture fails, and why
             lines = [ln for ln in str(exc).splitlines() if ln.strip()]

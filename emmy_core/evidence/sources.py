@@ -24,6 +24,7 @@ from emmy_core.evidence.resolution import MEASURED_TIERS, Measured
 from emmy_core.graph.forks import Fork, ForkKey, ForkOption, ScheduleOption, StructuralOption, schedule_fork
 from emmy_core.ir.identity import kernel_id
 from emmy_core.ir.nodes import Program
+from emmy_core.prior.geometry import knob_columns
 from emmy_core.targets.card import Card
 
 
@@ -178,15 +179,20 @@ class PriorSource(Source):
         self._prices: dict[ForkKey, tuple[float, str]] = {}
         # a pool's feature rows and scores, built once per key (pricing its top reuses the row)
         self._scored: dict[tuple[ForkKey, tuple[str, ...]], tuple[list[float], np.ndarray]] = {}
+        self._knobs: dict[tuple[str, ...], dict[str, np.ndarray]] = {}
 
     def unavailable(self) -> str | None:
         return None if self.prior is not None else f"no prior: {self.reason}"
 
     def _scored_pool(self, kernel: Program, key: ForkKey, options: Sequence[ScheduleOption],
                      card: Card) -> tuple[list[float], np.ndarray]:
-        memo = (key, tuple(o.schedule_id for o in options))
+        ids = tuple(o.schedule_id for o in options)
+        memo = (key, ids)
         if memo not in self._scored:
-            rows = self.prior.rows(kernel, sizes_of(key), card, key.setting, [dict(o.knobs) for o in options])
+            candidates = [dict(o.knobs) for o in options]
+            if ids not in self._knobs:  # the pool's knobs encoded once, for every size it is scored at
+                self._knobs[ids] = knob_columns(candidates)
+            rows = self.prior.rows(kernel, sizes_of(key), card, key.setting, candidates, self._knobs[ids])
             out = [float(s) for s in self.prior.score_rows(rows, card)]
             if len(out) != len(options):
                 raise ValueError(f"the prior gave {len(out)} scores for {len(options)} candidates")

@@ -81,10 +81,12 @@ class Prior:
         return self.table.columns(kid, text, setting, numbers, name, [schedule_id(dict(c)) for c in candidates])
 
     def rows(self, kernel: Program | Extern, sizes: Mapping[str, int] | str | None, card: Card | None,
-             setting: str, candidates: Sequence[Mapping[str, object]]) -> np.ndarray:
-        """The feature rows of `candidates`, in this prior's column order."""
+             setting: str, candidates: Sequence[Mapping[str, object]],
+             knobs: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+        """The feature rows of `candidates`, in this prior's column order (`knobs`: their `knob_columns`, kept by
+        a caller that scores one pool at many sizes)."""
         return fork_features(kernel, sizes, card, setting, candidates,
-                             self.transfer(kernel, sizes, card, setting, candidates)).matrix(self.features)
+                             self.transfer(kernel, sizes, card, setting, candidates), knobs).matrix(self.features)
 
     def seen(self, card: Card | None) -> bool:
         """Whether the fit measured `card` (its table holds the card's name): a seen card is ranked by the

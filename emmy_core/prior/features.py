@@ -154,14 +154,15 @@ class FeatureRows:
 
 def fork_features(kernel: Program | Extern, sizes: Mapping[str, int] | str | None, card: Card | None,
                   setting: str, candidates: Sequence[Mapping[str, object]],
-                  transfer: np.ndarray | None = None) -> FeatureRows:
+                  transfer: np.ndarray | None = None, knobs: Mapping[str, np.ndarray] | None = None) -> FeatureRows:
     """Feature rows for `candidates` (knob dicts) competing at one fork: THE feature function.
 
     `transfer`: the candidates' `tr.*` columns (`TransferTable.columns`, from the cards other than this
-    one); None: nobody else measured them, every transfer feature missing."""
+    one); None: nobody else measured them, every transfer feature missing. `knobs`: the candidates'
+    `knob_columns`, where the caller keeps them for a pool it scores at many sizes."""
     ctx = context(kernel, sizes, card, setting)
     n = len(candidates)
-    columns = candidate_columns(ctx, candidates)
+    columns = candidate_columns(ctx, candidates, knobs)
     names = [*HW_NAMES, *REGIME_NAMES, *ST_NAMES]
     values = np.empty((n, len(names) + len(TRANSFER_NAMES) + len(columns)))
     for j, name in enumerate(names):

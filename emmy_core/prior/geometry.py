@@ -276,10 +276,13 @@ def _extern(ctx: Context, x: dict[str, np.ndarray], g: dict[str, np.ndarray], n:
     _waves(g, programs, _card(ctx, "sms") * resident)
 
 
-def candidate_columns(ctx: Context, candidates: Sequence[Mapping[str, object]]) -> dict[str, np.ndarray]:
-    """Every candidate feature column (`k.*`, `g.*`, then the `x.*` the candidates set) for one fork."""
+def candidate_columns(ctx: Context, candidates: Sequence[Mapping[str, object]],
+                      knobs: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Every candidate feature column (`k.*`, `g.*`, then the `x.*` the candidates set) for one fork.
+    `knobs`: `knob_columns(candidates)` computed already (they depend on the candidates alone, so a pool
+    scored at many sizes encodes its knobs once); read, never written."""
     n = len(candidates)
-    k = knob_columns(candidates)
+    k = dict(knobs) if knobs is not None else knob_columns(candidates)
     g: dict[str, np.ndarray] = {name: np.full(n, NAN) for name in GEOMETRY_NAMES}
     with np.errstate(divide="ignore", invalid="ignore"):
         if ctx.family == "extern":
