@@ -128,7 +128,7 @@ def main() -> int:
     if args.only:
         models = {k: v for k, v in models.items() if any(k.startswith(w) for w in args.only.split(","))}
     print(f"{len(models)} architectures, {args.dtype}, tiny configs, random weights; load {os.getloadavg()[0]:.2f}")
-    print(f"  {'architecture':<20}{'result':<8}{'max err':>9}{'graphs':>7}{'matmul on emmy':>16}  "
+    print(f"  {'architecture':<26}{'result':<8}{'max err':>9}{'graphs':>7}{'matmul on emmy':>16}  "
           f"torch ran / groups handed back")
     ran = 0
     for name, make in models.items():
@@ -147,7 +147,7 @@ def main() -> int:
                     err = max(err, float((_first(compiled(x)).float() - _first(module(x)).float()).abs().max()))
         except Exception as exc:  # the point of the bench: say which architecture fails, and why
             lines = [ln for ln in str(exc).splitlines() if ln.strip()]
-            print(f"  {name:<20}{'FAILED':<8} {type(exc).__name__}: {' | '.join(lines[:2])[:240]}")
+            print(f"  {name:<26}{'FAILED':<8} {type(exc).__name__}: {' | '.join(lines[:2])[:240]}")
             continue
         ran += 1
         reports = [st.report() for st in _GRAPHS[before:]]
@@ -156,7 +156,7 @@ def main() -> int:
         fell = sorted({f.op for r in reports for f in r.fell_back})
         notes = [n for r in reports for n in r.notes]
         share = f"{100 * on / total:.0f}%" if total else "-"
-        print(f"  {name:<20}{'ok':<8}{err:>9.2g}{len(reports):>7}{share:>16}  {len(fell)} kinds of op; "
+        print(f"  {name:<26}{'ok':<8}{err:>9.2g}{len(reports):>7}{share:>16}  {len(fell)} kinds of op; "
               f"{len(notes)} handed back{': ' + notes[0][:110] if notes else ''} ({time.perf_counter() - t0:.0f} s)")
     print(f"{ran} of {len(models)} ran and matched eager within the error shown; peak memory "
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")

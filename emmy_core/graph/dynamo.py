@@ -14,6 +14,7 @@ could not take after all.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Mapping
 from math import prod
@@ -23,6 +24,7 @@ import sympy
 import torch
 import torch.fx as fx
 import torch.nn.functional as F
+from torch.utils._sympy.functions import FloorDiv
 
 from emmy_core.dtypes import model_dtypes_by_torch
 from emmy_core.graph.passes.fuse_elementwise import bcast_kind
@@ -67,11 +69,28 @@ def value(node: object) -> Any:
 
 
 def sym_key(d: object) -> int | sympy.Expr:
-    """A size as an int, or as the sympy expression of a symbolic size."""
+    """A size as an int, or as the sympy expression of a symbolic size (its exact floor divisions divided out)."""
     if isinstance(d, torch.SymInt):
         expr = d.node.expr
-        return int(expr) if expr.is_number else expr
+        return int(expr) if expr.is_number else exact_divisions(expr)
     return int(d)  # type: ignore[call-overload]
+
+
+@functools.lru_cache(maxsize=4096)
+def exact_divisions(expr: sympy.Expr) -> sympy.Expr:
+    """`expr` with every floor division that divides exactly replaced by its quotient, so one size has one
+    expression: a window reshape shows `(s//4)` also as `((s//4)**2)//(s//4)`, which sympy leaves as it is, and
+    two names for one axis read as a broadcast. Only a quotient sympy proves an integer is taken (a pure
+    function of the expression, cached)."""
+    if not expr.has(FloorDiv):
+        return expr
+
+    def divided(x: sympy.Expr) -> sympy.Expr:
+        numerator, divisor = x.args
+        quotient = sympy.cancel(numerator / divisor)
+        return quotient if sympy.fraction(quotient)[1] == 1 and quotient.is_integer else x
+
+    return expr.replace(lambda x: isinstance(x, FloorDiv), divided)
 
 
 def shape_of(v: torch.Tensor) -> tuple[int | sympy.Expr, ...]:

@@ -128,6 +128,20 @@ class ConvFront(nn.Module):
         return F.gelu(self.proj(F.gelu(self.conv(wave[:, None]).transpose(1, 2))))
 
 
+class Patches(nn.Module):
+    """A patch embedding (a strided convolution torch runs), then a projection Emmy runs on the channels-last
+    view of its grid and a residual (as ConvNeXt's): torch writes the projection's width `((s//4)**2)//(s//4)`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, H, kernel_size=4, stride=4)
+        self.proj = nn.Linear(H, H)
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        y = self.conv(image)
+        return F.gelu(self.proj(y.permute(0, 2, 3, 1))).permute(0, 3, 1, 2) + y
+
+
 def _since(before: int) -> list[GraphReport]:
     return compile_reports()[before:]
 
@@ -453,6 +467,21 @@ def test_a_size_a_group_sees_only_as_a_convolutions_output_length_is_read_from_t
     reports = _since(before)
     assert reports and all(r.matmul_flops_on_emmy > 0 for r in reports), [(r.fell_back, r.notes) for r in reports]
     assert all("torch.linear" not in {f.op for f in r.fell_back} for r in reports), [r.fell_back for r in reports]
+
+
+def test_one_size_written_two_ways_by_an_exact_floor_division_is_one_axis_and_runs_on_emmy() -> None:
+    torch.manual_seed(0)
+    m = Patches().eval()
+    c = torch.compile(m, backend=emmy_backend(prior=False), dynamic=True)
+    before = len(compile_reports())
+    with torch.no_grad():
+        for batch, side in ((2, 32), (1, 16), (3, 24)):
+            x = torch.randn(batch, 3, side, side)
+            torch.testing.assert_close(c(x), m(x))
+    reports = _since(before)
+    assert reports and all(r.matmul_flops_on_emmy > 0 for r in reports), [(r.fell_back, r.notes) for r in reports]
+    assert all(not {"torch.linear", "operator.add"} & {f.op for f in r.fell_back} for r in reports), \
+        [r.fell_back for r in reports]
 
 
 def test_a_weight_is_packed_once_for_every_size_and_again_when_edited_in_place() -> None:
