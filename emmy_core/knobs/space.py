@@ -162,9 +162,25 @@ def _cpu_first_matmul(v: KernelView, card: Card) -> Knobs:
     cap_m, cap_n = v.cap("m"), v.cap("n")
     if cores > 1 and cap_m is not None and cap_m <= tm and cap_n is not None and cap_n >= cores * nr:
         par = "n"
-        tn = max(nr, -(-cap_n // cores) // nr * nr)
+        tn = _column_block(v.n_extent or cap_n, cores, nr)
     return {"tile_m": tm, "tile_n": tn, "tile_k": tk, "vec": nr, "unroll": mr,
             "threads": cores, "simd": simd, "par_axis": par, **_memory_rule(v, nr)}
+
+
+def _column_block(n: int, cores: int, nr: int) -> int:
+    """The column block (a power of two, the vocabulary's, from N_r to 1024) that gives the busiest of `cores`
+    threads the fewest columns of N, the widest among equals: at N=1024 on 2 cores one block of 512 each; at
+    N=2816 blocks of 128, 11 each (blocks of 1024 would leave one thread 2 of 3, its peer idle a third)."""
+    width, best = 1, None
+    while width < nr:
+        width *= 2
+    while width <= 1024:
+        blocks = -(-n // width)
+        busiest = -(-blocks // cores) * width
+        if best is None or busiest <= best[0]:
+            best = (busiest, width)
+        width *= 2
+    return best[1] if best is not None else 1024
 
 
 def _rows(v: KernelView, card: Card, tk: int) -> int:

@@ -133,3 +133,15 @@ def test_the_first_option_of_a_matmul_with_one_row_block_shares_its_columns_amon
     assert option_problem(step, AVX2, k) is None and candidates(step, AVX2)[0] == k
     assert first_option(view(LINEAR), AVX2)["par_axis"] == "m"  # rows known only at run time: row blocks
     assert first_option(view(matmul(rows, 16, 1024, dtype="f32", b_transposed=True)), AVX2)["par_axis"] == "m"
+
+
+@pytest.mark.parametrize("width", [1000, 2816, 4096, 5632, 11008])
+def test_the_first_option_of_a_decode_projection_of_any_width_is_valid_and_shares_its_columns_evenly(width: int) -> None:
+    """A column block of half of N was past the vocabulary's 1024 (or not a power of two) at N=2816, so the
+    first option of a hidden-1024 Llama's MLP in a decode step was invalid and its group ran as torch."""
+    step = matmul(1, width, 1024, dtype="f32", b_transposed=True)
+    k = first_option(view(step), AVX2)
+    assert option_problem(step, AVX2, k) is None and candidates(step, AVX2)[0] == k
+    assert k["par_axis"] == "n" and k["threads"] == 2
+    blocks = -(-width // k["tile_n"])
+    assert -(-blocks // 2) * k["tile_n"] <= 1.1 * width / 2  # the busier thread does at most a tenth more than half
