@@ -114,7 +114,7 @@ def _round_up(x: int, step: int) -> int:
 
 def blocking(em: Emitter, plan: MatmulPlan) -> Blocking:
     s, p, shape = em.sched, em.program, plan.shape
-    g = micro_geometry(s, plan.red.dtype)
+    g = micro_geometry(s, plan.red.dtype, p.buffer(shape.b).dtype)
     m_ext, n_ext, k_ext = (p.axis(a).extent for a in (shape.m, shape.n, shape.k))
     if shape.window is not None:
         k_ext = min(k_ext, shape.window.length) if k_ext is not None else shape.window.length
@@ -168,7 +168,21 @@ def _packers(em: Emitter, plan: MatmulPlan, g: MicroGeometry) -> None:
         "    }",
         "  }",
         "}"]))
-    if shape.b_transposed:  # b[.., n, k]: each column of the panel is a contiguous run along k
+    bt = g.b_type
+    if g.b_half and shape.b_transposed:  # 16-bit panels: B's own bits, column by column
+        body = [
+            f"  for (int64_t em_c = 0; em_c < {g.nr}; ++em_c) {{",
+            "    const uint16_t *restrict em_s = em_b + (em_n0 + em_c) * em_kn;",
+            f"    for (int64_t em_k = 0; em_k < em_kn; ++em_k) em_bp[em_k * {g.nr} + em_c] = em_c < em_cols ? em_s[em_k] : 0;",
+            "  }"]
+    elif g.b_half:  # 16-bit panels: B's own bits, row by row
+        body = [
+            "  for (int64_t em_k = 0; em_k < em_kn; ++em_k) {",
+            f"    uint16_t *restrict em_d = em_bp + em_k * {g.nr};",
+            "    memcpy(em_d, em_b + em_k * em_nn + em_n0, sizeof(uint16_t) * (size_t)em_cols);",
+            f"    for (int64_t em_c = em_cols; em_c < {g.nr}; ++em_c) em_d[em_c] = 0;",
+            "  }"]
+    elif shape.b_transposed:  # b[.., n, k]: each column of the panel is a contiguous run along k
         body = [
             f"  for (int64_t em_c = 0; em_c < {g.nr}; ++em_c) {{",
             "    if (em_c < em_cols) {",
@@ -188,7 +202,7 @@ def _packers(em: Emitter, plan: MatmulPlan, g: MicroGeometry) -> None:
     em.declare("\n".join([
         "/* one panel (columns [n0, n0 + N_r), every k) of one batch of B, zero columns past n */",
         f"static void em_pack_b(const {sb} *restrict em_b, int64_t em_nn, int64_t em_kn, int64_t em_n0,",
-        f"                      {at} *restrict em_bp, {at} *restrict em_tmp) {{",
+        f"                      {bt} *restrict em_bp, {at} *restrict em_tmp) {{",
         f"  const int64_t em_cols = em_min64({g.nr}, em_nn - em_n0);",
         "  (void)em_tmp;",
         *body,
@@ -224,7 +238,7 @@ def _common_lines(em: Emitter, plan: MatmulPlan, g: MicroGeometry) -> None:
 
 
 def _packed_bytes(plan: MatmulPlan, g: MicroGeometry) -> str:
-    return (f"(int64_t)sizeof({C_TYPES[plan.red.dtype]}) * em_nbatch * em_np * {axis_c(plan.shape.k)} * {g.nr}"
+    return (f"(int64_t)sizeof({g.b_type}) * em_nbatch * em_np * {axis_c(plan.shape.k)} * {g.nr}"
             f" + {ALIGN}")
 
 
@@ -232,8 +246,8 @@ def pack_entries(program: Program, schedule: CSchedule) -> str:
     """`emmy_pack_bytes(dyn)` and `emmy_pack(bufs, dyn, out)`: B packed once, for a prepared launch."""
     plan = matmul_plan(program)
     assert plan is not None
-    g = micro_geometry(schedule, plan.red.dtype)
-    at = C_TYPES[plan.red.dtype]
+    g = micro_geometry(schedule, plan.red.dtype, program.buffer(plan.shape.b).dtype)
+    bt = g.b_type
     sizes = Emitter(program, schedule)
     sizes.depth = 1
     sizes.axes_header()
@@ -242,7 +256,7 @@ def pack_entries(program: Program, schedule: CSchedule) -> str:
     packer.depth = 1
     packer.header()
     _common_lines(packer, plan, g)
-    packer.line(f"{at} *em_dst = ({at} *)(((uintptr_t)em_out + {ALIGN - 1}) & ~(uintptr_t){ALIGN - 1});")
+    packer.line(f"{bt} *em_dst = ({bt} *)(((uintptr_t)em_out + {ALIGN - 1}) & ~(uintptr_t){ALIGN - 1});")
     if not g.pack_b:  # B is read in place: nothing to pack (the kernel ignores the packed slot)
         packer.line("(void)em_dst;")
     else:
@@ -291,7 +305,8 @@ def _block_body(em: Emitter, plan: MatmulPlan, bl: Blocking, runs: EpilogueRuns)
                 em.line("em_apk[0] = em_bi; em_apk[1] = em_m0; em_apk[2] = em_pc; em_apk[3] = em_kc;")
         with em.block(f"for (int64_t em_jr = em_n0; em_jr < em_ne; em_jr += {g.nr})"):
             if g.pack_b:
-                em.line(f"const {at} *em_bp = em_B + ((em_bi * em_np + em_jr / {g.nr}) * {nk} + em_pc) * {g.nr};")
+                em.line(f"const {g.b_type} *em_bp = em_B + ((em_bi * em_np + em_jr / {g.nr}) * {nk} + em_pc) * "
+                        f"{g.nr};")
             else:  # row-major B read where it lies: row k of this batch, columns from em_jr
                 em.line(f"const {at} *em_bp = {buffer_c(shape.b)} + (em_bi * {nk} + em_pc) * {nn} + em_jr;")
             with em.block(f"for (int64_t em_ir = em_m0; em_ir < em_me; em_ir += {g.mr})"):
@@ -361,12 +376,13 @@ def emit_matmul(em: Emitter) -> bool:
     nb = len(em.program.buffers)
     with em.block(""):
         _common_lines(em, plan, g)
-        em.line(f"const {at} *em_B = (const {at} *)em_bufs[{nb}];")  # B packed beforehand, or NULL
-        em.line(f"{at} *em_own = 0;")
+        bt = g.b_type
+        em.line(f"const {bt} *em_B = (const {bt} *)em_bufs[{nb}];")  # B packed beforehand, or NULL
+        em.line(f"{bt} *em_own = 0;")
         if not g.pack_b:
             em.line("(void)em_B;")
         with em.block("if (!em_B)" if g.pack_b else "if (0)"):
-            em.line(f"em_own = ({at} *)aligned_alloc({ALIGN}, (size_t)(({_packed_bytes(plan, g)}) / {ALIGN} + 1)"
+            em.line(f"em_own = ({bt} *)aligned_alloc({ALIGN}, (size_t)(({_packed_bytes(plan, g)}) / {ALIGN} + 1)"
                     f" * {ALIGN});")
             em.line("if (!em_own) return 1;")
             em.line("em_B = em_own;")

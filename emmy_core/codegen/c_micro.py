@@ -44,18 +44,57 @@ class MicroGeometry:
     pack_a: bool = True  # A from M_r-row panels (k-major); else M_r rows read in place (row stride em_lda)
     pack_b: bool = True  # B from N_r-column panels; else rows of B read in place (row stride em_ldb)
     prefetch: int = 0  # k steps ahead the A and B streams are prefetched (0: none)
+    b_half: str | None = None  # "f16" / "bf16": the packed B panels keep B's 16-bit values, widened as loaded
+
+    @property
+    def b_type(self) -> str:
+        """The C type of a packed B panel's values."""
+        return "uint16_t" if self.b_half else C_TYPES[self.acc]
 
     @property
     def register_bytes(self) -> int:
         return self.lanes * ELEMENT_BITS[self.acc] // 8
 
 
-def micro_geometry(s: CSchedule, acc: str) -> MicroGeometry:
-    """The micro-kernel the schedule spells for accumulators of type `acc`."""
+def micro_geometry(s: CSchedule, acc: str, b_dtype: str | None = None) -> MicroGeometry:
+    """The micro-kernel the schedule spells for accumulators of type `acc` (and a B of `b_dtype`: a packed
+    f16 or bf16 B into f32 keeps its 16-bit values in the panels, half the bytes a pass streams)."""
     bits = ELEMENT_BITS[acc]
     width = min(s.simd or LEGACY_SIMD_BITS, s.vec * bits)
     lanes = max(1, width // bits)
-    return MicroGeometry(acc, s.unroll, s.vec, lanes, s.vec // lanes, s.pack_a, s.pack_b, s.prefetch)
+    half = b_dtype if b_dtype in HALF_LOADS and acc == "f32" and s.pack_b else None
+    return MicroGeometry(acc, s.unroll, s.vec, lanes, s.vec // lanes, s.pack_a, s.pack_b, s.prefetch, half)
+
+
+# (16-bit type, lanes) -> (the macro that enables it, the load of `lanes` values widened to f32 into `d` from `p`)
+HALF_LOADS = {
+    "f16": {4: ("__F16C__", "__m128i em_h = _mm_loadl_epi64((const __m128i *)(p)); (d) = (em_vec)_mm_cvtph_ps(em_h);"),
+            8: ("__F16C__", "__m128i em_h; memcpy(&em_h, (p), 16); (d) = (em_vec)_mm256_cvtph_ps(em_h);"),
+            16: ("__AVX512F__", "__m256i em_h; memcpy(&em_h, (p), 32); (d) = (em_vec)_mm512_cvtph_ps(em_h);")},
+    "bf16": {8: ("__AVX2__", "__m128i em_h; memcpy(&em_h, (p), 16); "
+                             "(d) = (em_vec)_mm256_slli_epi32(_mm256_cvtepu16_epi32(em_h), 16);"),
+             16: ("__AVX512F__", "__m256i em_h; memcpy(&em_h, (p), 32); "
+                                 "(d) = (em_vec)_mm512_slli_epi32(_mm512_cvtepu16_epi32(em_h), 16);")},
+}
+SCALAR_WIDEN = {"f16": "em_h2f", "bf16": "em_bf2f"}  # the prelude's exact conversions
+
+
+def _load_b_macro(g: MicroGeometry) -> str:
+    """`EM_LOAD_B(d, p)`: `lanes` values of a B panel from `p` into the register `d` (16-bit ones widened
+    exactly: the sums are the same bits as from f32 panels)."""
+    if g.b_half is None:
+        return "#define EM_LOAD_B(d, p) memcpy(&(d), (p), sizeof (d))"
+    widen = SCALAR_WIDEN[g.b_half]
+    if g.lanes == 1:
+        return f"#define EM_LOAD_B(d, p) ((d) = {widen}((p)[0]))"
+    loop = (f"#define EM_LOAD_B(d, p) do {{ for (int em_l = 0; em_l < {g.lanes}; ++em_l) "
+            f"(d)[em_l] = {widen}((p)[em_l]); }} while (0)")
+    known = HALF_LOADS[g.b_half].get(g.lanes)
+    if known is None:
+        return loop
+    guard, body = known
+    return "\n".join([f"#if defined({guard})", f"#define EM_LOAD_B(d, p) do {{ {body} }} while (0)", "#else", loop,
+                      "#endif"])
 
 
 def _fma_macro(g: MicroGeometry) -> str:
@@ -106,9 +145,9 @@ def micro_kernel_c(g: MicroGeometry) -> str:
                     + ([f"prefetch {g.prefetch} steps ahead"] if g.prefetch else []))
     out = [f"/* micro-kernel: {g.mr} x {g.nr} {g.acc} accumulators in {g.mr * g.vpr} registers of {g.lanes} lanes; "
            f"{how} */",
-           vec_type, _fma_macro(g),
+           vec_type, _fma_macro(g), _load_b_macro(g),
            f"static void em_micro(int64_t em_kc, const {t} *restrict em_ap, int64_t em_lda, int64_t em_ra,",
-           f"                     const {t} *restrict em_bp, int64_t em_ldb, const {t} *em_ci, int64_t em_ldi,",
+           f"                     const {g.b_type} *restrict em_bp, int64_t em_ldb, const {t} *em_ci, int64_t em_ldi,",
            f"                     {t} *em_co, int64_t em_ldo) {{",
            "  (void)em_lda; (void)em_ra; (void)em_ldb;",
            "  em_vec " + ", ".join(v for row in acc for v in row) + ";"]
@@ -125,13 +164,14 @@ def micro_kernel_c(g: MicroGeometry) -> str:
         out.append("    " + " ".join(f"{v} = {zero};" for v in acc[r]))
     b_step = str(g.nr) if g.pack_b else "em_ldb"
     out += ["  }", "  for (int64_t em_k = 0; em_k < em_kc; ++em_k) {",
-            f"    const {t} *restrict em_b = em_bp + em_k * {b_step};"]
+            f"    const {g.b_type} *restrict em_b = em_bp + em_k * {b_step};"]
     if g.pack_a:
         out.append(f"    const {t} *restrict em_a = em_ap + em_k * {g.mr};")
     if g.prefetch:
         line_elems = 64 * 8 // ELEMENT_BITS[g.acc]
+        b_line = 32 if g.b_half else line_elems
         out += [f"    __builtin_prefetch(em_b + {g.prefetch} * {b_step} + {q}, 0, 3);"
-                for q in range(0, g.nr, line_elems)]
+                for q in range(0, g.nr, b_line)]
         if g.pack_a:
             out.append(f"    __builtin_prefetch(em_a + {g.prefetch * g.mr}, 0, 3);")
         else:
@@ -139,7 +179,7 @@ def micro_kernel_c(g: MicroGeometry) -> str:
                     + " ".join(f"__builtin_prefetch(em_a{r} + em_k + {g.prefetch}, 0, 3);" for r in range(g.mr))]
     out.append("    em_vec " + ", ".join(f"em_b{q}" for q in range(g.vpr)) + ";")
     for q in range(g.vpr):
-        out.append(f"    memcpy(&em_b{q}, em_b + {q * g.lanes}, sizeof em_b{q});")
+        out.append(f"    EM_LOAD_B(em_b{q}, em_b + {q * g.lanes});")
     for r in range(g.mr):
         fmas = " ".join(f"EM_FMA({acc[r][q]}, em_x, em_b{q});" for q in range(g.vpr))
         a = f"em_a[{r}]" if g.pack_a else f"em_a{r}[em_k]"

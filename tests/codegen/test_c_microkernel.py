@@ -20,6 +20,8 @@ import torch
 
 from emmy_core.codegen.backend import LaunchError
 from emmy_core.codegen.c import CBackend
+from emmy_core.codegen.c_schedule import schedule_of
+from emmy_core.codegen.c_source import kernel_source
 from emmy_core.dtypes import torch_dtype
 from emmy_core.ir.builders import Dim, elementwise, matmul, rmsnorm, softmax
 from emmy_core.ir.interpret import run
@@ -268,3 +270,25 @@ def test_the_bench_times_the_launch_a_compile_makes(backend: CBackend) -> None:
     run_it()
     torch.testing.assert_close(y.double(), a.double() @ operands("f32", 9, 70, 45, True, seed=2)[1].double().T,
                                rtol=1e-4, atol=1e-4)
+
+
+# ---- 16-bit panels ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("bt", [False, True])
+@pytest.mark.parametrize("setting", ["rank", "deploy"])
+def test_a_16_bit_b_is_packed_as_16_bit_panels_and_gives_the_widened_products_bits(
+        backend: CBackend, dtype: str, bt: bool, setting: str) -> None:
+    """Panels of a 16-bit B keep its values (half the bytes a pass streams: a decode step's projection is
+    bound by them), widened as the micro-kernel loads them; widening is exact, so every sum is the one over
+    B widened to f32 beforehand, bit for bit, whatever the load (F16C, AVX2 shifts or the scalar one)."""
+    shape = shapes("f32")[0]
+    knobs = knobs_of(shape)
+    half, wide = dynamic_matmul(dtype, bt), dynamic_matmul("f32", bt)
+    source = kernel_source(half, schedule_of(knobs))
+    assert "uint16_t *restrict em_bp" in source and "EM_LOAD_B" in source
+    for m, n, k in SIZES:
+        a, b = operands(dtype, m, n, k, bt, seed=m + n + k)
+        got = product(backend, half, knobs, a, b, setting, bt)
+        want = product(backend, wide, knobs, a.float(), b.float(), setting, bt)
+        assert torch.equal(got, want.to(got.dtype)), (m, n, k)
