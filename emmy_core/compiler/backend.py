@@ -142,24 +142,28 @@ class EmmyGroup(nn.Module):
         self.check = check
         self._note = note
         self._sizes: dict[tuple, dict[str, int] | None] = {}
+        self._texts: dict[tuple, str] = {}  # the same keys' sizes as text (a runner's key)
         self._runners: dict[str, Runner] = {}
         self._packs: dict[tuple[object, ...], tuple[object, torch.Tensor]] = {}  # weights packed once for all sizes
         self._weights_key: tuple = ()
         self.torch_calls = 0  # calls torch ran (autograd on, a size of 0)
 
-    def _sizes_of(self, args: Sequence[Any]) -> dict[str, int] | None:
+    def _sizes_of(self, args: Sequence[Any]) -> tuple[dict[str, int] | None, str]:
+        """The group's named sizes at `args` (None where one is below 1: torch runs it) and their text (the key
+        of its runner), both worked out once per distinct argument shapes."""
         key = tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args)
         if key in self._sizes:
-            return self._sizes[key]
+            return self._sizes[key], self._texts[key]
         bound: dict[sympy.Expr, int] = {}
-        for key, pos, d, offset in self.translated.binders:
+        for bound_key, pos, d, offset in self.translated.binders:
             a = args[pos]
-            bound[key] = (int(a) if d < 0 else int(a.shape[d])) - offset
+            bound[bound_key] = (int(a) if d < 0 else int(a.shape[d])) - offset
         sizes = {name: bound[expr] if expr in bound else int(expr.xreplace(bound))
                  for name, expr in self.translated.names.exprs.items()}
         out = sizes if all(v >= 1 for v in sizes.values()) else None
         self._sizes[key] = out
-        return out
+        self._texts[key] = format_sizes(sizes) if out is not None else ""
+        return out, self._texts[key]
 
     def sizes_seen(self) -> list[dict[str, int]]:
         """Every size (of the group's named axes) this group was called at, first seen first."""
@@ -235,7 +239,7 @@ class EmmyGroup(nn.Module):
         if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
             self.torch_calls += 1
             return self.torch_sub(*args)
-        sizes = self._sizes_of(args)
+        sizes, text = self._sizes_of(args)
         if sizes is None:
             self.torch_calls += 1
             return self.torch_sub(*args)
@@ -252,15 +256,17 @@ class EmmyGroup(nn.Module):
             self._runners.clear()
             self._packs.clear()
             self._weights_key = wkey
-        text = format_sizes(sizes)
         runner = self._runners.get(text)
         if runner is None:
             runner = self._build(sizes, args)
             if runner is None:
                 return self.torch_sub(*args)
             self._runners[text] = runner
+        inputs = [args[i] for i in self.translated.inputs]
+        if not torch.is_grad_enabled():  # the usual inference call: no context to enter
+            return runner.run(inputs)
         with torch.no_grad():
-            return runner.run([args[i] for i in self.translated.inputs])
+            return runner.run(inputs)
 
 
 class GraphState:

@@ -498,6 +498,7 @@ def test_a_weight_is_packed_once_for_every_size_and_again_when_edited_in_place()
             x = torch.randn(2, s, H)
             torch.testing.assert_close(c(x), m(x))
         assert len(group._runners) >= 3  # a runner per size, all reading the same panels
+        assert len(group.sizes_seen()) == 4  # every size it ran, each once (what a tune of the module benches)
         assert {k: v[1].data_ptr() for k, v in group._packs.items()} == packed
         m.down.weight.mul_(-1.0)  # an in-place edit: the panels of the old values are dropped and packed again
         x = torch.randn(2, 5, H)
