@@ -103,45 +103,6 @@ class Heads(nn.Module):
         return torch.cumsum(h.contiguous() if self.contiguous else h, dim=2)
 
 
-class CacheStep(nn.Module):
-    """A decode step: the new position joined to the cache by torch (a concatenation along the sequence), then a
-    projection Emmy runs, whose sizes show the cache's length only as that length + 1."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.proj = nn.Linear(H, H)
-
-    def forward(self, past: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        return F.relu(self.proj(torch.cat([past, x], dim=1)))
-
-
-class ConvFront(nn.Module):
-    """An audio front end (as wav2vec2's): strided convolutions torch runs, then a projection Emmy runs, whose
-    length is the convolutions' output length `(s - 4) // 3 + 1`, an expression with no input of `s` in its group."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv1d(1, H, kernel_size=5, stride=3)
-        self.proj = nn.Linear(H, H)
-
-    def forward(self, wave: torch.Tensor) -> torch.Tensor:
-        return F.gelu(self.proj(F.gelu(self.conv(wave[:, None]).transpose(1, 2))))
-
-
-class Patches(nn.Module):
-    """A patch embedding (a strided convolution torch runs), then a projection Emmy runs on the channels-last
-    view of its grid and a residual (as ConvNeXt's): torch writes the projection's width `((s//4)**2)//(s//4)`."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, H, kernel_size=4, stride=4)
-        self.proj = nn.Linear(H, H)
-
-    def forward(self, image: torch.Tensor) -> torch.Tensor:
-        y = self.conv(image)
-        return F.gelu(self.proj(y.permute(0, 2, 3, 1))).permute(0, 3, 1, 2) + y
-
-
 def _since(before: int) -> list[GraphReport]:
     return compile_reports()[before:]
 
@@ -439,49 +400,6 @@ def test_a_transposed_output_is_handed_back_as_torchs_own_strided_view_not_a_cop
             want = m.v(x).view(*x.shape[:2], 4, H // 4).transpose(1, 2)
             assert out.stride() == want.stride()
             torch.testing.assert_close(out, want)
-
-
-def test_a_size_a_group_sees_only_as_a_cache_length_plus_one_is_bound_from_it() -> None:
-    torch.manual_seed(0)
-    m = CacheStep().eval()
-    c = torch.compile(m, backend=emmy_backend(prior=False), dynamic=True)
-    before = len(compile_reports())
-    with torch.no_grad():
-        for past in (3, 4, 6, 9):
-            args = torch.randn(2, past, H), torch.randn(2, 1, H)
-            torch.testing.assert_close(c(*args), m(*args))
-    reports = _since(before)
-    assert reports and all(r.matmul_flops_on_emmy == r.matmul_flops > 0 for r in reports), \
-        [(r.fell_back, r.notes) for r in reports]
-
-
-def test_a_size_a_group_sees_only_as_a_convolutions_output_length_is_read_from_the_input_that_has_it() -> None:
-    torch.manual_seed(0)
-    m = ConvFront().eval()
-    c = torch.compile(m, backend=emmy_backend(prior=False), dynamic=True)
-    before = len(compile_reports())
-    with torch.no_grad():
-        for batch, length in ((2, 40), (1, 7), (3, 61)):
-            x = torch.randn(batch, length)
-            torch.testing.assert_close(c(x), m(x))
-    reports = _since(before)
-    assert reports and all(r.matmul_flops_on_emmy > 0 for r in reports), [(r.fell_back, r.notes) for r in reports]
-    assert all("torch.linear" not in {f.op for f in r.fell_back} for r in reports), [r.fell_back for r in reports]
-
-
-def test_one_size_written_two_ways_by_an_exact_floor_division_is_one_axis_and_runs_on_emmy() -> None:
-    torch.manual_seed(0)
-    m = Patches().eval()
-    c = torch.compile(m, backend=emmy_backend(prior=False), dynamic=True)
-    before = len(compile_reports())
-    with torch.no_grad():
-        for batch, side in ((2, 32), (1, 16), (3, 24)):
-            x = torch.randn(batch, 3, side, side)
-            torch.testing.assert_close(c(x), m(x))
-    reports = _since(before)
-    assert reports and all(r.matmul_flops_on_emmy > 0 for r in reports), [(r.fell_back, r.notes) for r in reports]
-    assert all(not {"torch.linear", "operator.add"} & {f.op for f in r.fell_back} for r in reports), \
-        [r.fell_back for r in reports]
 
 
 def test_a_weight_is_packed_once_for_every_size_and_again_when_edited_in_place() -> None:
