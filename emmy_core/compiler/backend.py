@@ -36,6 +36,7 @@ import torch.fx as fx
 from torch import nn
 
 from emmy_core.compiler.build import Builder, runnable_here
+from emmy_core.compiler.compare import check_outputs
 from emmy_core.compiler.compiled import Compiled, card_of
 from emmy_core.compiler.launch import Launcher
 from emmy_core.compiler.memory import check_fits
@@ -53,7 +54,6 @@ from emmy_core.graph.pipeline import compile_graph
 from emmy_core.ir.sizes import format_sizes
 from emmy_core.targets.card import Card
 
-RTOL = {"f32": 1e-4, "bf16": 3e-2, "f16": 1e-2}  # the harness's tolerances (emmy_core.bench.reference)
 FALLBACKS = ("eager", "inductor")  # how the ops left to torch run
 BACKEND_OPTIONS = frozenset({"card", "setting", "tuning_db", "freezes", "prior", "attention", "fallback"})
 
@@ -91,29 +91,6 @@ class GraphReport:
                 "matmul_flops": self.matmul_flops, "matmul_flops_on_emmy": self.matmul_flops_on_emmy,
                 "sizes": dict(self.sizes), "groups": self.groups, "notes": list(self.notes), "built": self.built,
                 "fell_back": [{"node": f.node, "op": f.op, "reason": f.reason} for f in self.fell_back]}
-
-
-def check_outputs(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor], dtype: str) -> str | None:
-    """Why `got` is not `want` within the harness's tolerance |got - want| <= rtol (|want| + rms(want)), or None."""
-    rtol = RTOL[dtype]
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        if g.shape != w.shape:
-            return f"output {i} has shape {tuple(g.shape)}, torch's {tuple(w.shape)}"
-        g64, w64 = g.detach().double(), w.detach().double()
-        finite = torch.isfinite(w64)
-        if not torch.equal(finite, torch.isfinite(g64)) or not torch.equal(g64[~finite].nan_to_num(),
-                                                                          w64[~finite].nan_to_num()):
-            return f"output {i} is not finite where torch's is (or the reverse)"
-        if not bool(finite.any()):
-            continue
-        gf, wf = g64[finite], w64[finite]
-        scale = float(wf.pow(2).mean().sqrt())
-        err = (gf - wf).abs()
-        bad = err > rtol * (wf.abs() + scale)
-        if bool(bad.any()):
-            return (f"output {i}: {int(bad.sum())} of {bad.numel()} values off, worst abs error {float(err.max()):.3g} "
-                    f"(scale {scale:.3g}, rtol {rtol:g})")
-    return None
 
 
 @dataclass

@@ -4,6 +4,9 @@ Contenders (the compiled model, torch eager, and `torch.compile` with Inductor) 
 each repeat, in a rotating order, after a warm-up each, so a noisy machine slows all of them alike;
 each time is the median of the repeats. A contender that fails (Inductor without a C++ toolchain)
 is reported with its error instead of a time.
+
+`check_outputs` is the build-time check of a group against torch: the harness's own tolerance
+(`emmy_core.bench.reference.RTOL`), relative to each value and the output's scale.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+
+from emmy_core.bench.reference import RTOL
 
 Fn = Callable[..., object]
 
@@ -81,3 +86,26 @@ def compare(compiled: Fn, module: nn.Module, inputs: Sequence[torch.Tensor], rep
             fns["inductor"] = torch.compile(module)
         medians, failed = interleaved_medians(fns, inputs, repeats)
     return Comparison(error, medians, repeats, failed, os.getloadavg())
+
+
+def check_outputs(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor], dtype: str) -> str | None:
+    """Why `got` is not `want` within the harness's tolerance |got - want| <= rtol (|want| + rms(want)), or None."""
+    rtol = RTOL[dtype]
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        if g.shape != w.shape:
+            return f"output {i} has shape {tuple(g.shape)}, torch's {tuple(w.shape)}"
+        g64, w64 = g.detach().double(), w.detach().double()
+        finite = torch.isfinite(w64)
+        if not torch.equal(finite, torch.isfinite(g64)) or not torch.equal(g64[~finite].nan_to_num(),
+                                                                          w64[~finite].nan_to_num()):
+            return f"output {i} is not finite where torch's is (or the reverse)"
+        if not bool(finite.any()):
+            continue
+        gf, wf = g64[finite], w64[finite]
+        scale = float(wf.pow(2).mean().sqrt())
+        err = (gf - wf).abs()
+        bad = err > rtol * (wf.abs() + scale)
+        if bool(bad.any()):
+            return (f"output {i}: {int(bad.sum())} of {bad.numel()} values off, worst abs error {float(err.max()):.3g} "
+                    f"(scale {scale:.3g}, rtol {rtol:g})")
+    return None

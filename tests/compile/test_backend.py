@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import emmy_core
-from emmy_core.compiler.backend import EmmyGroup, GraphReport, check_outputs, compile_reports, emmy_backend
+from emmy_core.compiler.backend import EmmyGroup, GraphReport, compile_reports, emmy_backend
+from emmy_core.compiler.compare import check_outputs
 from emmy_core.graph.attention import DECODE
 from emmy_core.graph.errors import UnsupportedOp
 
