@@ -7,7 +7,8 @@ compiled both ways through `torch.compile(backend="emmy")`, beside eager torch a
 dimension, sequence length and dtype. The ratio printed is torch's attention time over Emmy's (> 1: Emmy's
 wins), the baseline measured in the same run; peak memory at the end.
 
-Run: .venv/bin/python bench/attention.py [--dims 32,64,128] [--seqs 128,512] [--dtypes f32,f16] [--repeats 30]
+Run: .venv/bin/python bench/attention.py [--dims 32,64,128] [--seqs 128,512] [--dtypes f32,f16] [--mask causal|tensor]
+     [--repeats 30]
 """
 
 from __future__ import annotations
@@ -37,6 +38,14 @@ class Attention(torch.nn.Module):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
 
 
+class PaddedAttention(torch.nn.Module):
+    """The same attention under a boolean mask given as a tensor (`[B, 1, S, S]`, causal with the first key
+    position of every row masked out but the first row's), as a model with padding passes it."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dims", default="32,64,128", help="head dimensions")
@@ -45,14 +54,16 @@ def main() -> int:
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--mask", choices=("causal", "tensor"), default="causal",
+                    help="is_causal=True, or a boolean mask passed as a tensor (made afresh by Emmy at every call)")
     ap.add_argument("--db", type=Path, default=None, help="tuning database the compile reads (default: an empty one)")
     args = ap.parse_args()
     args.db = args.db or Path(tempfile.mkdtemp()) / "none.db"
-    print(f"bench/attention.py: B={args.batch}, {args.heads} heads (k, v {max(1, args.heads // 4)}), causal; "
-          f"medians of {args.repeats} interleaved rounds; load {os.getloadavg()[0]:.2f}")
+    print(f"bench/attention.py: B={args.batch}, {args.heads} heads (k, v {max(1, args.heads // 4)}), "
+          f"mask {args.mask}; medians of {args.repeats} interleaved rounds; load {os.getloadavg()[0]:.2f}")
     print(f"{'dtype':<5} {'D':>4} {'S':>5} {'emmy':>10} {'torch sdpa':>11} {'inductor':>10} {'eager':>10} "
           f"{'torch/emmy':>11} {'error':>8}")
-    module = Attention().eval()
+    module = (Attention() if args.mask == "causal" else PaddedAttention()).eval()
     for dt in args.dtypes.split(","):
         for d in (int(x) for x in args.dims.split(",")):
             for s in (int(x) for x in args.seqs.split(",")):
@@ -61,6 +72,10 @@ def main() -> int:
                 kv = max(1, args.heads // 4)
                 x = (torch.randn(args.batch, args.heads, s, d, dtype=dtype),
                      torch.randn(args.batch, kv, s, d, dtype=dtype), torch.randn(args.batch, kv, s, d, dtype=dtype))
+                if args.mask == "tensor":
+                    keep = torch.ones(s, s, dtype=torch.bool).tril()
+                    keep[1:, 0] = False
+                    x = (*x, keep.expand(args.batch, 1, s, s).contiguous())
                 torch._dynamo.reset()
                 with torch.no_grad(), warnings.catch_warnings():
                     warnings.simplefilter("ignore")

@@ -25,6 +25,8 @@ where there was one).
 
 from __future__ import annotations
 
+import functools
+import math
 import operator
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -38,10 +40,34 @@ from emmy_core.graph.dynamo import LEFT_TO_TORCH
 SDPA = frozenset({F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention})
 
 
+CACHED_MASK_BYTES = 16 << 20  # a causal mask up to this size is made once per shape and kept (4 at most)
+
+
 def attention_mask(q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor | None, is_causal: bool,
                    scale: float, repeat: int = 1) -> torch.Tensor:
     """The additive mask divided by `scale` (0 kept, -inf masked), contiguous at the scores' shape `[..., H, L, S]`;
-    with `repeat` query heads a key head, at the grouped scores' shape `[..., H / repeat, repeat * L, S]`."""
+    with `repeat` query heads a key head, at the grouped scores' shape `[..., H / repeat, repeat * L, S]`.
+
+    A causal mask with no `attn_mask` depends on the shapes alone: up to `CACHED_MASK_BYTES` it is made once per
+    shape and the same tensor returned at every call (it is only ever read: the scores' residual). Made afresh,
+    its memory came from the system at each call, and the page faults cost more than Emmy's three kernels
+    (`bench/attention.py`: 130 us of a 400 us call at 8 heads, length 128). Fake tensors are never cached."""
+    if is_causal and attn_mask is None and type(q) is torch.Tensor and not q.requires_grad:
+        shape = (*q.shape[:-1], k.shape[-2])
+        if q.element_size() * math.prod(shape) <= CACHED_MASK_BYTES:
+            return _causal_mask(shape, q.dtype, q.device, repeat)
+    return _mask(q, k, attn_mask, is_causal, scale, repeat)
+
+
+@functools.lru_cache(maxsize=4)
+def _causal_mask(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, repeat: int) -> torch.Tensor:
+    with torch.inference_mode(False), torch.no_grad():  # a plain tensor, usable in any later mode
+        q = torch.empty(*shape[:-1], 1, dtype=dtype, device=device)
+        return _mask(q, torch.empty(shape[-1], 1, dtype=dtype, device=device), None, True, 1.0, repeat)
+
+
+def _mask(q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor | None, is_causal: bool,
+          scale: float, repeat: int) -> torch.Tensor:
     length, source = q.shape[-2], k.shape[-2]
     if is_causal:  # -inf where j > i, in one op beside the copy (this runs on every call)
         m = torch.full((length, source), float("-inf"), dtype=q.dtype, device=q.device).triu(1)
@@ -66,30 +92,34 @@ def _arg(node: fx.Node, i: int, name: str, default: object) -> Any:
     return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
 
 
-FASTER = "torch's fused attention is faster here (attention='auto'; attention=True rewrites it as Emmy's kernels)"
 DECODE = ("a decode step (one query position): its cache grows every step, and Emmy would settle and check its "
           "kernels at every new length (attention='auto'; attention=True rewrites it as Emmy's kernels)")
 
 
 def torch_wins(node: fx.Node) -> str | None:
     """Why torch's fused attention is expected to beat Emmy's decomposition for this attention node
-    (`attention="auto"`), or None where Emmy's is expected to win: on a CPU, f32 is torch's, and so is a
-    query of one position (decode); 16-bit attention over more positions, and any attention elsewhere (no
-    measurement yet), is Emmy's.
+    (`attention="auto"`), or None where Emmy's is expected to win: on a CPU a query of one position (a decode
+    step) is torch's; every other attention, and any attention elsewhere (no measurement yet), is Emmy's.
 
-    Measured with `bench/attention.py` (causal grouped-query attention, 8 query heads, 2 key heads, B=1, on
-    this project's AVX2 CPU, untuned): torch's time over Emmy's was 0.56-0.64 in f32 at head dimensions 32-128
-    and length 128 (torch's flash kernel for the CPU wins everywhere), and 0.94-1.70 in f16 (Emmy's wins
-    from head dimension 64, and ties at 32), where torch computes 16-bit attention slowly on a CPU. In a
-    decode step the cache is one position longer at every call, a size the group has never run: with Emmy's
-    attention each new length settled and checked its group again (`bench/generate.py`: 15-32 ms a token
-    beyond eager's 3-11 ms, f16), with torch's the groups around it keep their sizes."""
+    Measured on this machine's CPU (AMD EPYC with AVX-512, 2 cores), untuned, torch's time over Emmy's:
+    - `bench/attention.py` (causal grouped-query attention, 8 query heads, 2 key heads, B=1): f32 1.07-1.63x
+      at head dimensions 64 and 128 (B=8: 1.07x), 0.95-1.16x at 32, 0.79-0.99x at 16 for lengths 128-512; f16
+      2.8-3.4x. A mask given as a tensor, made at every call: 1.10x at 64, 0.77-0.91x at 16. At length 16 the
+      group's fixed cost (50 us) decides: 0.5x.
+    - In a whole Llama layer (the attention's group shares its cost with the projections'), f32 with Emmy's
+      attention against torch's: 1.05-1.07x at hidden 64 (head dimension 16, length 128), 0.97-0.99x at
+      length 512, 1.03x at length 16, 1.07-1.09x at hidden 128 (head dimension 32, B=4, length 256).
+    Emmy's once lost everywhere in f32 (0.56-0.64x): the causal mask was made afresh at every call
+    (`attention_mask` now keeps it per shape). In a decode step the cache is one position longer at every call,
+    a size the group has never run: with Emmy's attention each new length settled and checked its group
+    again (`bench/generate.py`: 15-32 ms a token beyond eager's 3-11 ms, f16), with torch's the groups
+    around it keep their sizes."""
     q = _value(node.args[0]) if node.args else None
     if not isinstance(q, torch.Tensor) or q.device.type != "cpu":
         return None
     if q.dim() >= 2 and isinstance(q.shape[-2], int) and q.shape[-2] == 1:
         return DECODE
-    return None if q.dtype in (torch.float16, torch.bfloat16) else FASTER
+    return None
 
 
 def decompose_sdpa(gm: fx.GraphModule, consts: dict[str, float],

@@ -309,24 +309,22 @@ def test_grouped_query_heads_are_stacked_as_rows_of_one_product_and_no_key_or_va
     assert report.matmul_flops == report.matmul_flops_on_emmy == 2 * (2 * 2 * 4 * 5 * 5 * 8)  # two products
 
 
-def test_attention_auto_leaves_f32_and_decode_attention_to_torchs_kernel_and_rewrites_f16_attention_on_a_cpu(
+def test_attention_auto_leaves_decode_attention_to_torchs_kernel_and_rewrites_f32_and_f16_attention_on_a_cpu(
 ) -> None:
     torch.manual_seed(0)
 
     def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
-    for dtype, on_emmy in ((torch.float32, False), (torch.float16, True)):
+    for dtype in (torch.float32, torch.float16):
         q, k, v = (torch.randn(1, 2, 6, 8).to(dtype) for _ in range(3))
         before = len(compile_reports())
         with torch.no_grad():
             got = torch.compile(attend, backend=emmy_backend(prior=False))(q, k, v)  # attention="auto"
         torch.testing.assert_close(got, attend(q, k, v), rtol=2e-3, atol=2e-3)
         (report,) = _since(before)
-        assert report.matmul_flops == 2 * (2 * 2 * 6 * 6 * 8)
-        assert report.matmul_flops_on_emmy == (report.matmul_flops if on_emmy else 0), dtype
-        sdpa = [f for f in report.fell_back if "scaled_dot_product_attention" in f.op]
-        assert bool(sdpa) != on_emmy and all("faster" in f.reason for f in sdpa), report.fell_back
+        assert report.matmul_flops == report.matmul_flops_on_emmy == 2 * (2 * 2 * 6 * 6 * 8), dtype
+        assert not [f for f in report.fell_back if "scaled_dot_product_attention" in f.op], report.fell_back
     q, k, v = (torch.randn(1, 2, n, 8).half() for n in (1, 9, 9))  # a decode step: one query, the cache's keys
     before = len(compile_reports())
     with torch.no_grad():
