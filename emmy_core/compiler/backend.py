@@ -40,7 +40,7 @@ from emmy_core.compiler.compare import check_outputs
 from emmy_core.compiler.compiled import Compiled, card_of
 from emmy_core.compiler.launch import Launcher
 from emmy_core.compiler.memory import check_fits
-from emmy_core.compiler.runner import Runner, output_views
+from emmy_core.compiler.runner import Runner, RunnerCache, output_views
 from emmy_core.evidence.context import PriorArg, PriorUnavailableWarning, open_sources
 from emmy_core.evidence.freeze import FreezesArg
 from emmy_core.evidence.model import KernelPlan
@@ -120,7 +120,7 @@ class EmmyGroup(nn.Module):
         self._note = note
         self._sizes: dict[tuple, dict[str, int] | None] = {}
         self._texts: dict[tuple, str] = {}  # the same keys' sizes as text (a runner's key)
-        self._runners: dict[str, Runner] = {}
+        self._runners = RunnerCache()
         self._packs: dict[tuple[object, ...], tuple[object, torch.Tensor]] = {}  # weights packed once for all sizes
         self._weights_key: tuple = ()
         self.torch_calls = 0  # calls torch ran (autograd on, a size of 0)
@@ -238,7 +238,7 @@ class EmmyGroup(nn.Module):
             runner = self._build(sizes, args)
             if runner is None:
                 return self.torch_sub(*args)
-            self._runners[text] = runner
+            self._runners.put(text, runner)
         inputs = [args[i] for i in self.translated.inputs]
         if not torch.is_grad_enabled():  # the usual inference call: no context to enter
             return runner.run(inputs)

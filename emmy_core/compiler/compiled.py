@@ -27,7 +27,7 @@ from torch import nn
 from emmy_core.compiler.build import Builder, runnable_here
 from emmy_core.compiler.launch import Launcher
 from emmy_core.compiler.memory import check_fits
-from emmy_core.compiler.runner import Layout, Runner, plan_layout
+from emmy_core.compiler.runner import Layout, Runner, RunnerCache, plan_layout
 from emmy_core.compiler.weights import WeightWatch, check_same_kind
 from emmy_core.evidence.context import PriorArg, PriorUnavailableWarning, open_sources
 from emmy_core.evidence.freeze import FreezesArg
@@ -74,7 +74,7 @@ class Compiled:
         self._static = ModelResolver(sources)
         self._built = ModelResolver(sources, builder.check) if builder is not None else None
         self._plans: dict[str, list[KernelPlan]] = {}
-        self._runners: dict[str, Runner] = {}
+        self._runners = RunnerCache()
         self._weights: dict[str, torch.Tensor] | None = None
         self._watch = WeightWatch(module, lowered.weights) if module is not None else None
         self._warned_no_grad = False
@@ -216,12 +216,13 @@ class Compiled:
         self.follow_weights()
         s = self._sizes(sizes)
         text = format_sizes(s)
-        if text in self._runners:
-            return self._runners[text]
+        kept = self._runners.get(text)
+        if kept is not None:
+            return kept
         layout = plan_layout(self.lowered, s, self._planned(s, build=True))
         check_fits(layout.nbytes, self.device, f"{self.lowered.graph.name} at {text}")
         runner = Runner(layout, self._weights_on_device(), self.device, self._launcher)
-        self._runners[text] = runner
+        self._runners.put(text, runner)
         return runner
 
     def __call__(self, *inputs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:

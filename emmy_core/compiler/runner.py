@@ -252,6 +252,7 @@ class Runner:
                 self.labels.append(("view", op.out))
         self._pool = pool
         self._weights = weights
+        self.held_bytes = sum(s.nbytes for s in layout.pool.values())  # what it keeps between calls
 
     def rebind(self, paths: set[str] | frozenset[str]) -> int:
         """Binds again every launch that reads one of the weight `paths` (edited in place since it was bound:
@@ -371,3 +372,48 @@ class Runner:
             ref = self.layout.refs[name]
             out.append(env[ref[1]] if ref[0] == "env" else self._fixed(ref, self._pool, self._weights))
         return tuple(out)
+
+
+KEEP_SIZES = 16  # runners (sizes) one compiled graph keeps built at once
+KEEP_BYTES = 1 << 30  # and the buffers they hold, beyond the one just used
+
+
+class RunnerCache:
+    """The runners of one compiled graph by size text, least recently used dropped first.
+
+    Every runner holds its size's intermediates, allocated once (a 2048-wide Llama layer holds hundreds of MB
+    at a long prompt), so a model run at ever new sizes (a server's prompt lengths) would grow without
+    bound. At most KEEP_SIZES runners are kept, and beyond the most recent one no more than KEEP_BYTES of
+    pool; a size dropped and met again is built (and checked) again."""
+
+    def __init__(self, keep: int | None = None, keep_bytes: int | None = None) -> None:
+        self._keep, self._keep_bytes = keep, keep_bytes
+        self._runners: dict[str, Runner] = {}  # insertion order is use order: a hit moves to the end
+
+    def get(self, text: str) -> Runner | None:
+        runner = self._runners.pop(text, None)
+        if runner is not None:
+            self._runners[text] = runner
+        return runner
+
+    def put(self, text: str, runner: Runner) -> None:
+        self._runners.pop(text, None)
+        self._runners[text] = runner
+        keep = KEEP_SIZES if self._keep is None else self._keep
+        keep_bytes = KEEP_BYTES if self._keep_bytes is None else self._keep_bytes
+        held = sum(r.held_bytes for r in self._runners.values())
+        while len(self._runners) > 1 and (len(self._runners) > keep or held > keep_bytes):
+            oldest = next(iter(self._runners))
+            held -= self._runners.pop(oldest).held_bytes
+
+    def clear(self) -> None:
+        self._runners.clear()
+
+    def values(self) -> list[Runner]:
+        return list(self._runners.values())
+
+    def __contains__(self, text: object) -> bool:
+        return text in self._runners
+
+    def __len__(self) -> int:
+        return len(self._runners)

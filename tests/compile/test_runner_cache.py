@@ -1,0 +1,79 @@
+"""A compiled graph keeps a bounded number of runners (each holds its size's intermediates), least recently used
+dropped first; a size met again after it was dropped is built again and still equals torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+from torch import nn
+
+import emmy_core
+from emmy_core.compiler import runner as runner_module
+from emmy_core.compiler.backend import emmy_backend
+from emmy_core.compiler.runner import RunnerCache
+
+
+@dataclass
+class _Held:
+    held_bytes: int
+
+
+def test_the_least_recently_used_runner_is_dropped_first_beyond_the_count() -> None:
+    cache = RunnerCache(keep=2, keep_bytes=1 << 40)
+    a, b, c = _Held(1), _Held(1), _Held(1)
+    cache.put("S=1", a)  # type: ignore[arg-type]
+    cache.put("S=2", b)  # type: ignore[arg-type]
+    assert cache.get("S=1") is a  # used: now the most recent
+    cache.put("S=3", c)  # type: ignore[arg-type]
+    assert "S=2" not in cache and cache.get("S=1") is a and cache.get("S=3") is c and len(cache) == 2
+    assert cache.get("S=2") is None
+
+
+def test_runners_beyond_the_byte_budget_are_dropped_but_never_the_one_just_built() -> None:
+    cache = RunnerCache(keep=10, keep_bytes=100)
+    cache.put("S=1", _Held(60))  # type: ignore[arg-type]
+    cache.put("S=2", _Held(60))  # type: ignore[arg-type]
+    assert len(cache) == 1 and "S=2" in cache
+    cache.put("S=3", _Held(500))  # over the budget alone: still kept, as the one in use
+    assert len(cache) == 1 and "S=3" in cache
+
+
+class _Mlp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = nn.Linear(16, 32), nn.Linear(32, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(x)))
+
+
+def test_a_backend_group_keeps_at_most_keep_sizes_runners_and_rebuilds_a_dropped_size(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner_module, "KEEP_SIZES", 2)
+    torch.manual_seed(0)
+    m = _Mlp().eval()
+    c = torch.compile(m, backend=emmy_backend(prior=False), dynamic=True)
+    before = len(emmy_core.compiler.backend._GRAPHS)
+    with torch.no_grad():
+        for s in (3, 5, 7, 9, 3):
+            x = torch.randn(2, s, 16)
+            torch.testing.assert_close(c(x), m(x))
+        groups = [g for state in emmy_core.compiler.backend._GRAPHS[before:] for g in state.live_groups()]
+    assert groups and all(g.off is None for g in groups)
+    assert all(len(g._runners) <= 2 for g in groups)
+    assert all(len(g.sizes_seen()) == 4 for g in groups)  # every size it ran is still known to a tune
+
+
+def test_the_one_graph_path_keeps_at_most_keep_sizes_runners(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner_module, "KEEP_SIZES", 2)
+    torch.manual_seed(0)
+    m = _Mlp().eval()
+    compiled = emmy_core.compile(m, (torch.randn(2, 3, 16),), prior=False, torch_ops="refuse")
+    with torch.no_grad():
+        for s in (3, 5, 7, 3):
+            x = torch.randn(2, s, 16)
+            torch.testing.assert_close(compiled(x), m(x))
+            assert len(compiled._runners) <= 2
+    assert "B=2,S=3" in compiled._runners and "B=2,S=7" in compiled._runners and "B=2,S=5" not in compiled._runners
