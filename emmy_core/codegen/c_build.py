@@ -145,6 +145,41 @@ class Launch:
         if self._fn(ptrs, self._dyn):
             raise LaunchError(f"{self._name}: a thread could not allocate its working memory")
 
+    def over(self, fixed: Mapping[str, torch.Tensor], per_call: Mapping[str, str]) -> _LaunchOver:
+        """This launch with the buffers in `fixed` (allocated once by the caller, never moved) bound for good,
+        taking the others from a mapping by the keys `per_call` names (buffer -> key): `call(env)`.
+
+        A model's launch then writes only the pointers that change per call, with no dictionary made and no
+        view taken (a launch reads a buffer's address alone). `fixed` and `per_call` must name every buffer
+        this launch takes; ValueError otherwise. Unlike `__call__`, the pointer array becomes the returned
+        call's: use one or the other."""
+        names = {n for _, n in self._slots}
+        if set(fixed) | set(per_call) != names or set(fixed) & set(per_call):
+            raise ValueError(f"{self._name}: a launch over fixed and per-call buffers names each of "
+                             f"{', '.join(sorted(names))} once")
+        for i, n in self._slots:
+            if n in fixed:
+                self._ptrs[i] = fixed[n].data_ptr()
+        pairs = tuple((i, per_call[n]) for i, n in self._slots if n in per_call)
+        return _LaunchOver(self, tuple(fixed.values()), pairs)
+
+
+class _LaunchOver:
+    """`Launch.over`'s call: the per-call pointers written from `env`, the fixed tensors kept alive."""
+
+    __slots__ = ("_fixed", "_launch", "_pairs")
+
+    def __init__(self, launch: Launch, fixed: tuple[object, ...], pairs: tuple[tuple[int, str], ...]) -> None:
+        self._launch, self._fixed, self._pairs = launch, fixed, pairs
+
+    def __call__(self, env: Mapping[str, torch.Tensor]) -> None:
+        launch = self._launch
+        ptrs = launch._ptrs
+        for i, key in self._pairs:
+            ptrs[i] = env[key].data_ptr()
+        if launch._fn(ptrs, launch._dyn):
+            raise LaunchError(f"{launch._name}: a thread could not allocate its working memory")
+
 
 class CBuilt:
     """A compiled kernel: call it with CPU tensors by buffer name and the dynamic sizes (checked), or
