@@ -127,14 +127,16 @@ class EmmyGroup(nn.Module):
 
     def _sizes_of(self, args: Sequence[Any]) -> tuple[dict[str, int] | None, str]:
         """The group's named sizes at `args` (None where one is below 1: torch runs it) and their text (the key
-        of its runner), both worked out once per distinct argument shapes."""
-        key = tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args)
+        of its runner), both worked out once per distinct values of the sizes they are bound from (the
+        binders' dimensions: reading those alone, not every argument's shape, keeps a call's cost flat in
+        the number of weights a group reads)."""
+        binders = self.translated.binders
+        key = tuple(int(args[pos]) if d < 0 else args[pos].shape[d] for _, pos, d, _ in binders)
         if key in self._sizes:
             return self._sizes[key], self._texts[key]
         bound: dict[sympy.Expr, int] = {}
-        for bound_key, pos, d, offset in self.translated.binders:
-            a = args[pos]
-            bound[bound_key] = (int(a) if d < 0 else int(a.shape[d])) - offset
+        for (bound_key, _, _, offset), dim in zip(binders, key, strict=True):
+            bound[bound_key] = int(dim) - offset
         sizes = {name: bound[expr] if expr in bound else int(expr.xreplace(bound))
                  for name, expr in self.translated.names.exprs.items()}
         out = sizes if all(v >= 1 for v in sizes.values()) else None
