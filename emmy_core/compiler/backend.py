@@ -23,6 +23,7 @@ op that fell back with the reason.
 
 from __future__ import annotations
 
+import threading
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
@@ -121,6 +122,7 @@ class EmmyGroup(nn.Module):
         self._sizes: dict[tuple, dict[str, int] | None] = {}
         self._texts: dict[tuple, str] = {}  # the same keys' sizes as text (a runner's key)
         self._runners = RunnerCache()
+        self._building = threading.Lock()
         self._packs: dict[tuple[object, ...], tuple[object, torch.Tensor]] = {}  # weights packed once for all sizes
         self._weights_key: tuple = ()
         self.torch_calls = 0  # calls torch ran (autograd on, a size of 0)
@@ -231,16 +233,21 @@ class EmmyGroup(nn.Module):
             return self.torch_sub(*args)
         params = [args[pos] for _, pos in self.translated.params]
         wkey = tuple((p._version, p.data_ptr()) for p in params)
-        if wkey != self._weights_key:  # a weight was edited or replaced: launches bound to the old one go
-            self._runners.clear()
-            self._packs.clear()
-            self._weights_key = wkey
-        runner = self._runners.get(text)
+        runner = self._runners.get(text) if wkey == self._weights_key else None
         if runner is None:
-            runner = self._build(sizes, args)
-            if runner is None:
-                return self.torch_sub(*args)
-            self._runners.put(text, runner)
+            with self._building:  # one thread settles, builds and checks a size; the others then find it
+                if wkey != self._weights_key:  # a weight was edited or replaced: launches bound to the old one go
+                    self._runners.clear()
+                    self._packs.clear()
+                    self._weights_key = wkey
+                runner = self._runners.get(text)
+                if runner is None:
+                    if self.off is not None:  # handed back while this thread waited
+                        return self.torch_sub(*args)
+                    runner = self._build(sizes, args)
+                    if runner is None:
+                        return self.torch_sub(*args)
+                    self._runners.put(text, runner)
         inputs = [args[i] for i in self.translated.inputs]
         if not torch.is_grad_enabled():  # the usual inference call: no context to enter
             return runner.run(inputs)

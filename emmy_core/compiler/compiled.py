@@ -17,6 +17,7 @@ size whose forks fall past the measured tiers raises `StrictEvidenceError` listi
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -75,6 +76,7 @@ class Compiled:
         self._built = ModelResolver(sources, builder.check) if builder is not None else None
         self._plans: dict[str, list[KernelPlan]] = {}
         self._runners = RunnerCache()
+        self._building = threading.RLock()  # settling forks, following weights, building runners
         self._weights: dict[str, torch.Tensor] | None = None
         self._watch = WeightWatch(module, lowered.weights) if module is not None else None
         self._warned_no_grad = False
@@ -212,7 +214,13 @@ class Compiled:
         return [c.path for c in changes]
 
     def runner(self, sizes: Mapping[str, int] | str) -> Runner:
-        """The runner at `sizes`: forks settled with builds, buffers checked against free memory, allocated."""
+        """The runner at `sizes`: forks settled with builds, buffers checked against free memory, allocated.
+        One thread at a time settles and builds; calls of a built runner from several threads take turns
+        (`Runner.run`)."""
+        with self._building:
+            return self._runner(sizes)
+
+    def _runner(self, sizes: Mapping[str, int] | str) -> Runner:
         self.follow_weights()
         s = self._sizes(sizes)
         text = format_sizes(s)

@@ -20,6 +20,7 @@ against 8-9 us through a dictionary of views).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import prod
@@ -256,6 +257,7 @@ class Runner:
         self._pool = pool
         self._weights = weights
         self.held_bytes = sum(s.nbytes for s in layout.pool.values())  # what it keeps between calls
+        self._lock = threading.Lock()  # one call at a time: the pool and the launches' pointer arrays are shared
 
     def rebind(self, paths: set[str] | frozenset[str]) -> int:
         """Binds again every launch that reads one of the weight `paths` (edited in place since it was bound:
@@ -354,21 +356,28 @@ class Runner:
             self.run(inputs)
             sync()
             whole.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            env = self._env(inputs)
-            setup.append(time.perf_counter() - t0)
-            for i, op in enumerate(self._ops):
-                sync()
+            with self._lock:
                 t0 = time.perf_counter()
-                op(env)
-                sync()
-                times[i].append(time.perf_counter() - t0)
+                env = self._env(inputs)
+                setup.append(time.perf_counter() - t0)
+                for i, op in enumerate(self._ops):
+                    sync()
+                    t0 = time.perf_counter()
+                    op(env)
+                    sync()
+                    times[i].append(time.perf_counter() - t0)
         out = [(kind, what, 1e6 * statistics.median(ts)) for (kind, what), ts in zip(self.labels, times, strict=True)]
         out.append(("call", "setup", 1e6 * statistics.median(setup)))
         out.append(("call", "whole", 1e6 * statistics.median(whole)))
         return out
 
     def run(self, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """The outputs at `inputs`. Calls from several threads take turns: they share this size's buffers, and
+        the kernels run with the GIL released."""
+        with self._lock:
+            return self._run(inputs)
+
+    def _run(self, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         env = self._env(inputs)
         for op in self._ops:
             op(env)
