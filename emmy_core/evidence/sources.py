@@ -178,14 +178,15 @@ class PriorSource(Source):
         self.reason = reason
         self._prices: dict[ForkKey, tuple[float, str]] = {}
         # a pool's feature rows and scores, built once per key (pricing its top reuses the row)
-        self._scored: dict[tuple[ForkKey, tuple[str, ...]], tuple[list[float], np.ndarray]] = {}
+        # (scores, rows, the trees' own scores where the prior gives them: `Prior.scored`)
+        self._scored: dict[tuple[ForkKey, tuple[str, ...]], tuple[list[float], np.ndarray, np.ndarray | None]] = {}
         self._knobs: dict[tuple[str, ...], dict[str, np.ndarray]] = {}
 
     def unavailable(self) -> str | None:
         return None if self.prior is not None else f"no prior: {self.reason}"
 
     def _scored_pool(self, kernel: Program, key: ForkKey, options: Sequence[ScheduleOption],
-                     card: Card) -> tuple[list[float], np.ndarray]:
+                     card: Card) -> tuple[list[float], np.ndarray, np.ndarray | None]:
         ids = tuple(o.schedule_id for o in options)
         memo = (key, ids)
         if memo not in self._scored:
@@ -193,10 +194,12 @@ class PriorSource(Source):
             if ids not in self._knobs:  # the pool's knobs encoded once, for every size it is scored at
                 self._knobs[ids] = knob_columns(candidates)
             rows = self.prior.rows(kernel, sizes_of(key), card, key.setting, candidates, self._knobs[ids])
-            out = [float(s) for s in self.prior.score_rows(rows, card)]
+            both = getattr(self.prior, "scored", None)  # a prior of another make may score only
+            shipped, own = both(rows, card) if both is not None else (self.prior.score_rows(rows, card), None)
+            out = [float(s) for s in shipped]
             if len(out) != len(options):
                 raise ValueError(f"the prior gave {len(out)} scores for {len(options)} candidates")
-            self._scored[memo] = (out, rows)
+            self._scored[memo] = (out, rows, own)
         return self._scored[memo]
 
     def _scores(self, kernel: Program, key: ForkKey, options: Sequence[ScheduleOption], card: Card) -> list[float]:
@@ -219,9 +222,13 @@ class PriorSource(Source):
             options = [o for o in sources.schedule_fork(kernel).options if isinstance(o, ScheduleOption)]
             if not options:
                 raise ValueError(f"{kernel.name} has no schedule options on {sources.card.name}")
-            scores, rows = self._scored_pool(kernel, key, options, sources.card)
+            scores, rows, own = self._scored_pool(kernel, key, options, sources.card)
             top = max(range(len(options)), key=lambda i: (scores[i], -i))
-            price = self.prior.price_rows(kernel, sources.card, rows[top:top + 1], np.array([scores[top]]))
+            if own is None:
+                price = self.prior.price_rows(kernel, sources.card, rows[top:top + 1], np.array([scores[top]]))
+            else:  # the trees' own score of the top row, kept from scoring the pool
+                price = self.prior.price_rows(kernel, sources.card, rows[top:top + 1], np.array([scores[top]]),
+                                              own=own[top:top + 1])
             self._prices[key] = (float(price[0]), options[top].label)
         return self._prices[key]
 

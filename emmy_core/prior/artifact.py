@@ -96,11 +96,17 @@ class Prior:
     def score_rows(self, rows: np.ndarray, card: Card | None = None) -> np.ndarray:
         """The scores of one pool's rows on `card`: the trees, blended with the rows' transfer column as the
         fit selected for a card it never saw (`seen`); `card` None is a card described nowhere (unseen)."""
-        scores = self.trees.predict(rows)
+        return self.scored(rows, card)[0]
+
+    def scored(self, rows: np.ndarray, card: Card | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """`score_rows`, and the trees' own scores of the same rows (what `price_rows` reads; the same array
+        where the shipped ranking is the trees alone): a resolver that scores a pool and then prices its top
+        predicts once."""
+        own = self.trees.predict(rows)
         if self.model_alone(card):
-            return scores
+            return own, own
         transfer = None if self._transfer_column is None else rows[:, self._transfer_column]
-        return ranked(self.blend, self.weight, scores, transfer, None, self.no_evidence)
+        return ranked(self.blend, self.weight, own, transfer, None, self.no_evidence), own
 
     def model_alone(self, card: Card | None) -> bool:
         """Whether `score_rows` is the trees alone for every pool of `card` (the scale the price curves are
@@ -131,12 +137,14 @@ class Prior:
         return self.price_rows(kernel, card, rows, self.score_rows(rows, card))
 
     def price_rows(self, kernel: Program | Extern, card: Card | None, rows: np.ndarray,
-                   scores: np.ndarray) -> np.ndarray:
+                   scores: np.ndarray, own: np.ndarray | None = None) -> np.ndarray:
         """`price` of rows already built and scored (a resolver prices the top of a pool it scored). The
         curves are fitted on the trees' scores: where the shipped ranking is another (the rule's order, a
-        transfer order or blend), the rows are priced from the trees' own scores."""
+        transfer order or blend), the rows are priced from the trees' own scores (`own`, as `scored` gave
+        them, else predicted again)."""
         key = curve_key(card.target if card is not None else None, isinstance(kernel, Extern))
-        own = scores if self.model_alone(card) else self.trees.predict(rows)
+        if own is None:
+            own = scores if self.model_alone(card) else self.trees.predict(rows)
         return price(self.curves, key, own, scale_of(rows, self.features))
 
 

@@ -159,6 +159,11 @@ def test_pricing_a_row_of_a_scored_pool_equals_pricing_that_candidate_alone() ->
     pool = [dict(c) for c in candidates(kernel, OTHER_CPU)]
     rows = prior.rows(kernel, {"T": 128}, OTHER_CPU, "deploy", pool)
     scores = prior.score_rows(rows)
+    shipped, own = prior.scored(rows, OTHER_CPU)
+    assert shipped.tolist() == prior.score_rows(rows, OTHER_CPU).tolist()
     for i in (0, len(pool) // 2, len(pool) - 1):
         alone = prior.price(kernel, {"T": 128}, OTHER_CPU, "deploy", [pool[i]])
         assert prior.price_rows(kernel, OTHER_CPU, rows[i:i + 1], scores[i:i + 1]).tolist() == alone.tolist()
+        # the trees' own scores kept from scoring the pool price a row as predicting it again does
+        assert prior.price_rows(kernel, OTHER_CPU, rows[i:i + 1], shipped[i:i + 1], own=own[i:i + 1]).tolist() \
+            == alone.tolist()
