@@ -28,7 +28,6 @@ from typing import Any
 
 import torch
 
-from emmy_core.codegen.c_build import Launch
 from emmy_core.compiler.launch import Launcher
 from emmy_core.dtypes import torch_dtype
 from emmy_core.evidence.model import KernelPlan
@@ -284,19 +283,7 @@ class Runner:
                      if ref[0] == "weight"}
         fixed = {b: self._fixed(ref, pool, weights).view(shape) for b, ref, shape in op.buffers if ref[0] == "pool"}
         per_call = [(b, ref[1], shape) for b, ref, shape in op.buffers if ref[0] == "env"]
-        launch = launcher.bind(constants, self._packs)
-        if isinstance(launch, Launch):  # prepared: the pool's pointers written once, the env's per call
-            return launch.over(fixed, {b: value for b, value, _ in per_call})
-        if not per_call:
-            return lambda env: launch(fixed)
-
-        def run(env: dict[str, torch.Tensor]) -> None:
-            buffers = dict(fixed)
-            for b, value, shape in per_call:
-                buffers[b] = env[value].view(shape)
-            launch(buffers)
-
-        return run
+        return launcher.bind(constants, fixed, per_call, self._packs)
 
     def _copy(self, op: CopySpec, pool: Mapping[str, torch.Tensor],
               weights: Mapping[str, torch.Tensor]) -> Callable[[dict[str, torch.Tensor]], None]:
