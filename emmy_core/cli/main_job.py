@@ -133,7 +133,8 @@ def fork_section(model: str, dims: dict[str, int], setting: str) -> dict[str, in
     compiled = explain(module, inputs_fn(SMALL), dims, setting=setting, name=model)
     card, kernels = compiled.card, compiled.lowered.kernels
     counts = Counter(k.kernel_id for k in kernels)
-    typer.echo(f"\n== {model} at {format_sizes(dims)} for {card.name} ({card.target}), setting {setting}")
+    typer.echo("")
+    say(f"== {model} at {format_sizes(dims)} for {card.name} ({card.target}), setting {setting}", indent="")
     say(f"{len(kernels)} kernels, {len(counts)} distinct")
     say(compiled.explain(width=WIDTH - 2))
     tiers = compiled.record.tiers()
