@@ -39,7 +39,8 @@ from emmy_core.prior.geometry import Context, candidate_columns, text_code
 from emmy_core.prior.transfer_features import TRANSFER_NAMES
 from emmy_core.targets.card import INSTRUCTION_FLAGS, NUMERIC_FIELDS, Card
 
-FEATURE_VERSION = 3  # 2: the transfer columns (`tr.*`); 3: each other card answers at its nearest sizes
+FEATURE_VERSION = 4  # 2: the transfer columns (`tr.*`); 3: each other card answers at its nearest sizes;
+# 4: `tr.sim` weighs a card of another vendor less (`emmy_core.targets.similarity`)
 
 SETTING_FEATURE = {"deploy": 0.0, "rank": 1.0}
 FAMILY_CODES = {"matmul": 0.0, "row": 1.0, "elementwise": 2.0, "extern": 3.0}

@@ -14,8 +14,8 @@ card's hardware numbers. From it, for one fork's candidates on a card, four colu
 - `tr.rank`: the share of the candidates with a transfer score whose score is strictly higher
   (0 for the best; a rank comparable across pool sizes);
 - `tr.sim`: `tr.score` weighted by how similar each other card is, exp(-distance) of their hardware
-  numbers (mean squared difference of logs over the fields both have); missing for a card described
-  nowhere;
+  descriptions (`emmy_core.targets.similarity`: the numbers, and the vendor); missing for a card
+  described nowhere;
 - `tr.cards`: how many other cards measured the configuration.
 
 A configuration no other card measured has every column missing (NaN), never zero. The card being
@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from emmy_core.targets.similarity import hardware_distance
+
 TABLE_VERSION = 1
 FAILED_RATIO = 1e-3  # best/time a failure on another card counts as (the transfer baseline's value)
 SID_CHARS = 16  # schedule ids are kept by their first 16 hex digits (64 bits: no collision in one pool)
@@ -43,16 +45,6 @@ MAX_ENTRIES = 2_000_000
 
 def short_sid(schedule_id: str) -> str:
     return schedule_id[:SID_CHARS]
-
-
-def hardware_distance(a: Mapping[str, float] | None, b: Mapping[str, float] | None) -> float:
-    """Mean squared difference of log numbers over the fields both cards have (inf when nothing compares)."""
-    if not a or not b:
-        return math.inf
-    shared = [k for k in a if k in b and a[k] > 0 and b[k] > 0]
-    if not shared:
-        return math.inf
-    return sum((math.log(a[k]) - math.log(b[k])) ** 2 for k in shared) / len(shared)
 
 
 PoolKey = tuple[str, str, str]  # kernel id, sizes text, setting

@@ -7,8 +7,8 @@ same kernel at the same sizes and setting (no model), so the per-pool metrics
 - transfer: per configuration, the geometric mean of best/time over the other cards that
   measured it (a failure there counts as FAILED_RATIO); the highest is picked. A member no
   other card measured ranks last;
-- most similar card: the other card whose hardware description is nearest (mean squared
-  difference of log numbers over the fields both have) ranks by its own measured times;
+- most similar card: the other card whose hardware description is nearest
+  (`emmy_core.targets.similarity`: the numbers, and the vendor) ranks by its own measured times;
 - the rule's first option and the random pick are in `metrics` (`index_slowdown`, `random_slowdown`).
 """
 
@@ -20,9 +20,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from emmy_core.prior.dataset import DatasetFork
+from emmy_core.prior.transfer_features import FAILED_RATIO
 from emmy_core.targets.card import Card
+from emmy_core.targets.similarity import hardware_distance
 
-FAILED_RATIO = 1e-3  # best/time a failure on another card counts as (a thousand times slower than its best)
 UNSEEN = -1e300  # score of a member no other card measured: after every measured one, in emitted order
 
 
@@ -56,14 +57,10 @@ def transfer_scores(fork: DatasetFork, others: Sequence[DatasetFork]) -> np.ndar
 
 
 def card_distance(a: Card | None, b: Card | None) -> float:
-    """Mean squared difference of log numbers over the fields both cards have (inf when nothing compares)."""
+    """The hardware distance of two cards (`emmy_core.targets.similarity`); inf when either is undescribed."""
     if a is None or b is None:
         return math.inf
-    na, nb = a.numeric(), b.numeric()
-    shared = [k for k in na if k in nb and na[k] > 0 and nb[k] > 0]
-    if not shared:
-        return math.inf
-    return sum((math.log(na[k]) - math.log(nb[k])) ** 2 for k in shared) / len(shared)
+    return hardware_distance(a.numeric(), b.numeric())
 
 
 def most_similar_scores(fork: DatasetFork, others: Sequence[DatasetFork]) -> np.ndarray | None:
