@@ -131,13 +131,14 @@ def kernel_split(forks: Sequence[DatasetFork], names: Sequence[str], pools: str,
 
 
 def choice_figures(held: Sequence[Held], no_evidence: str = RANKER) -> list[dict[str, Any]]:
-    """Every choice of `ranking.choices()` with its top-1 and top-5 over `held`, a pool without transfer
-    evidence ranked by `no_evidence`."""
+    """Every choice of `ranking.choices()` with its top-1 and top-5 over `held` and each held-out pool's
+    top-1 (`per_pool`, in `held`'s order), a pool without transfer evidence ranked by `no_evidence`."""
     rows = []
     for src, w in choices():
-        summary = metrics.summarize([h.figures(src, w, no_evidence) for h in held])
+        figures = [h.figures(src, w, no_evidence) for h in held]
+        summary = metrics.summarize(figures)
         rows.append({"source": src, "weight": w, "mode": mode_of(w, src), "top1": summary.get("top1"),
-                     "top5": summary.get("top5")})
+                     "top5": summary.get("top5"), "per_pool": [f.get("top1") for f in figures]})
     return rows
 
 
@@ -168,7 +169,7 @@ def select_choice(held: Sequence[Held]) -> tuple[str, float, str]:
         return (*choices()[0], NO_EVIDENCE[0])
     bare = select_no_evidence(held)
     rows = choice_figures(held, bare)
-    best = rows[select([(r["top1"], r["top5"]) for r in rows])]
+    best = rows[select([(r["top1"], r["top5"], r["per_pool"]) for r in rows])]
     return best["source"], best["weight"], bare
 
 
@@ -184,7 +185,7 @@ def choose_ranking(held: Sequence[Held]) -> dict[str, Any]:
     bare_rows = no_evidence_figures(held)
     bare = NO_EVIDENCE[select([(r["top1"], r["top5"]) for r in bare_rows])]
     rows = choice_figures(held, bare)
-    chosen = rows[select([(r["top1"], r["top5"]) for r in rows])]
+    chosen = rows[select([(r["top1"], r["top5"], r["per_pool"]) for r in rows])]
     first = next(r for r in rows if r["source"] == FIRST)
     order = next(r for r in rows if r["source"] == SOURCES[0] and r["weight"] == 1.0)
     alone = next(r for r in rows if r["weight"] == 0.0)
@@ -197,7 +198,8 @@ def choose_ranking(held: Sequence[Held]) -> dict[str, Any]:
 
     return {"source": chosen["source"], "weight": chosen["weight"], "mode": chosen["mode"], "split": "card",
             "no_evidence": bare, "no_evidence_candidates": bare_rows,
-            "top1": chosen["top1"], "top5": chosen["top5"], "candidates": rows,
+            "top1": chosen["top1"], "top5": chosen["top5"],
+            "candidates": [{k: v for k, v in r.items() if k != "per_pool"} for r in rows],
             "transfer_baseline_top1": base.get("transfer_top1"), "vs_first": margin(first["top1"]),
             "vs_ranker": margin(alone["top1"]), "vs_transfer_order": margin(order["top1"]),
             "vs_transfer_baseline": margin(base.get("transfer_top1")),

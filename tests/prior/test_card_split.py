@@ -16,16 +16,19 @@ from emmy_core.knobs.vocab import schedule_id
 from emmy_core.prior import load_prior
 from emmy_core.prior.dataset import DatasetFork, read_dataset
 from emmy_core.prior.featurize import featurize, transfer_view
-from emmy_core.prior.fit import choose_ranking, select_no_evidence
+from emmy_core.prior.fit import choice_figures, choose_ranking, select_no_evidence
 from emmy_core.prior.ranking import (
     FIRST,
     RANKER,
     SELECT_MARGIN,
+    SIGN_LEVEL,
+    beats,
     choices,
     combine,
     first_order,
     ranked,
     select,
+    sign_tail,
 )
 from emmy_core.prior.training import Params
 from emmy_core.prior.transfer import Held, card_split, transfer_column
@@ -162,15 +165,31 @@ def test_the_blend_selection_is_deterministic_for_a_seed(freeze_export: Path, fr
     assert json.dumps(choose_ranking(_held(freeze_export, 4)), sort_keys=True) == json.dumps(first, sort_keys=True)
     assert [(c["source"], c["weight"]) for c in first["candidates"]] == choices()
     assert (first["source"], first["weight"]) in choices()
-    winner = first["candidates"][select([(c["top1"], c["top5"]) for c in first["candidates"]])]
+    rows = choice_figures(freeze_held, first["no_evidence"])
+    winner = rows[select([(r["top1"], r["top5"], r["per_pool"]) for r in rows])]
     assert (first["source"], first["weight"], first["top1"]) == (winner["source"], winner["weight"], winner["top1"])
-    best = min(c["top1"] for c in first["candidates"])
-    assert first["top1"] <= best / (1 - SELECT_MARGIN)  # within the margin a lookup keeps its place
+    assert all("per_pool" not in c for c in first["candidates"])  # recomputed from the held-out pools, not kept
     # the earlier choice (a lookup) stays unless a later one picks better by more than the margin
     assert select([(1.1, 1.0), (1.1, 1.0), (1.2, 1.0)]) == 0
     assert select([(1.1, 1.0), (1.095, 1.0), (1.05, 1.0)]) == 2
     assert select([(1.1, 1.0), (1.1, 0.9)]) == 1  # top-5 settles an equal top-1
     assert select([(None, None), (1.3, None)]) == 1
+
+
+def test_a_model_replaces_the_lookup_only_when_it_wins_on_enough_held_out_pools_without_losing_its_top5() -> None:
+    lookup = (1.30, 1.10, [1.0] * 9 + [1.5, 1.6])
+    two_lucky_pools = (1.25, 1.10, [1.0] * 9 + [1.0, 1.3])  # 4% better overall, from two pools only
+    assert sign_tail(2, 2) == 0.25 > SIGN_LEVEL and select([lookup, two_lucky_pools]) == 0
+    four_pools = (1.25, 1.10, [0.99, 0.98, 0.97, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.4, 1.5])
+    assert sign_tail(4, 4) == 1 / 16 <= SIGN_LEVEL and select([lookup, four_pools]) == 1
+    three_of_four = (1.25, 1.10, [1.01, 0.98, 0.97, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.4, 1.5])
+    assert sign_tail(3, 4) == 5 / 16 and select([lookup, three_of_four]) == 0
+    worse_top5 = (1.25, 1.10 * (1 + SELECT_MARGIN) + 0.01, four_pools[2])  # top-1 won with a top-5 lost
+    assert not beats(worse_top5, lookup) and select([lookup, worse_top5]) == 0
+    assert select([lookup, (1.30 * (1 - SELECT_MARGIN) + 1e-6, 1.10, four_pools[2])]) == 0  # within the margin
+    assert sign_tail(0, 0) == 1.0 and sign_tail(5, 6) == 7 / 64
+    # without each pool's figures the margin and top-5 decide alone (the pools without evidence)
+    assert select([(1.30, 1.10), (1.25, 1.10)]) == 1
 
 
 def test_the_blend_ranks_unmeasured_candidates_with_the_worst_known_and_the_ranker_alone_without_any() -> None:
@@ -291,7 +310,11 @@ def test_the_selection_compares_the_rules_first_option_and_keeps_it_unless_a_mod
     rk = choose_ranking(held)
     first = next(c for c in rk["candidates"] if c["source"] == FIRST)
     assert first["mode"] == FIRST and rk["vs_first"] == pytest.approx(rk["top1"] / first["top1"] - 1)
-    assert rk["top1"] <= min(c["top1"] for c in rk["candidates"]) / (1 - SELECT_MARGIN)
+    rows = choice_figures(held, rk["no_evidence"])
+    shipped = next(r for r in rows if (r["source"], r["weight"]) == (rk["source"], rk["weight"]))
+    for r in rows[rows.index(shipped) + 1:]:  # every later choice failed to earn its place over the shipped one
+        assert r["top1"] is None or not beats((r["top1"], r["top5"], r["per_pool"]),
+                                              (shipped["top1"], shipped["top5"], shipped["per_pool"]))
     runner = rk["runner_up"]  # which won and by how much: the best choice of another mode
     assert runner["mode"] != rk["mode"] and runner["margin"] == pytest.approx(rk["top1"] / runner["top1"] - 1)
 
