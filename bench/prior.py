@@ -13,11 +13,16 @@ Four questions, each against a baseline measured in the same run:
   cache file's own order), a random pick's expectation, the most similar card's best and the
   transfer baseline (no model: per configuration the geomean of best/time over the other
   cards of the same kernel); every blend weight on all cards; the spread over seeds;
+- unseen (`--unseen DIR [--unseen-cards FILE]`): a prior fitted on every peer cache judged on Kernel
+  Tuner caches of cards no peer file holds (Kernel Tuner's benchmark hub has the same kernels on the
+  A100, MI250X, W7800, MI50, TITAN RTX and RTX 3060 Laptop; describe the cards the table lacks in a
+  card file), beside the baselines read from the peer caches alone;
 - cpu: the installed prior (fitted on the freeze's CPU) on pools this machine measured with
   `emmy tune` (a tuning database, `--cpu-db`), the same figures, the freeze's card as the
   other card of the baselines.
 
 Run: .venv/bin/python bench/prior.py [--only score,fit,loco,cpu] [--seeds 0,1,2] [--peer DIR] [--cpu-db PATH]
+     [--unseen DIR --unseen-cards FILE]
 Fill the CPU database first, e.g. for m in "llama_block B=1,S=128" "mlp B=8,S=256"; do set -- $m;
 .venv/bin/emmy tune --model $1 --shape $2 --budget 24 --db _data/cpu.db; done
 """
@@ -248,6 +253,48 @@ def bench_cpu(cpu_db: Path, prior_path: Path | None) -> None:
             f"first {f.get('first_slowdown') or float('nan'):.3f} transfer {f.get('transfer_top1') or float('nan'):.3f}")
 
 
+def bench_unseen(peer: Dataset, unseen: Path, cards_file: Path | None, params: Params) -> None:
+    """The question a fresh machine asks, on cards no peer file holds: a prior fitted on every peer cache
+    (as `emmy fit DATASET --pools measured`) ranks each pool of the caches in `unseen`, beside the
+    baselines read from the peer caches alone (what copying the other cards' best would give)."""
+    from emmy_core.targets import CARDS_ENV
+
+    if cards_file is not None:
+        os.environ[CARDS_ENV] = str(cards_file)  # the import and the export describe the cards the table lacks
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "unseen").mkdir()
+        held = peer_dataset(unseen, Path(tmp) / "unseen")
+        t = time.monotonic()
+        fit_dataset(peer, Path(tmp) / "fit.json", pools="measured", folds=5, seed=0, params=params,
+                    tracking_uri="off", fits_dir=Path(tmp) / "fits")
+        prior = load_prior(Path(tmp) / "fit.json")
+        wall = time.monotonic() - t
+    known = {f.card_name for f in peer.forks}
+    figures = []
+    for fork in held.forks:
+        mm = np.flatnonzero(fork.measured)
+        if len(mm) < 2 or fork.card_name in known:
+            continue
+        scores = prior.score(fork.kernel, fork.sizes, fork.card, fork.setting, [fork.knobs[i] for i in mm])
+        f: dict[str, Any] = {"card": fork.card_name, "kernel": getattr(fork.kernel, "name", fork.kernel_id)}
+        f.update(m.pool_metrics(scores, fork.times[mm], fork.ok[mm]))
+        f.update(fork_baselines(fork, peer.forks))
+        figures.append(f)
+    rk = prior.doc["ranking"]
+    say(f"unseen: a prior fitted on the peer caches in {wall:.0f} s (ships {rk['mode']}: {rk['source']}, weight "
+        f"{rk['weight']}) on {len(figures)} pools of {unseen} on cards no peer file holds; the baselines read the "
+        f"peer caches ({load()})")
+    say(_header("card"))
+    for card in sorted({f["card"] for f in figures}):
+        say(_row(card, [f for f in figures if f["card"] == card]))
+    say(_row("all pools (geomean)", figures))
+    with_evidence = [f for f in figures if f.get("transfer_top1") is not None]
+    say(_row("pools another card measured", with_evidence))
+    for f in figures:
+        say(f"    {f['card'][:24]:<24} {f['kernel'][:22]:<22} top1 {f['top1']:.3f} top5 {f['top5'] or float('nan'):.3f} "
+            f"transfer {f.get('transfer_top1') or float('nan'):.3f} similar {f.get('similar_slowdown') or float('nan'):.3f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="score,fit,loco,cpu")
@@ -256,13 +303,18 @@ def main() -> int:
     ap.add_argument("--cpu-db", type=Path, default=ROOT / "_data" / "cpu.db")
     ap.add_argument("--cpu-prior", type=Path, default=None, help="artifact for the cpu question (default: installed)")
     ap.add_argument("--repeats", type=int, default=50)
+    ap.add_argument("--unseen", type=Path, default=None,
+                    help="Kernel Tuner caches of cards no peer file holds (the unseen question; not run without)")
+    ap.add_argument("--unseen-cards", type=Path, default=None, help="a card file describing the unseen cards")
     args = ap.parse_args()
     only = set(args.only.split(","))
     params = Params()
     say(f"bench/prior.py ({load()}); fit parameters {json.dumps(params.to_json(), sort_keys=True)}")
     if "score" in only:
         bench_score(args.repeats)
-    if only & {"fit", "loco"}:
+    if args.unseen is not None:
+        only.add("unseen")
+    if only & {"fit", "loco", "unseen"}:
         if not args.peer.is_dir():
             say(f"fit, loco: no peer data at {args.peer}; skipped")
         else:
@@ -272,6 +324,8 @@ def main() -> int:
                 bench_fit(dataset, params)
             if "loco" in only:
                 bench_loco(dataset, params, [int(s) for s in args.seeds.split(",")])
+            if "unseen" in only and args.unseen is not None:
+                bench_unseen(dataset, args.unseen, args.unseen_cards, params)
     if "cpu" in only:
         bench_cpu(args.cpu_db, args.cpu_prior)
     say(f"done; peak {peak_mb():.0f} MB ({load()})")
