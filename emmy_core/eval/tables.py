@@ -218,6 +218,9 @@ def fit_text(report: Mapping[str, Any]) -> str:
                f"{pct(rk.get('vs_ranker'))} against the ranker alone, "
                f"{pct(rk.get('vs_transfer_order'))} against the transfer order, {pct(rk.get('vs_transfer_baseline'))} "
                f"against the transfer baseline (every weight: {choices or 'none'})")
+    for r in rk.get("refused", []):
+        out.append(f"  not shipped though its top-1 was lower: {r.get('mode')} ({r.get('source')}, weight "
+                   f"{r.get('weight')}), top-1 {fmt(r.get('top1'), 'x')}: {r.get('why')}")
     km = report.get("kernel_mean", {})
     out.append(f"kernel split ({len(report.get('kernel_folds', []))} folds, new kernels on known cards): top-1 "
                f"{fmt(km.get('top1'), 'x')}, top-5 {fmt(km.get('top5'), 'x')}, first option "

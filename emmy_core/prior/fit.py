@@ -53,7 +53,17 @@ from emmy_core.prior.features import FEATURE_VERSION
 from emmy_core.prior.featurize import featurize, transfer_view
 from emmy_core.prior.fold_tasks import DaskTrainer, DatasetRef, FoldTrainer, train_here
 from emmy_core.prior.price import curve_key, fit_curve, scale_of
-from emmy_core.prior.ranking import FIRST, NO_EVIDENCE, RANKER, SOURCES, choices, mode_of, ranked, select
+from emmy_core.prior.ranking import (
+    FIRST,
+    NO_EVIDENCE,
+    RANKER,
+    SOURCES,
+    choices,
+    mode_of,
+    ranked,
+    select,
+    selection,
+)
 from emmy_core.prior.training import (
     DEFAULT_POOLS,
     Params,
@@ -185,7 +195,11 @@ def choose_ranking(held: Sequence[Held]) -> dict[str, Any]:
     bare_rows = no_evidence_figures(held)
     bare = NO_EVIDENCE[select([(r["top1"], r["top5"]) for r in bare_rows])]
     rows = choice_figures(held, bare)
-    chosen = rows[select([(r["top1"], r["top5"], r["per_pool"]) for r in rows])]
+    index, why = selection([(r["top1"], r["top5"], r["per_pool"]) for r in rows])
+    chosen = rows[index]
+    refused = [{"source": r["source"], "weight": r["weight"], "mode": r["mode"], "top1": r["top1"], "why": w}
+               for r, w in zip(rows, why, strict=True)
+               if w is not None and chosen["top1"] is not None and r["top1"] < chosen["top1"]]
     first = next(r for r in rows if r["source"] == FIRST)
     order = next(r for r in rows if r["source"] == SOURCES[0] and r["weight"] == 1.0)
     alone = next(r for r in rows if r["weight"] == 0.0)
@@ -199,7 +213,7 @@ def choose_ranking(held: Sequence[Held]) -> dict[str, Any]:
     return {"source": chosen["source"], "weight": chosen["weight"], "mode": chosen["mode"], "split": "card",
             "no_evidence": bare, "no_evidence_candidates": bare_rows,
             "top1": chosen["top1"], "top5": chosen["top5"],
-            "candidates": [{k: v for k, v in r.items() if k != "per_pool"} for r in rows],
+            "candidates": [{k: v for k, v in r.items() if k != "per_pool"} for r in rows], "refused": refused,
             "transfer_baseline_top1": base.get("transfer_top1"), "vs_first": margin(first["top1"]),
             "vs_ranker": margin(alone["top1"]), "vs_transfer_order": margin(order["top1"]),
             "vs_transfer_baseline": margin(base.get("transfer_top1")),

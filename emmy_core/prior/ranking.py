@@ -110,20 +110,36 @@ def select(figures: Sequence[Figures]) -> int:
     a later one only where that one earns it (`beats`); top-5 settles an equal top-1. A selection is a
     function of its figures alone, and an earlier choice (a lookup) is kept unless a later one (a model)
     clearly beats it on the held-out cards."""
+    return selection(figures)[0]
+
+
+def selection(figures: Sequence[Figures]) -> tuple[int, list[str | None]]:
+    """`select`'s index, and per choice why it did not replace the choice ahead at its turn (`verdict`;
+    None for one that did, the first, and one with no top-1)."""
     best: int | None = None
+    why: list[str | None] = []
     for i, row in enumerate(figures):
-        if row[0] is None:
-            continue
-        if best is None or beats(row, figures[best]):
-            best = i
-    return 0 if best is None else best
+        reason = None
+        if row[0] is not None:
+            if best is not None:
+                reason = verdict(row, figures[best])
+            if reason is None:
+                best = i
+        why.append(reason)
+    return (0 if best is None else best), why
 
 
 def beats(challenger: Figures, incumbent: Figures) -> bool:
-    """Whether a later choice replaces an earlier one: a top-1 better by more than SELECT_MARGIN, a top-5
-    no worse by more than the margin, and, where both give each pool's top-1, better on enough of the
-    pools where the two differ that a fair coin per pool would do as well with probability at most
-    SIGN_LEVEL (a one-sided sign test); or an equal top-1 with a better top-5.
+    """Whether a later choice replaces an earlier one (`verdict` says why not)."""
+    return verdict(challenger, incumbent) is None
+
+
+def verdict(challenger: Figures, incumbent: Figures) -> str | None:
+    """None where a later choice replaces an earlier one, else why not, in words. It replaces it with a
+    top-1 better by more than SELECT_MARGIN, a top-5 no worse by more than the margin, and, where both
+    give each pool's top-1, better on enough of the pools where the two differ that a fair coin per
+    pool would do as well with probability at most SIGN_LEVEL (a one-sided sign test); or with an equal
+    top-1 and a better top-5.
 
     Why the guards: the card split's top-1 over a few pools moves by more than the margin when one pick
     flips between near-equal configurations, so a win that two pools carry, or one bought with a worse
@@ -134,17 +150,19 @@ def beats(challenger: Figures, incumbent: Figures) -> bool:
     b1, b5 = incumbent[0], incumbent[1]
     assert t1 is not None and b1 is not None
     if t1 == b1:
-        return t5 is not None and (b5 is None or t5 < b5)
+        return None if t5 is not None and (b5 is None or t5 < b5) else "the same top-1 and no better top-5"
     if not t1 < b1 * (1 - SELECT_MARGIN):
-        return False
+        return f"top-1 {t1:.3f} is not {SELECT_MARGIN:.0%} better than {b1:.3f}"
     if t5 is not None and b5 is not None and t5 > b5 * (1 + SELECT_MARGIN):
-        return False
+        return f"top-5 {t5:.3f} is more than {SELECT_MARGIN:.0%} worse than {b5:.3f}"
     if len(challenger) > 2 and len(incumbent) > 2:
         pairs = [(a, b) for a, b in zip(challenger[2], incumbent[2], strict=True)  # type: ignore[misc]
                  if a is not None and b is not None and a != b]
         wins = sum(a < b for a, b in pairs)
-        return sign_tail(wins, len(pairs)) <= SIGN_LEVEL
-    return True
+        p = sign_tail(wins, len(pairs))
+        if p > SIGN_LEVEL:
+            return f"better on {wins} of the {len(pairs)} held-out pools where the two differ (sign test {p:.2f})"
+    return None
 
 
 def sign_tail(wins: int, n: int) -> float:

@@ -28,6 +28,7 @@ from emmy_core.prior.ranking import (
     first_order,
     ranked,
     select,
+    selection,
     sign_tail,
 )
 from emmy_core.prior.training import Params
@@ -180,6 +181,8 @@ def test_a_model_replaces_the_lookup_only_when_it_wins_on_enough_held_out_pools_
     lookup = (1.30, 1.10, [1.0] * 9 + [1.5, 1.6])
     two_lucky_pools = (1.25, 1.10, [1.0] * 9 + [1.0, 1.3])  # 4% better overall, from two pools only
     assert sign_tail(2, 2) == 0.25 > SIGN_LEVEL and select([lookup, two_lucky_pools]) == 0
+    assert selection([lookup, two_lucky_pools]) == (0, [None, "better on 2 of the 2 held-out pools where the two "
+                                                             "differ (sign test 0.25)"])  # why, as `prior info` says
     four_pools = (1.25, 1.10, [0.99, 0.98, 0.97, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.4, 1.5])
     assert sign_tail(4, 4) == 1 / 16 <= SIGN_LEVEL and select([lookup, four_pools]) == 1
     three_of_four = (1.25, 1.10, [1.01, 0.98, 0.97, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.4, 1.5])
