@@ -214,6 +214,22 @@ def bench_loco(dataset: Dataset, params: Params, seeds: Sequence[int]) -> None:
         f"goal top1 <= 1.07, top5 <= 1.03, spread < 0.03")
 
 
+def pool_figures(prior: Any, forks: Sequence[Any], others: Sequence[Any]) -> list[dict[str, Any]]:
+    """Per fork with two measured members or more: the prior's figures on them, beside the baselines read
+    from `others` (the forks of other cards)."""
+    figures = []
+    for fork in forks:
+        mm = np.flatnonzero(fork.measured)
+        if len(mm) < 2:
+            continue
+        scores = prior.score(fork.kernel, fork.sizes, fork.card, fork.setting, [fork.knobs[i] for i in mm])
+        f: dict[str, Any] = {"card": fork.card_name, "kernel": getattr(fork.kernel, "name", fork.kernel_id)}
+        f.update(m.pool_metrics(scores, fork.times[mm], fork.ok[mm]))
+        f.update(fork_baselines(fork, others))
+        figures.append(f)
+    return figures
+
+
 def bench_cpu(cpu_db: Path, prior_path: Path | None) -> None:
     from emmy_core.freezefolder.freeze_names import freeze_folder
     from emmy_core.store.export import export_db
@@ -230,16 +246,7 @@ def bench_cpu(cpu_db: Path, prior_path: Path | None) -> None:
         assert all(o.ok for o in import_db(Path(tmp) / "freeze.db", sources, fresh=True))
         export_db(Path(tmp) / "freeze.db", Path(tmp) / "freeze")
         freeze = read_dataset(Path(tmp) / "freeze")
-    figures = []
-    for fork in here.forks:
-        mm = np.flatnonzero(fork.measured)
-        if len(mm) < 2:
-            continue
-        scores = prior.score(fork.kernel, fork.sizes, fork.card, fork.setting, [fork.knobs[i] for i in mm])
-        f: dict[str, Any] = {"card": fork.card_name, "kernel": getattr(fork.kernel, "name", fork.kernel_id)}
-        f.update(m.pool_metrics(scores, fork.times[mm], fork.ok[mm]))
-        f.update(fork_baselines(fork, freeze.forks))
-        figures.append(f)
+    figures = pool_figures(prior, here.forks, freeze.forks)
     cards = sorted({f.card_name for f in here.forks})
     which = (f"the prior {prior_path} (dataset {prior.doc['provenance']['dataset_digest'][:12]}, pools "
              f"{prior.doc['provenance']['pools']})" if prior_path else
@@ -270,16 +277,7 @@ def bench_unseen(peer: Dataset, unseen: Path, cards_file: Path | None, params: P
         prior = load_prior(Path(tmp) / "fit.json")
         wall = time.monotonic() - t
     known = {f.card_name for f in peer.forks}
-    figures = []
-    for fork in held.forks:
-        mm = np.flatnonzero(fork.measured)
-        if len(mm) < 2 or fork.card_name in known:
-            continue
-        scores = prior.score(fork.kernel, fork.sizes, fork.card, fork.setting, [fork.knobs[i] for i in mm])
-        f: dict[str, Any] = {"card": fork.card_name, "kernel": getattr(fork.kernel, "name", fork.kernel_id)}
-        f.update(m.pool_metrics(scores, fork.times[mm], fork.ok[mm]))
-        f.update(fork_baselines(fork, peer.forks))
-        figures.append(f)
+    figures = pool_figures(prior, [f for f in held.forks if f.card_name not in known], peer.forks)
     rk = prior.doc["ranking"]
     say(f"unseen: a prior fitted on the peer caches in {wall:.0f} s (ships {rk['mode']}: {rk['source']}, weight "
         f"{rk['weight']}) on {len(figures)} pools of {unseen} on cards no peer file holds; the baselines read the "
