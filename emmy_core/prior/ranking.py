@@ -5,7 +5,8 @@ A fit compares, on the split that holds out whole cards, the rule's first-option
 what a machine does with no model and no other card), the transfer order alone (weight 1), blends
 and the ranker alone (weight 0), and ships the earliest choice no later one clearly beats (`beats`: a
 better top-1 by a margin, on enough held-out pools to pass a sign test, with no worse top-5): never a
-ranking worse than a lookup it could have been, nor a model over a lookup on a lucky pick or two. `Prior.score` computes exactly this (`ranked`):
+ranking worse than a lookup it could have been, nor a model over a lookup on a lucky pick or two.
+`Prior.score` computes exactly this (`ranked`):
 
     score = -position                                       (FIRST: the order given, the rule's)
     score = (1 - w) * ranker + w * TRANSFER_SCALE * transfer  (a blend; w 1: the transfer order)
