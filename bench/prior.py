@@ -289,8 +289,9 @@ def bench_unseen(peer: Dataset, unseen: Path, cards_file: Path | None, params: P
     with_evidence = [f for f in figures if f.get("transfer_top1") is not None]
     say(_row("pools another card measured", with_evidence))
     for f in figures:
-        say(f"    {f['card'][:24]:<24} {f['kernel'][:22]:<22} top1 {f['top1']:.3f} top5 {f['top5'] or float('nan'):.3f} "
-            f"transfer {f.get('transfer_top1') or float('nan'):.3f} similar {f.get('similar_slowdown') or float('nan'):.3f}")
+        nan = float("nan")
+        say(f"    {f['card'][:24]:<24} {f['kernel'][:22]:<22} top1 {f['top1']:.3f} top5 {f['top5'] or nan:.3f} "
+            f"transfer {f.get('transfer_top1') or nan:.3f} similar {f.get('similar_slowdown') or nan:.3f}")
 
 
 def main() -> int:
