@@ -222,7 +222,8 @@ def pool_figures(prior: Any, forks: Sequence[Any], others: Sequence[Any]) -> lis
         mm = np.flatnonzero(fork.measured)
         if len(mm) < 2:
             continue
-        scores = prior.score(fork.kernel, fork.sizes, fork.card, fork.setting, [fork.knobs[i] for i in mm])
+        scores = prior.score(fork.kernel, fork.sizes, fork.card, fork.setting, [fork.knobs[i] for i in mm],
+                             ordered=fork.first is not None)
         f: dict[str, Any] = {"card": fork.card_name, "kernel": getattr(fork.kernel, "name", fork.kernel_id)}
         f.update(m.pool_metrics(scores, fork.times[mm], fork.ok[mm]))
         f.update(fork_baselines(fork, others))

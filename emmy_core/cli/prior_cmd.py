@@ -66,11 +66,15 @@ def info(file: Annotated[Path | None, typer.Option("--file", help="an artifact (
     bare = rk.get("no_evidence", "ranker")
     judged = [r for r in rk.get("no_evidence_candidates", []) if isinstance(r, dict) and r.get("top1") is not None]
     why = ("; ".join(f"{r.get('no_evidence')} top-1 {r['top1']:.3f}" for r in judged)
-           + f" on {judged[0].get('pools')} held-out pools without evidence") if judged else (
+           + f" on {judged[0].get('pools')} held-out pools without evidence"
+           + (f" ({judged[0]['card_pools']} of new cards, {judged[0]['kernel_pools']} of new kernels)"
+              if "kernel_pools" in judged[0] else "")
+           + "".join(f"; {r.get('no_evidence')} not taken: {r['why']}" for r in judged if r.get("why"))) if judged else (
         "no held-out pool lacked evidence: the rule's order is the default" if bare == "first"
         else "fitted before this was selected")
     by = "the rule's first option" if bare == "first" else "the ranker alone"
-    typer.echo(f"  a pool no other card measured (no transfer evidence) is ranked by {by} ({why})")
+    typer.echo(f"  a pool no other card measured (no transfer evidence) is ranked by {by} ({why}); one no rule "
+               "ordered (an imported cache's) by the ranker alone")
     typer.echo("  a card the fit measured (in the transfer table) is ranked by the model alone (the kernel split)")
     typer.echo(f"  transfer table: {d['transfer']['pools']} pools from {len(d['transfer']['cards'])} cards"
                + (f" ({', '.join(d['transfer']['cards'])})" if d['transfer']['cards'] else ""))

@@ -93,12 +93,14 @@ class Prior:
         model alone (validated on the kernel split), an unseen one by the blend selected on the card split."""
         return card is not None and card.name in self.table.cards
 
-    def score_rows(self, rows: np.ndarray, card: Card | None = None) -> np.ndarray:
+    def score_rows(self, rows: np.ndarray, card: Card | None = None, ordered: bool = True) -> np.ndarray:
         """The scores of one pool's rows on `card`: the trees, blended with the rows' transfer column as the
-        fit selected for a card it never saw (`seen`); `card` None is a card described nowhere (unseen)."""
-        return self.scored(rows, card)[0]
+        fit selected for a card it never saw (`seen`); `card` None is a card described nowhere (unseen).
+        `ordered`: the rows are in the rule's order (`score`)."""
+        return self.scored(rows, card, ordered)[0]
 
-    def scored(self, rows: np.ndarray, card: Card | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def scored(self, rows: np.ndarray, card: Card | None = None,
+               ordered: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """`score_rows`, and the trees' own scores of the same rows (what `price_rows` reads; the same array
         where the shipped ranking is the trees alone): a resolver that scores a pool and then prices its top
         predicts once."""
@@ -106,7 +108,7 @@ class Prior:
         if self.model_alone(card):
             return own, own
         transfer = None if self._transfer_column is None else rows[:, self._transfer_column]
-        return ranked(self.blend, self.weight, own, transfer, None, self.no_evidence), own
+        return ranked(self.blend, self.weight, own, transfer, None, self.no_evidence, ordered), own
 
     def model_alone(self, card: Card | None) -> bool:
         """Whether `score_rows` is the trees alone for every pool of `card` (the scale the price curves are
@@ -117,11 +119,13 @@ class Prior:
             self._transfer_column is None or self.weight <= 0)
 
     def score(self, kernel: Program | Extern, sizes: Mapping[str, int] | str | None, card: Card | None,
-              setting: str, candidates: Sequence[Mapping[str, object]]) -> np.ndarray:
-        """One float64 score per candidate; higher is better. `card` None: a card described nowhere."""
+              setting: str, candidates: Sequence[Mapping[str, object]], ordered: bool = True) -> np.ndarray:
+        """One float64 score per candidate; higher is better. `card` None: a card described nowhere.
+        `ordered`: the candidates are in the rule's order, its first option first (what a compile passes);
+        False for a pool no rule ordered (an imported Kernel Tuner cache: `ranking.ranked`)."""
         if not candidates:
             return np.zeros(0)
-        return self.score_rows(self.rows(kernel, sizes, card, setting, candidates), card)
+        return self.score_rows(self.rows(kernel, sizes, card, setting, candidates), card, ordered)
 
     def price(self, kernel: Program | Extern, sizes: Mapping[str, int] | str | None, card: Card | None,
               setting: str, candidates: Sequence[Mapping[str, object]]) -> np.ndarray:

@@ -109,17 +109,21 @@ def code_revision() -> str:
 
 def kernel_split(forks: Sequence[DatasetFork], names: Sequence[str], pools: str, folds: int, seed: int, params: Params,
                  choice: tuple[str, float], progress: Progress | None = None,
-                 trainer: FoldTrainer | None = None) -> list[dict[str, Any]]:
+                 trainer: FoldTrainer | None = None) -> tuple[list[dict[str, Any]], list[Held]]:
     """Validation grouped by kernel (a new shape on known cards): per fold the kernels on each side, its
-    training groups and the summary of its validation forks, ranked as the shipped prior ranks (`choice`).
+    training groups and the summary of its validation forks, ranked as the shipped prior ranks (`choice`);
+    and every validation fork scored by a ranker fitted without its kernel (`Held`, no baselines). No card
+    measured a held-out kernel in its fold, so these pools have no transfer evidence: they are where the
+    fit judges what ranks a kernel no card measured (`no_evidence_figures`).
     `trainer` fits the folds' rankers (default: one after the other in this process)."""
     from sklearn.model_selection import GroupKFold
 
     kernels = np.array([f.kernel_id for f in forks])
     n = min(folds, len(set(kernels.tolist())))
     if n < 2:
-        return []
+        return [], []
     out: list[dict[str, Any]] = []
+    held: list[Held] = []
     splits = list(GroupKFold(n_splits=n).split(np.zeros(len(forks)), groups=kernels))
     fitted = (trainer or train_here)(forks, names, pools, seed, params, [t for t, _ in splits])
     for k, ((train_idx, val_idx), trained) in enumerate(zip(splits, fitted, strict=True)):
@@ -132,12 +136,14 @@ def kernel_split(forks: Sequence[DatasetFork], names: Sequence[str], pools: str,
         if progress is not None:
             progress(f"kernel fold {k + 1}/{n}: trained on {n_groups} groups")
         val = transfer_view([forks[i] for i in val_idx], source)
+        scores = score_forks(model, val, names)
+        held += [Held(f, s, {}, k) for f, s in zip(val, scores, strict=True)]
         figures = [fork_figures(f, ranked(*choice, s, None if choice[0] == FIRST else transfer_column(f, choice[0]),
                                           f.first))
-                   for f, s in zip(val, score_forks(model, val, names), strict=True)]
+                   for f, s in zip(val, scores, strict=True)]
         out.append({"fold": k, "train_kernels": sorted(train_k), "validation_kernels": sorted(val_k),
                     "train_groups": n_groups, "validation_forks": len(val), **metrics.summarize(figures)})
-    return out
+    return out, held
 
 
 def choice_figures(held: Sequence[Held], no_evidence: str = RANKER) -> list[dict[str, Any]]:
@@ -152,48 +158,61 @@ def choice_figures(held: Sequence[Held], no_evidence: str = RANKER) -> list[dict
     return rows
 
 
-def no_evidence_figures(held: Sequence[Held]) -> list[dict[str, Any]]:
-    """What may rank a pool no other card measured (`ranking.NO_EVIDENCE`), each with its top-1 and top-5
-    over the held-out pools that had no transfer evidence in their fold and measured the rule's first
-    option (none there: no figures). Where the first option was not measured its pick cannot be read:
-    the order's first measured member would stand in for it, a random draw, not the rule."""
-    bare = [h for h in held if not h.evidence and h.fork.first is not None and bool(h.fork.measured[h.fork.first])]
+def bare_pools(held: Sequence[Held]) -> list[Held]:
+    """The held-out pools that can judge what ranks a pool no other card measured: no transfer evidence in
+    their fold, and the rule's first option measured. Where the first option was not measured its pick
+    cannot be read: the order's first measured member would stand in for it, a random draw, not the rule."""
+    return [h for h in held if not h.evidence and h.fork.first is not None and bool(h.fork.measured[h.fork.first])]
+
+
+def no_evidence_figures(held: Sequence[Held], kernel_held: Sequence[Held] = ()) -> list[dict[str, Any]]:
+    """What may rank a pool no other card measured (`ranking.NO_EVIDENCE`), each with its top-1, top-5 and
+    each pool's top-1 (`per_pool`) over the `bare_pools` of both splits: the card split's (a new card whose
+    kernel no other card measured) and the kernel split's (`kernel_held`: a kernel no card measured, on a
+    card the fold knew). A kernel nobody measured is what such a pool is on any card, and the kernel split
+    is where a fit sees many; none at all: no figures."""
+    card, kernel = bare_pools(held), bare_pools(kernel_held)
     rows = []
     for name in NO_EVIDENCE:
-        summary = metrics.summarize([h.figures(SOURCES[0], 0.0, name) for h in bare])
-        rows.append({"no_evidence": name, "pools": len(bare), "top1": summary.get("top1"),
-                     "top5": summary.get("top5")})
+        figures = [h.figures(SOURCES[0], 0.0, name) for h in [*card, *kernel]]
+        summary = metrics.summarize(figures)
+        rows.append({"no_evidence": name, "pools": len(figures), "card_pools": len(card), "kernel_pools": len(kernel),
+                     "top1": summary.get("top1"), "top5": summary.get("top5"),
+                     "per_pool": [f.get("top1") for f in figures]})
     return rows
 
 
-def select_no_evidence(held: Sequence[Held]) -> str:
+def select_no_evidence(held: Sequence[Held], kernel_held: Sequence[Held] = ()) -> str:
     """`ranking.select` between the rule's order and the ranker on the held-out pools without transfer
-    evidence: the ranker must pick clearly better there to replace the rule's order (the default)."""
-    return NO_EVIDENCE[select([(r["top1"], r["top5"]) for r in no_evidence_figures(held)])]
+    evidence (`no_evidence_figures`): the ranker must pick clearly better there, on enough pools to pass
+    the sign test, to replace the rule's order (the default)."""
+    return NO_EVIDENCE[select([(r["top1"], r["top5"], r["per_pool"]) for r in no_evidence_figures(held, kernel_held)])]
 
 
-def select_choice(held: Sequence[Held]) -> tuple[str, float, str]:
+def select_choice(held: Sequence[Held], kernel_held: Sequence[Held] = ()) -> tuple[str, float, str]:
     """The (source, weight, no_evidence) `ranking.select` takes on these held-out forks (the first choice
-    with none)."""
+    with none); `kernel_held` the kernel split's, for `no_evidence` alone."""
     if not held:
         return (*choices()[0], NO_EVIDENCE[0])
-    bare = select_no_evidence(held)
+    bare = select_no_evidence(held, kernel_held)
     rows = choice_figures(held, bare)
     best = rows[select([(r["top1"], r["top5"], r["per_pool"]) for r in rows])]
     return best["source"], best["weight"], bare
 
 
-def choose_ranking(held: Sequence[Held]) -> dict[str, Any]:
+def choose_ranking(held: Sequence[Held], kernel_held: Sequence[Held] = ()) -> dict[str, Any]:
     """The ranking that picks best on the held-out cards (`ranking.select`), with every choice's figures and
     its margins (top-1, relative) to the rule's first option, the ranker alone, the transfer order alone,
     the transfer baseline and the best choice of another mode (`runner_up`: which won and by how much).
-    What ranks a pool no other card measured (`no_evidence`) is selected first, on those pools alone."""
+    What ranks a pool no other card measured (`no_evidence`) is selected first, on those pools alone, of the
+    card split and the kernel split (`kernel_held`)."""
     if not held:
         src, w = choices()[0]
         return {"source": src, "weight": w, "mode": mode_of(w, src), "split": "none", "no_evidence": NO_EVIDENCE[0],
                 "why": "fewer than two cards: no card split", "candidates": [], "no_evidence_candidates": []}
-    bare_rows = no_evidence_figures(held)
-    bare = NO_EVIDENCE[select([(r["top1"], r["top5"]) for r in bare_rows])]
+    bare_rows = no_evidence_figures(held, kernel_held)
+    bare_index, bare_why = selection([(r["top1"], r["top5"], r["per_pool"]) for r in bare_rows])
+    bare = NO_EVIDENCE[bare_index]
     rows = choice_figures(held, bare)
     index, why = selection([(r["top1"], r["top5"], r["per_pool"]) for r in rows])
     chosen = rows[index]
@@ -211,7 +230,9 @@ def choose_ranking(held: Sequence[Held]) -> dict[str, Any]:
         return None if other is None or chosen["top1"] is None else chosen["top1"] / other - 1.0
 
     return {"source": chosen["source"], "weight": chosen["weight"], "mode": chosen["mode"], "split": "card",
-            "no_evidence": bare, "no_evidence_candidates": bare_rows,
+            "no_evidence": bare,
+            "no_evidence_candidates": [{**{k: v for k, v in r.items() if k != "per_pool"}, "why": w}
+                                       for r, w in zip(bare_rows, bare_why, strict=True)],
             "top1": chosen["top1"], "top5": chosen["top5"],
             "candidates": [{k: v for k, v in r.items() if k != "per_pool"} for r in rows], "refused": refused,
             "transfer_baseline_top1": base.get("transfer_top1"), "vs_first": margin(first["top1"]),
@@ -256,13 +277,16 @@ def _headline(summary: Mapping[str, Any]) -> dict[str, Any]:
     return {k: summary.get(k) for k in HEADLINE_FIGURES}
 
 
-def card_report(held: Sequence[Held], card_folds: list[dict[str, Any]]) -> dict[str, Any]:
+def card_report(held: Sequence[Held], card_folds: list[dict[str, Any]],
+                kernel_held: Sequence[Held] = ()) -> dict[str, Any]:
     """The card split's figures beside the baselines: per fold, per card, per family, and over every held-out
     pool (the headline). Each card is ranked with the choice selected on the other cards' held-out forks
-    (`choices`), so the selection never sees the card it is judged on."""
+    (`choices`; of both splits, `kernel_held` the kernel split's), so the selection never sees the card it is
+    judged on."""
     chosen: dict[str, tuple[str, float, str]] = {}
     for card in sorted({h.fork.card_name for h in held}):
-        chosen[card] = select_choice([h for h in held if h.fork.card_name != card])
+        chosen[card] = select_choice([h for h in held if h.fork.card_name != card],
+                                     [h for h in kernel_held if h.fork.card_name != card])
     figures = [(h, h.figures(*chosen[h.fork.card_name])) for h in held]
     for fold in card_folds:
         fold.update(metrics.summarize([f for h, f in figures if h.fold == fold["fold"]]))
@@ -322,11 +346,11 @@ def fit_dataset(dataset: Dataset, out_path: Path | str, *, pools: str = DEFAULT_
         progress(f"{len(dataset.forks)} forks; features")
     names = featurize(dataset.forks, progress)
     card_folds, held = card_split(dataset.forks, names, pools, folds, seed, params, progress, trainer)
-    ranking = choose_ranking(held)
-    choice = (str(ranking["source"]), float(ranking["weight"]))
-    cards = card_report(held, card_folds)
     seen = choices()[-1]  # a card the fit measured is ranked by the model alone (Prior.seen)
-    kernel_folds = kernel_split(dataset.forks, names, pools, folds, seed, params, seen, progress, trainer)
+    kernel_folds, kernel_held = kernel_split(dataset.forks, names, pools, folds, seed, params, seen, progress, trainer)
+    ranking = choose_ranking(held, kernel_held)
+    choice = (str(ranking["source"]), float(ranking["weight"]))
+    cards = card_report(held, card_folds, kernel_held)
     if not card_folds and not kernel_folds:
         raise PriorError(f"dataset {dataset.digest[:16]}: no cross-validation fold had a pool to train on "
                          f"({pools} pools): a fit with 0 folds is not judged, so it is not written")

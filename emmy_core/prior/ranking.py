@@ -17,8 +17,11 @@ candidate no other card measured takes the pool's lowest transfer score (it rank
 and the ranker decides among them). A pool no other card measured has no transfer evidence: it is
 ranked by the fit's `no_evidence` choice, the rule's order (`first`, the safe default: what a machine
 does with no model) or the ranker alone (`ranker`), whichever picked better on the held-out cards'
-pools without evidence; with no such pool to judge on, the rule's order stays (a model earns its place
-on evidence, never by default). At weight 1 the ranker still breaks ties (1e-9 of it).
+pools without evidence (of the card split and of the kernel split, where no card measured the held-out
+kernel); with no such pool to judge on, the rule's order stays (a model earns its place on evidence,
+never by default). A pool no rule ordered (an imported Kernel Tuner cache: no first option, its order the
+store's) has no rule's order to fall back on, so without evidence the ranker ranks it. At weight 1 the
+ranker still breaks ties (1e-9 of it).
 TRANSFER_SCALE puts log(best/time) on the ranker's scale: the ranker is fitted to a softmax of
 (best/time) ** sharpness, sharpness 4.
 """
@@ -72,14 +75,16 @@ def has_evidence(transfer: np.ndarray | None) -> bool:
 
 
 def ranked(source: str, weight: float, ranker: np.ndarray, transfer: np.ndarray | None,
-           first: int | None = None, no_evidence: str = RANKER) -> np.ndarray:
+           first: int | None = None, no_evidence: str = RANKER, ordered: bool = True) -> np.ndarray:
     """The shipped score of one pool's candidates for the choice (source, weight): the rule's order for
     FIRST, else the blend (`combine`) of the ranker with the transfer column; a pool without transfer
-    evidence (`has_evidence`; None: no other card) is ranked by `no_evidence` (FIRST or RANKER)."""
+    evidence (`has_evidence`; None: no other card) is ranked by `no_evidence` (FIRST or RANKER), except a
+    pool no rule ordered (`ordered` False: an imported cache's, listed in the store's order), which the
+    ranker ranks: there the alternative is an arbitrary order, not a rule's."""
     if source == FIRST:
         return first_order(len(ranker), first)
     if not has_evidence(transfer):
-        if no_evidence == FIRST:
+        if no_evidence == FIRST and ordered:
             return first_order(len(ranker), first)
         return np.asarray(ranker, dtype=np.float64)
     assert transfer is not None

@@ -59,7 +59,8 @@ class Held:
         """The fork's figures ranked by the choice (`source`, `weight`, what ranks a pool without transfer
         evidence), beside the baselines."""
         transfer = None if source == FIRST else transfer_column(self.fork, source)
-        scores = ranked(source, weight, self.ranker, transfer, self.fork.first, no_evidence)
+        scores = ranked(source, weight, self.ranker, transfer, self.fork.first, no_evidence,
+                        ordered=self.fork.first is not None)
         out: dict[str, Any] = {**fork_figures(self.fork, scores), **self.baselines}
         return out
 

@@ -51,7 +51,8 @@ class PriorRanker:
 
     def rank(self, context: RankContext, candidates: np.ndarray) -> np.ndarray | None:
         f = context.fork
-        return np.asarray(self.prior.score(f.kernel, f.sizes, f.card, f.setting, [f.knobs[i] for i in candidates]),
+        return np.asarray(self.prior.score(f.kernel, f.sizes, f.card, f.setting, [f.knobs[i] for i in candidates],
+                                           ordered=f.first is not None),
                           dtype=np.float64)
 
 

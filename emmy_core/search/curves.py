@@ -84,7 +84,8 @@ def frozen_pools(dataset: Any, prior: Any | None, extern_order: Mapping[tuple[st
             order, first = tuple(range(len(m))), None
         scores = None
         if prior is not None:
-            scores = np.asarray(prior.score(fork.kernel, fork.sizes, fork.card, fork.setting, list(knobs)))
+            scores = np.asarray(prior.score(fork.kernel, fork.sizes, fork.card, fork.setting, list(knobs),
+                                            ordered=fork.first is not None))
         elsewhere = baselines.same_kernel_elsewhere(fork, dataset.forks)
         transfer, evidence = None, None
         if elsewhere:

@@ -224,21 +224,56 @@ def test_the_rules_order_ranks_pools_without_evidence_unless_the_ranker_beat_it_
     other = _fork("NVIDIA H200", [1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
     slow_first = [8.0, 4.0, 2.0, 1.0, 3.0, 6.0]  # the rule's first option is 8x the best
     good_ranker = [0.0, 1.0, 2.0, 5.0, 3.0, 4.0]  # the ranker's top is the best
-    held = [_bare_held("NVIDIA A100-SXM4-80GB", slow_first, good_ranker, [])]  # nobody else measured the pool
+    card = "NVIDIA A100-SXM4-80GB"
+    held = [_bare_held(card, slow_first, good_ranker, []) for _ in range(4)]  # nobody else measured the pools
     assert not held[0].evidence
-    assert select_no_evidence(held) == RANKER  # it earned its place where evidence was missing
+    assert select_no_evidence(held) == RANKER  # it earned its place where evidence was missing: 4 pools of 4
+    assert select_no_evidence(held[:2]) == FIRST  # two pools are luck a sign test does not take
+    assert select_no_evidence([], held) == RANKER  # the kernel split's pools judge it as well (a kernel no card
+    assert select_no_evidence(held[:2], held[2:]) == RANKER  # measured in its fold), and the two splits add up
     good_first = [1.0, 4.0, 2.0, 8.0, 3.0, 6.0]
-    held = [_bare_held("NVIDIA A100-SXM4-80GB", good_first, good_ranker, [])]
+    held = [_bare_held(card, good_first, good_ranker, []) for _ in range(4)]
     assert select_no_evidence(held) == FIRST
     # a pool whose first option was not measured cannot judge the rule's order: it is not counted
-    unread = [_bare_held("NVIDIA A100-SXM4-80GB", [None, 4.0, 2.0, 1.0, 3.0, 6.0], [5.0, 0.0, 1.0, 4.0, 2.0, 3.0],
-                         [])]
+    unread = [_bare_held(card, [None, 4.0, 2.0, 1.0, 3.0, 6.0], [5.0, 0.0, 1.0, 4.0, 2.0, 3.0], [])
+              for _ in range(4)]
     assert select_no_evidence(unread) == FIRST
     # pools that all had evidence say nothing about pools without: the rule's order stays
-    seen = [_bare_held("NVIDIA A100-SXM4-80GB", slow_first, good_ranker, [other])]
+    seen = [_bare_held(card, slow_first, good_ranker, [other]) for _ in range(4)]
     assert seen[0].evidence and select_no_evidence(seen) == FIRST
     doc = choose_ranking(seen)
     assert doc["no_evidence"] == FIRST and all(r["top1"] is None for r in doc["no_evidence_candidates"])
+    doc = choose_ranking(seen, [_bare_held(card, slow_first, good_ranker, []) for _ in range(4)])
+    assert doc["no_evidence"] == RANKER
+    assert [(r["pools"], r["card_pools"], r["kernel_pools"]) for r in doc["no_evidence_candidates"]] == [(4, 0, 4)] * 2
+
+
+def test_a_pool_no_rule_ordered_is_ranked_by_the_ranker_where_no_other_card_measured_it(small_fit: tuple) -> None:
+    ranker = np.array([0.0, 3.0, 1.0, 2.0])
+    bare = np.full(4, np.nan)
+    np.testing.assert_array_equal(ranked("tr.score", 1.0, ranker, bare, None, FIRST), first_order(4))
+    np.testing.assert_array_equal(ranked("tr.score", 1.0, ranker, bare, None, FIRST, ordered=False), ranker)
+    # a held-out pool of an imported cache (no first option: its order is the store's): the ranker's pick
+    slow_first = [8.0, 4.0, 2.0, 1.0, 3.0, 6.0]
+    good_ranker = np.array([0.0, 1.0, 2.0, 5.0, 3.0, 4.0])
+    fork = _fork("NVIDIA A100-SXM4-80GB", slow_first)
+    featurize([fork])
+    (view,) = transfer_view([fork], [])
+    assert view.first is None
+    assert Held(view, good_ranker, {}, 0).figures("tr.score", 1.0, FIRST)["top1"] == 1.0
+    assert Held(replace(view, first=0), good_ranker, {}, 0).figures("tr.score", 1.0, FIRST)["top1"] == 8.0
+    # the same through an artifact that ships the transfer order with the rule's order where nothing transfers
+    doc = json.loads(small_fit[0].artifact_path.read_text())
+    doc["ranking"] = {**doc["ranking"], "source": "tr.score", "weight": 1.0, "mode": "transfer", "no_evidence": FIRST}
+    path = small_fit[0].artifact_path.with_name("transfer-first.json")
+    path.write_text(json.dumps(doc))
+    prior = load_prior(path)
+    f = small_fit[1].forks[0]
+    unseen = replace(f.card, name="A CPU the fit never saw")
+    rows = prior.rows(f.kernel, f.sizes, unseen, f.setting, f.knobs[:6])
+    rows[:, [prior.features.index(n) for n in TRANSFER_NAMES]] = np.nan  # a kernel no card measured
+    np.testing.assert_array_equal(prior.score_rows(rows, unseen), first_order(6))
+    np.testing.assert_array_equal(prior.score_rows(rows, unseen, ordered=False), prior.trees.predict(rows))
 
 
 def test_the_artifact_carries_its_transfer_table_and_ranking_and_score_computes_that_blend(small_fit: tuple) -> None:
@@ -297,6 +332,8 @@ def test_the_fit_reports_the_card_split_as_its_headline_beside_the_baselines(sma
     assert set(m["by_family"]) <= {"matmul", "row", "elementwise", "extern"} and m["by_family"]
     assert m["kernel_mean"]["top1"] is not None
     assert transfer_column is not None
+    bare = m["ranking"]["no_evidence_candidates"]  # judged on both splits' pools no card measured in their fold
+    assert bare[0]["kernel_pools"] > 0 and all(r["pools"] == r["card_pools"] + r["kernel_pools"] for r in bare)
 
 
 def test_the_selection_compares_the_rules_first_option_and_keeps_it_unless_a_model_beats_it(
