@@ -63,6 +63,7 @@ from emmy_core.prior.ranking import (
     ranked,
     select,
     selection,
+    tuned,
 )
 from emmy_core.prior.training import (
     DEFAULT_POOLS,
@@ -80,6 +81,7 @@ from emmy_core.prior.trees import parse_model
 
 Progress = Callable[[str], None]
 FITS_DIR = Path("_tune") / "fits"
+BARE_MODELS = [name == RANKER for name in NO_EVIDENCE]  # which no-evidence choices are fitted (the ranker)
 HEADLINE_FIGURES = ("top1", "top5", "tau", "pick_failed", "first_slowdown", "random_slowdown",
                     "similar_slowdown", "transfer_top1", "transfer_top5", "golden_rank", "golden_rank_ties")
 
@@ -154,7 +156,8 @@ def choice_figures(held: Sequence[Held], no_evidence: str = RANKER) -> list[dict
         figures = [h.figures(src, w, no_evidence) for h in held]
         summary = metrics.summarize(figures)
         rows.append({"source": src, "weight": w, "mode": mode_of(w, src), "top1": summary.get("top1"),
-                     "top5": summary.get("top5"), "per_pool": [f.get("top1") for f in figures]})
+                     "top5": summary.get("top5"), "per_pool": [f.get("top1") for f in figures],
+                     "model": tuned(src, w)})
     return rows
 
 
@@ -186,7 +189,8 @@ def select_no_evidence(held: Sequence[Held], kernel_held: Sequence[Held] = ()) -
     """`ranking.select` between the rule's order and the ranker on the held-out pools without transfer
     evidence (`no_evidence_figures`): the ranker must pick clearly better there, on enough pools to pass
     the sign test, to replace the rule's order (the default)."""
-    return NO_EVIDENCE[select([(r["top1"], r["top5"], r["per_pool"]) for r in no_evidence_figures(held, kernel_held)])]
+    rows = no_evidence_figures(held, kernel_held)
+    return NO_EVIDENCE[select([(r["top1"], r["top5"], r["per_pool"]) for r in rows], BARE_MODELS)]
 
 
 def select_choice(held: Sequence[Held], kernel_held: Sequence[Held] = ()) -> tuple[str, float, str]:
@@ -196,7 +200,7 @@ def select_choice(held: Sequence[Held], kernel_held: Sequence[Held] = ()) -> tup
         return (*choices()[0], NO_EVIDENCE[0])
     bare = select_no_evidence(held, kernel_held)
     rows = choice_figures(held, bare)
-    best = rows[select([(r["top1"], r["top5"], r["per_pool"]) for r in rows])]
+    best = rows[select([(r["top1"], r["top5"], r["per_pool"]) for r in rows], [r["model"] for r in rows])]
     return best["source"], best["weight"], bare
 
 
@@ -211,10 +215,10 @@ def choose_ranking(held: Sequence[Held], kernel_held: Sequence[Held] = ()) -> di
         return {"source": src, "weight": w, "mode": mode_of(w, src), "split": "none", "no_evidence": NO_EVIDENCE[0],
                 "why": "fewer than two cards: no card split", "candidates": [], "no_evidence_candidates": []}
     bare_rows = no_evidence_figures(held, kernel_held)
-    bare_index, bare_why = selection([(r["top1"], r["top5"], r["per_pool"]) for r in bare_rows])
+    bare_index, bare_why = selection([(r["top1"], r["top5"], r["per_pool"]) for r in bare_rows], BARE_MODELS)
     bare = NO_EVIDENCE[bare_index]
     rows = choice_figures(held, bare)
-    index, why = selection([(r["top1"], r["top5"], r["per_pool"]) for r in rows])
+    index, why = selection([(r["top1"], r["top5"], r["per_pool"]) for r in rows], [r["model"] for r in rows])
     chosen = rows[index]
     refused = [{"source": r["source"], "weight": r["weight"], "mode": r["mode"], "top1": r["top1"], "why": w}
                for r, w in zip(rows, why, strict=True)
@@ -234,7 +238,8 @@ def choose_ranking(held: Sequence[Held], kernel_held: Sequence[Held] = ()) -> di
             "no_evidence_candidates": [{**{k: v for k, v in r.items() if k != "per_pool"}, "why": w}
                                        for r, w in zip(bare_rows, bare_why, strict=True)],
             "top1": chosen["top1"], "top5": chosen["top5"],
-            "candidates": [{k: v for k, v in r.items() if k != "per_pool"} for r in rows], "refused": refused,
+            "candidates": [{k: v for k, v in r.items() if k not in ("per_pool", "model")} for r in rows],
+            "refused": refused,
             "transfer_baseline_top1": base.get("transfer_top1"), "vs_first": margin(first["top1"]),
             "vs_ranker": margin(alone["top1"]), "vs_transfer_order": margin(order["top1"]),
             "vs_transfer_baseline": margin(base.get("transfer_top1")),

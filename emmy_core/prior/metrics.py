@@ -103,6 +103,22 @@ def random_slowdown(times: Sequence[float] | np.ndarray, ok: Sequence[bool] | np
     return float(np.mean(t / t.min()))
 
 
+def random_top_k(times: Sequence[float] | np.ndarray, ok: Sequence[bool] | np.ndarray, k: int = 1) -> float | None:
+    """Expected `top_k_slowdown` of an order nobody chose (the pool's in a store): the best of k working
+    candidates drawn at random without replacement, over the pool's best (None where `top_k_slowdown` is).
+    The i-th fastest of n is the best of the k with probability C(n-1-i, k-1) / C(n, k)."""
+    okb = np.asarray(ok, dtype=bool)
+    n = int(okb.sum())
+    if n < max(MIN_SLOWDOWN, k + 1):
+        return None
+    t = np.sort(np.asarray(times, dtype=np.float64)[okb])
+    p = np.empty(n - k + 1)
+    p[0] = k / n
+    for i in range(n - k):  # C(n-2-i, k-1) / C(n-1-i, k-1) = (n-i-k) / (n-i-1)
+        p[i + 1] = p[i] * (n - i - k) / (n - i - 1)
+    return float(p @ t[: n - k + 1]) / float(t[0])
+
+
 def kendall_tau(scores: Sequence[float] | np.ndarray, times: Sequence[float] | np.ndarray,
                 ok: Sequence[bool] | np.ndarray) -> float | None:
     """Kendall's tau-b between the scores and the negated times of the working candidates."""

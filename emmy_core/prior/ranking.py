@@ -4,8 +4,10 @@ the rule's own order.
 A fit compares, on the split that holds out whole cards, the rule's first-option order (`FIRST`:
 what a machine does with no model and no other card), the transfer order alone (weight 1), blends
 and the ranker alone (weight 0), and ships the earliest choice no later one clearly beats (`beats`: a
-better top-1 by a margin, on enough held-out pools to pass a sign test, with no worse top-5): never a
-ranking worse than a lookup it could have been, nor a model over a lookup on a lucky pick or two.
+better top-1 by a margin with no worse top-5, and for a `tuned` choice on enough held-out pools to pass
+a sign test): never a ranking worse than a lookup it could have been, nor a model over a lookup on a
+lucky pick or two. On a pool no rule ordered (an imported cache) the rule's order is judged by a random
+order's expected figures (`transfer.Held.figures`).
 `Prior.score` computes exactly this (`ranked`):
 
     score = -position                                       (FIRST: the order given, the rule's)
@@ -110,16 +112,22 @@ SIGN_LEVEL = 0.1  # a later choice must win on enough held-out pools that a coin
 Figures = tuple[float | None, float | None] | tuple[float | None, float | None, Sequence[float | None]]
 
 
-def select(figures: Sequence[Figures]) -> int:
+def tuned(source: str, weight: float) -> bool:
+    """Whether the choice (source, weight) has anything fitted or weighted in it (the similarity-weighted
+    transfer order, a blend, the ranker), where the rule's order and the plain transfer order have none."""
+    return not (source == FIRST or (source == SOURCES[0] and weight >= 1))
+
+
+def select(figures: Sequence[Figures], models: Sequence[bool] | None = None) -> int:
     """The index of the choice to ship among figures (top-1, top-5, and optionally each held-out pool's
     top-1, in one order for every choice) listed in `choices()` order: the first with a top-1, replaced by
-    a later one only where that one earns it (`beats`); top-5 settles an equal top-1. A selection is a
-    function of its figures alone, and an earlier choice (a lookup) is kept unless a later one (a model)
-    clearly beats it on the held-out cards."""
-    return selection(figures)[0]
+    a later one only where that one earns it (`beats`; `models`: which choices are `tuned`, all when
+    not told); top-5 settles an equal top-1. A selection is a function of its figures alone, and an
+    earlier choice (a lookup) is kept unless a later one (a model) clearly beats it on the held-out cards."""
+    return selection(figures, models)[0]
 
 
-def selection(figures: Sequence[Figures]) -> tuple[int, list[str | None]]:
+def selection(figures: Sequence[Figures], models: Sequence[bool] | None = None) -> tuple[int, list[str | None]]:
     """`select`'s index, and per choice why it did not replace the choice ahead at its turn (`verdict`;
     None for one that did, the first, and one with no top-1)."""
     best: int | None = None
@@ -128,24 +136,27 @@ def selection(figures: Sequence[Figures]) -> tuple[int, list[str | None]]:
         reason = None
         if row[0] is not None:
             if best is not None:
-                reason = verdict(row, figures[best])
+                reason = verdict(row, figures[best], True if models is None else models[i])
             if reason is None:
                 best = i
         why.append(reason)
     return (0 if best is None else best), why
 
 
-def beats(challenger: Figures, incumbent: Figures) -> bool:
+def beats(challenger: Figures, incumbent: Figures, model: bool = True) -> bool:
     """Whether a later choice replaces an earlier one (`verdict` says why not)."""
-    return verdict(challenger, incumbent) is None
+    return verdict(challenger, incumbent, model) is None
 
 
-def verdict(challenger: Figures, incumbent: Figures) -> str | None:
+def verdict(challenger: Figures, incumbent: Figures, model: bool = True) -> str | None:
     """None where a later choice replaces an earlier one, else why not, in words. It replaces it with a
-    top-1 better by more than SELECT_MARGIN, a top-5 no worse by more than the margin, and, where both
-    give each pool's top-1, better on enough of the pools where the two differ that a fair coin per
-    pool would do as well with probability at most SIGN_LEVEL (a one-sided sign test); or with an equal
-    top-1 and a better top-5.
+    top-1 better by more than SELECT_MARGIN, a top-5 no worse by more than the margin, and, where the
+    challenger is `tuned` (`model`) and both give each pool's top-1, better on enough of the pools where
+    the two differ that a fair coin per pool would do as well with probability at most SIGN_LEVEL (a
+    one-sided sign test); or with an equal top-1 and a better top-5. The plain transfer order replacing
+    the rule's order needs no sign test: nothing in either is fitted to the held-out pools' luck, and
+    where no rule ordered a pool (an imported cache) its order is an arbitrary one, whose expected pick
+    the lookup beats by far on most pools, never on all (two cards' kernels no other card measured).
 
     Why the guards: the card split's top-1 over a few pools moves by more than the margin when one pick
     flips between near-equal configurations, so a win that two pools carry, or one bought with a worse
@@ -161,7 +172,7 @@ def verdict(challenger: Figures, incumbent: Figures) -> str | None:
         return f"top-1 {t1:.3f} is not {SELECT_MARGIN:.0%} better than {b1:.3f}"
     if t5 is not None and b5 is not None and t5 > b5 * (1 + SELECT_MARGIN):
         return f"top-5 {t5:.3f} is more than {SELECT_MARGIN:.0%} worse than {b5:.3f}"
-    if len(challenger) > 2 and len(incumbent) > 2:
+    if model and len(challenger) > 2 and len(incumbent) > 2:
         pairs = [(a, b) for a, b in zip(challenger[2], incumbent[2], strict=True)  # type: ignore[misc]
                  if a is not None and b is not None and a != b]
         wins = sum(a < b for a, b in pairs)

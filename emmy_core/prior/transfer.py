@@ -19,6 +19,7 @@ import numpy as np
 from emmy_core.prior.dataset import DatasetFork
 from emmy_core.prior.featurize import transfer_view
 from emmy_core.prior.fold_tasks import FoldTrainer
+from emmy_core.prior.metrics import random_top_k
 from emmy_core.prior.ranking import FIRST, RANKER, has_evidence, ranked
 from emmy_core.prior.training import Params, design, fork_figures, groups_of, train
 from emmy_core.prior.transfer_features import TRANSFER_NAMES
@@ -57,11 +58,17 @@ class Held:
 
     def figures(self, source: str, weight: float, no_evidence: str = RANKER) -> dict[str, Any]:
         """The fork's figures ranked by the choice (`source`, `weight`, what ranks a pool without transfer
-        evidence), beside the baselines."""
+        evidence), beside the baselines. The rule's order (FIRST) of a pool no rule ordered (no first option:
+        an imported cache, in the store's order) is an arbitrary one: its top-1 and top-5 are a random
+        order's expectation (`metrics.random_top_k`), never one draw's luck."""
         transfer = None if source == FIRST else transfer_column(self.fork, source)
         scores = ranked(source, weight, self.ranker, transfer, self.fork.first, no_evidence,
                         ordered=self.fork.first is not None)
         out: dict[str, Any] = {**fork_figures(self.fork, scores), **self.baselines}
+        if source == FIRST and self.fork.first is None:
+            m = self.fork.measured
+            for k in (1, 5):
+                out[f"top{k}"] = random_top_k(self.fork.times[m], self.fork.ok[m], k)
         return out
 
     @property

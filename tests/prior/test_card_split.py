@@ -30,6 +30,7 @@ from emmy_core.prior.ranking import (
     select,
     selection,
     sign_tail,
+    tuned,
 )
 from emmy_core.prior.training import Params
 from emmy_core.prior.transfer import Held, card_split, transfer_column
@@ -167,7 +168,7 @@ def test_the_blend_selection_is_deterministic_for_a_seed(freeze_export: Path, fr
     assert [(c["source"], c["weight"]) for c in first["candidates"]] == choices()
     assert (first["source"], first["weight"]) in choices()
     rows = choice_figures(freeze_held, first["no_evidence"])
-    winner = rows[select([(r["top1"], r["top5"], r["per_pool"]) for r in rows])]
+    winner = rows[select([(r["top1"], r["top5"], r["per_pool"]) for r in rows], [r["model"] for r in rows])]
     assert (first["source"], first["weight"], first["top1"]) == (winner["source"], winner["weight"], winner["top1"])
     assert all("per_pool" not in c for c in first["candidates"])  # recomputed from the held-out pools, not kept
     # the earlier choice (a lookup) stays unless a later one picks better by more than the margin
@@ -193,6 +194,28 @@ def test_a_model_replaces_the_lookup_only_when_it_wins_on_enough_held_out_pools_
     assert sign_tail(0, 0) == 1.0 and sign_tail(5, 6) == 7 / 64
     # without each pool's figures the margin and top-5 decide alone (the pools without evidence)
     assert select([(1.30, 1.10), (1.25, 1.10)]) == 1
+
+
+def test_the_plain_transfer_order_replaces_an_order_no_rule_chose_on_its_margin_without_a_sign_test() -> None:
+    assert [tuned(*c) for c in choices()][:3] == [False, False, True]  # the rule's, transfer; similarity weighted
+    assert all(tuned(*c) for c in choices()[2:])  # every blend and the ranker alone are fitted
+    # the held-out pools of an imported cache: the rule's "order" is the store's, its figure a random pick's
+    # expectation; the transfer order halves it, though two pools whose kernel no other card measured lose
+    store_order = (3.6, 2.0, [3.5, 4.1, 3.3, 1.9, 1.5, 1.2, 54.0, 3.6])
+    transfer = (1.85, 1.4, [4.2, 1.2, 1.4, 1.6, 1.6, 1.1, 6.2, 1.0])
+    assert sign_tail(6, 8) > SIGN_LEVEL
+    assert select([store_order, transfer], [False, False]) == 1  # a lookup over the store's order: the margin
+    assert select([store_order, transfer], [False, True]) == 0  # a fitted choice must also pass the sign test
+    assert select([store_order, transfer]) == 0  # every choice counts as fitted when not told
+    # the rule's order on such a pool is judged as what it is: any order's expected top-1 and top-5
+    fork = _fork("NVIDIA A100-SXM4-80GB", [8.0, 4.0, 2.0, 1.0, 3.0, 6.0])
+    featurize([fork])
+    (view,) = transfer_view([fork], [])
+    figures = Held(view, np.zeros(6), {}, 0).figures(FIRST, 1.0)
+    assert figures["top1"] == pytest.approx(np.mean([8.0, 4.0, 2.0, 1.0, 3.0, 6.0]))
+    assert figures["top5"] == pytest.approx(1.0 * 5 / 6 + 2.0 * 1 / 6)  # the fastest is left out once in six
+    ordered = Held(replace(view, first=0), np.zeros(6), {}, 0).figures(FIRST, 1.0)
+    assert ordered["top1"] == 8.0  # with a rule's first option: its pick
 
 
 def test_the_blend_ranks_unmeasured_candidates_with_the_worst_known_and_the_ranker_alone_without_any() -> None:
@@ -354,7 +377,7 @@ def test_the_selection_compares_the_rules_first_option_and_keeps_it_unless_a_mod
     shipped = next(r for r in rows if (r["source"], r["weight"]) == (rk["source"], rk["weight"]))
     for r in rows[rows.index(shipped) + 1:]:  # every later choice failed to earn its place over the shipped one
         assert r["top1"] is None or not beats((r["top1"], r["top5"], r["per_pool"]),
-                                              (shipped["top1"], shipped["top5"], shipped["per_pool"]))
+                                              (shipped["top1"], shipped["top5"], shipped["per_pool"]), r["model"])
     runner = rk["runner_up"]  # which won and by how much: the best choice of another mode
     assert runner["mode"] != rk["mode"] and runner["margin"] == pytest.approx(rk["top1"] / runner["top1"] - 1)
 

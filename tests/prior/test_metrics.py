@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from emmy_core.prior import metrics as m
 
@@ -58,3 +59,17 @@ def test_baselines_first_option_and_random() -> None:
     assert m.index_slowdown(0, times, ok) == 3.0
     assert m.index_slowdown(0, [np.nan, 1.0, 2.0], [False, True, True]) == 1.0  # substituted in emitted order
     assert m.random_slowdown(times, ok) == 2.0
+
+
+def test_random_top_k_is_the_expected_best_of_k_random_working_picks() -> None:
+    import itertools
+
+    times = np.array([3.0, 1.0, 2.0, 5.0, 4.0, 7.0, 2.5])
+    ok = np.array([True, True, True, True, False, True, True])
+    working = times[ok]
+    for k in (1, 2, 3, 5):
+        every = [min(c) for c in itertools.combinations(working, k)]  # each draw of k equally likely
+        assert m.random_top_k(times, ok, k) == pytest.approx(np.mean(every) / working.min())
+    assert m.random_top_k(times, ok, 1) == pytest.approx(m.random_slowdown(times, ok))
+    assert m.random_top_k(times, ok, 6) is None  # as top_k_slowdown: k must leave a member out
+    assert m.top_k_slowdown(np.arange(7.0), times, ok, 6) is None
