@@ -12,9 +12,14 @@ the rule's order, the prior's scores, other cards' evidence) and the `Trial`s me
 - `prior`: the prior's order, re-ranked after each measurement with this card's rows as evidence.
   Sources of order: the prior, and each other card that measured the same kernel (the pool's
   `evidence`; a tune's pools have none yet). Each is weighted by how well its order agrees with
-  the times measured here so far (Spearman's rank correlation, shrunk towards BELIEF over
-  PSEUDO_ROWS rows, squared): a nearest-card lookup that sharpens as measurements arrive
-  (collaborative filtering), so a card unlike this one stops steering. The blended rank, on a
+  the times measured here so far (Spearman's rank correlation, shrunk over PSEUDO_ROWS rows towards
+  BELIEF for the prior (or the rule's order without one), and for another card EVIDENCE_BELIEF, none,
+  beside a prior, BELIEF without, squared): a nearest-card lookup
+  that sharpens as measurements arrive (collaborative filtering), so a card unlike this one stops
+  steering. Before any row the prior alone orders the pool: it was selected on cards it never saw
+  against these lookups, where one card's order, or a mean of their ranks, was not (replayed on the
+  hub's unseen cards, evidence credited as the prior moved budget 1 from its own pick's 1.136 to 1.204,
+  budget 8 from 1.059 to 1.077; the peer replay moved by at most 0.013 either way). The blended rank, on a
   logit scale, is the expected -log(time); once WARMUP candidates are measured (the first option
   and the prior's top 3), a tiny on-card model adds what the working rows imply per knob value
   (Bayesian linear regression of their residuals on one-hot knob values, KNOB_SPREAD a value's
@@ -48,7 +53,8 @@ STRATEGIES = ("first", "random", "prior", "explore")
 SHAPE_KNOBS = frozenset({"block_m", "block_n", "block_k", "block", "tile_m", "tile_n", "tile_k"})
 _EXTERN_SHAPE = re.compile(r"extern\.(block_size|tile_size|block|tile)", re.IGNORECASE)
 WARMUP = 4  # measurements (the first option and the prior's top 3) before the card's own knob model re-ranks the rest
-BELIEF = 0.5  # rank agreement with this card each source (the prior, another card) is credited before any row
+BELIEF = 0.5  # rank agreement with this card the prior is credited before any row
+EVIDENCE_BELIEF = 0.0  # the same for another card's order beside a prior: none until this card's rows agree
 PSEUDO_ROWS = 4.0  # how many of this card's rows that credit weighs as
 MIN_TRUST = 0.02  # a source that disagrees keeps this much (squared) weight
 PRIOR_SCALE = 0.3  # spread of -log(time) the blended order stands for (logit of its rank, as normal quantiles)
@@ -209,8 +215,9 @@ class PriorStrategy:
 
     def __init__(self, warmup: int = WARMUP, belief: float = BELIEF, pseudo_rows: float = PSEUDO_ROWS,
                  scale: float = PRIOR_SCALE, knob_spread: float = KNOB_SPREAD, noise: float = NOISE,
-                 optimism: float = OPTIMISM, novelty: float = NOVELTY) -> None:
+                 optimism: float = OPTIMISM, novelty: float = NOVELTY, evidence_belief: float = EVIDENCE_BELIEF) -> None:
         self.warmup, self.belief, self.pseudo_rows, self.novelty = warmup, belief, pseudo_rows, novelty
+        self.evidence_belief = evidence_belief
         self.scale, self.knob_spread, self.noise, self.optimism = scale, knob_spread, noise, optimism
         self._pool: SearchPool | None = None
         self._ev: _Evidence | None = None
@@ -237,14 +244,15 @@ class PriorStrategy:
                 if seen.any():
                     ranks.append(np.where(seen, percentile_ranks(np.where(seen, e, -np.inf)), 0.0))
                     raw.append(np.where(seen, e, np.nan))
-                    belief.append(self.belief)
+                    belief.append(self.evidence_belief if pool.scores is not None else self.belief)
             self._pool, self._ev, self._base = pool, _Evidence(ranks, raw, belief), ranks[0]
         assert self._base is not None
         return self._base
 
     def weights(self, pool: SearchPool, trials: Sequence[Trial]) -> np.ndarray:
         """Per source (the prior, then each other card), its weight: its rank agreement with this card's working
-        rows, shrunk towards BELIEF by PSEUDO_ROWS rows, squared (a source that disagrees falls to almost nothing)."""
+        rows, shrunk towards its belief (module docstring) by PSEUDO_ROWS rows, squared (a source that disagrees
+        falls to almost nothing)."""
         self._start(pool)
         assert self._ev is not None
         ok = _working(trials)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -19,7 +20,15 @@ from emmy_core.search import (
     make_strategy,
     replay,
 )
-from emmy_core.search.strategy import BELIEF, STRATEGIES, WARMUP, PriorStrategy, shape_key
+from emmy_core.search.strategy import (
+    BELIEF,
+    EVIDENCE_BELIEF,
+    MIN_TRUST,
+    STRATEGIES,
+    WARMUP,
+    PriorStrategy,
+    shape_key,
+)
 from emmy_core.targets import local_card
 
 
@@ -155,8 +164,14 @@ def test_prior_weights_other_cards_by_how_well_their_times_agree_with_this_cards
     strategy = PriorStrategy()
     measured = [Trial(int(i), float(times[i])) for i in rng.choice(n, 6, replace=False)]
     w = strategy.weights(pool, measured)
-    assert w[2] > 0.4 and w[1] < 0.01  # the agreeing card steers, the disagreeing one barely counts
-    assert strategy.weights(pool, measured[:2]).tolist() == pytest.approx([BELIEF ** 2] * 3)  # under 3 rows: as believed
+    assert w[2] > 0.3 > w[0] and w[1] < 0.01  # the agreeing card steers, the disagreeing one barely counts
+    # under 3 rows: as believed, the prior at BELIEF, another card beside a prior at EVIDENCE_BELIEF (none)
+    assert strategy.weights(pool, measured[:2]).tolist() == pytest.approx(
+        [BELIEF ** 2] + [max(EVIDENCE_BELIEF, MIN_TRUST) ** 2] * 2)
+    ordered = replace(pool, scores=-np.arange(n, dtype=np.float64))  # a prior whose top is candidate 0
+    assert int(np.argmax(alike)) != 0 and PriorStrategy().propose(ordered, [], 1, 10) == [0]  # before any row
+    no_prior = replace(pool, scores=None)  # without a prior, the rule's order and the other cards start alike
+    assert PriorStrategy().weights(no_prior, measured[:2]).tolist() == pytest.approx([BELIEF ** 2] * 3)
     pick = strategy.propose(pool, measured, 1, 10)[0]
     done = {t.index for t in measured}
     assert times[pick] == min(times[i] for i in range(n) if i not in done)
