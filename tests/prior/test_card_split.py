@@ -297,6 +297,15 @@ def test_a_pool_no_rule_ordered_is_ranked_by_the_ranker_where_no_other_card_meas
     rows[:, [prior.features.index(n) for n in TRANSFER_NAMES]] = np.nan  # a kernel no card measured
     np.testing.assert_array_equal(prior.score_rows(rows, unseen), first_order(6))
     np.testing.assert_array_equal(prior.score_rows(rows, unseen, ordered=False), prior.trees.predict(rows))
+    # `emmy eval prior` and the search replay pass a fork's missing first option on as an unordered pool
+    from emmy_core.ranking import RankContext
+    from emmy_core.ranking.rankers import PriorRanker
+
+    toy = replace(_fork("NVIDIA A100-SXM4-80GB", [8.0, 4.0, 2.0, 1.0, 3.0, 6.0]), card=unseen)
+    members = np.arange(6)
+    trees = prior.trees.predict(prior.rows(toy.kernel, toy.sizes, unseen, toy.setting, toy.knobs))
+    np.testing.assert_array_equal(PriorRanker(prior).rank(RankContext(toy), members), trees)
+    np.testing.assert_array_equal(PriorRanker(prior).rank(RankContext(replace(toy, first=0)), members), first_order(6))
 
 
 def test_the_artifact_carries_its_transfer_table_and_ranking_and_score_computes_that_blend(small_fit: tuple) -> None:
