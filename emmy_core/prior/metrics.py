@@ -112,10 +112,9 @@ def random_top_k(times: Sequence[float] | np.ndarray, ok: Sequence[bool] | np.nd
     if n < max(MIN_SLOWDOWN, k + 1):
         return None
     t = np.sort(np.asarray(times, dtype=np.float64)[okb])
-    p = np.empty(n - k + 1)
-    p[0] = k / n
-    for i in range(n - k):  # C(n-2-i, k-1) / C(n-1-i, k-1) = (n-i-k) / (n-i-1)
-        p[i + 1] = p[i] * (n - i - k) / (n - i - 1)
+    i = np.arange(n - k, dtype=np.float64)
+    ratio = (n - i - k) / (n - i - 1)  # C(n-2-i, k-1) / C(n-1-i, k-1)
+    p = (k / n) * np.concatenate(([1.0], np.cumprod(ratio)))
     return float(p @ t[: n - k + 1]) / float(t[0])
 
 
