@@ -13,15 +13,20 @@ the rule's order, the prior's scores, other cards' evidence) and the `Trial`s me
   Sources of order: the prior, and each other card that measured the same kernel (the pool's
   `evidence`; a tune's pools have none yet). Each is weighted by how well its order agrees with
   the times measured here so far (Spearman's rank correlation, shrunk over PSEUDO_ROWS rows towards
-  BELIEF for the prior (or the rule's order without one), and for another card EVIDENCE_BELIEF, none,
-  beside a prior, BELIEF without, squared): a nearest-card lookup
-  that sharpens as measurements arrive (collaborative filtering), so a card unlike this one stops
-  steering. Before any row the prior alone orders the pool: it was selected on cards it never saw
-  against these lookups, where one card's order, or a mean of their ranks, was not (replayed on the
-  hub's unseen cards, evidence credited as the prior moved budget 1 from its own pick's 1.136 to 1.204,
-  budget 8 from 1.059 to 1.077; the peer replay moved by at most 0.013 either way). The blended rank, on a
-  logit scale, is the expected -log(time); once WARMUP candidates are measured (the first option
-  and the prior's top 3), a tiny on-card model adds what the working rows imply per knob value
+  its belief, squared): a nearest-card lookup that sharpens as measurements arrive (collaborative
+  filtering), so a card unlike this one stops steering. The prior (or the rule's order without one)
+  is believed at BELIEF; another card at EVIDENCE_BELIEF, none, beside a prior (BELIEF without).
+  So before any row the prior alone orders the pool: it was selected on cards it never saw against
+  these lookups, where one card's order, or a mean of their ranks, was not (replayed on the hub's
+  unseen cards, evidence credited as the prior moved budget 1 from the prior's own pick's 1.136 to
+  1.204, budget 8 from 1.059 to 1.077; the peer replay moved by at most 0.013 either way). The
+  blended order stands for a spread of PRIOR_SCALE only as far as the best-trusted source agrees
+  with this card's rows (`agreement`): where every source is contradicted, the knob model leads
+  (replayed on this CPU's exhaustive tune, 9 pools: budget 8 1.167 → 1.097, budget 32 1.063 →
+  1.007, where random reaches 1.123 and 1.031; the peer and hub replays moved by at most 0.014 at
+  budget 8 either way). The blended rank, on a logit scale, is the expected -log(time); once
+  WARMUP candidates are measured (the first option and the prior's top 3), a tiny on-card model
+  adds what the working rows imply per knob value
   (Bayesian linear regression of their residuals on one-hot knob values, KNOB_SPREAD a value's
   prior effect, NOISE a row's) and the next candidate is the one whose expectation plus OPTIMISM
   standard deviations is highest (an upper confidence bound: untried values of a knob keep their
@@ -269,17 +274,24 @@ class PriorStrategy:
             out.append(max(trust, MIN_TRUST) ** 2)
         return np.array(out)
 
+    def agreement(self, weights: np.ndarray) -> float:
+        """How far the best-trusted source's order holds on this card, 0 to 1: its trust (`weights` are trusts
+        squared) over the prior's belief, at most 1. Before three rows it is 1; a card whose rows contradict
+        every source shrinks the spread the blended order stands for, and the knob model and its doubt lead."""
+        return min(1.0, float(np.sqrt(weights.max())) / self.belief)
+
     def expected(self, pool: SearchPool, trials: Sequence[Trial]) -> tuple[np.ndarray, np.ndarray]:
         """Per candidate, the expected -log(time) up to a constant, and its standard deviation (module docstring):
-        the sources blended by their weights, on a logit scale of their rank; with WARMUP rows measured, plus the
-        per-knob-value corrections this card's working rows imply (a Bayesian linear model, ridge prior)."""
+        the sources blended by their weights, on a logit scale of their rank, spread by PRIOR_SCALE times
+        `agreement`; with WARMUP rows measured, plus the per-knob-value corrections this card's working rows
+        imply (a Bayesian linear model, ridge prior)."""
         self._start(pool)
         assert self._ev is not None
         w = self.weights(pool, trials)
         blend = sum(wi * r for wi, r in zip(w, self._ev.ranks, strict=True)) / w.sum()
         n = len(pool)
         q = percentile_ranks(blend) * (n - 1) / n + 0.5 / n
-        mean0 = self.scale * np.log(q / (1 - q)) / LOGIT_TO_NORMAL
+        mean0 = self.scale * self.agreement(w) * np.log(q / (1 - q)) / LOGIT_TO_NORMAL
         ok = _working(trials)
         if not ok or len(trials) < self.warmup:
             return mean0, np.full(n, self.knob_spread)

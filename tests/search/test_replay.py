@@ -177,6 +177,23 @@ def test_prior_weights_other_cards_by_how_well_their_times_agree_with_this_cards
     assert times[pick] == min(times[i] for i in range(n) if i not in done)
 
 
+def test_the_priors_order_stands_for_less_spread_as_far_as_this_cards_rows_contradict_it() -> None:
+    n = 40
+    knobs = tuple({"tile_m": 2 ** (i % 5), "unroll": i // 5} for i in range(n))
+    scores = -np.arange(n, dtype=np.float64)  # the prior: candidate 0 first, 39 last
+    pool = SearchPool(knobs, tuple(range(n)), 0, scores, None, "one card")
+    strategy = PriorStrategy(warmup=n)  # no knob model: the expectation is the blended order alone
+    spread = float(np.ptp(strategy.expected(pool, [])[0]))
+    agree = [Trial(i, 1.0 + i) for i in (0, 10, 20, 30, 39)]  # this card orders them as the prior does
+    contradict = [Trial(i, 40.0 - i) for i in (0, 10, 20, 30, 39)]  # the other way round
+    assert strategy.agreement(strategy.weights(pool, [])) == 1.0  # before any row: the prior's whole spread
+    assert float(np.ptp(strategy.expected(pool, agree)[0])) == pytest.approx(spread)
+    shrunk = float(np.ptp(strategy.expected(pool, contradict)[0]))
+    assert shrunk < 0.1 * spread  # contradicted (trust at its floor): the order stands for almost nothing
+    # the order itself is kept, so the warmup still measures the prior's top
+    assert np.argmax(strategy.expected(pool, contradict)[0]) == 0
+
+
 def test_prior_knob_model_moves_away_from_a_knob_value_this_card_measured_slow() -> None:
     n = 48
     knobs = tuple({"tile_m": 2 ** (i % 4), "vec": (1, 2, 4)[(i // 4) % 3], "unroll": i // 12} for i in range(n))
