@@ -19,6 +19,7 @@ def info(file: Annotated[Path | None, typer.Option("--file", help="an artifact (
          as_json: Annotated[bool, typer.Option("--json", help="print the whole description as JSON")] = False,
          ) -> None:
     """Print a prior's feature version, provenance, feature list and its fit's headline metrics."""
+    from emmy_core.eval.tables import first_label
     from emmy_core.prior import PriorError, load_installed_prior, load_prior
 
     try:
@@ -51,7 +52,7 @@ def info(file: Annotated[Path | None, typer.Option("--file", help="an artifact (
     top1 = rk.get("top1")
     typer.echo(f"  ranking of a card the fit never saw: {rk.get('mode')} ({rk.get('source')}, weight {rk.get('weight')}), won on the {rk.get('split', '?')} split"
                + (f" with top-1 {top1:.3f}" if isinstance(top1, int | float) else "")
-               + f": {pct(rk.get('vs_first'))} against the rule's first option, {pct(rk.get('vs_ranker'))} against"
+               + f": {pct(rk.get('vs_first'))} against {first_label(rk)}, {pct(rk.get('vs_ranker'))} against"
                f" the ranker alone, {pct(rk.get('vs_transfer_order'))} against the transfer order,"
                f" {pct(rk.get('vs_transfer_baseline'))} against the transfer baseline")
     runner = rk.get("runner_up")

@@ -200,6 +200,14 @@ def compare_text(a: Mapping[str, Any], b: Mapping[str, Any], a_name: str = "A", 
     return "\n".join(out) + "\n"
 
 
+def first_label(ranking: Mapping[str, Any]) -> str:
+    """What the `first` choice of a fit's ranking stood for: the rule's first option, or, where no held-out
+    pool had a rule's order (imported caches: `first_pools` 0), a random pick's expectation."""
+    if ranking.get("first_pools") == 0:
+        return "the rule's order (a random pick's expectation: no held-out pool has a rule's order)"
+    return "the rule's first option"
+
+
 def fit_text(report: Mapping[str, Any]) -> str:
     """A fit's `metrics.json` as a person reads it: the card split (cards the fit never saw) per card and per
     family beside the baselines on the same pools, the ranking it selected there, and the kernel split."""
@@ -214,7 +222,7 @@ def fit_text(report: Mapping[str, Any]) -> str:
         return f"{float(v):+.1%}" if isinstance(v, int | float) else "-"
 
     out.append(f"shipped ranking: {rk.get('mode')} ({rk.get('source')}, weight {rk.get('weight')}), top-1 on held-out cards "
-               f"{fmt(rk.get('top1'), 'x')}; {pct(rk.get('vs_first'))} against the rule's first option, "
+               f"{fmt(rk.get('top1'), 'x')}; {pct(rk.get('vs_first'))} against {first_label(rk)}, "
                f"{pct(rk.get('vs_ranker'))} against the ranker alone, "
                f"{pct(rk.get('vs_transfer_order'))} against the transfer order, {pct(rk.get('vs_transfer_baseline'))} "
                f"against the transfer baseline (every weight: {choices or 'none'})")

@@ -234,7 +234,7 @@ def choose_ranking(held: Sequence[Held], kernel_held: Sequence[Held] = ()) -> di
         return None if other is None or chosen["top1"] is None else chosen["top1"] / other - 1.0
 
     return {"source": chosen["source"], "weight": chosen["weight"], "mode": chosen["mode"], "split": "card",
-            "no_evidence": bare,
+            "first_pools": sum(h.fork.first is not None for h in held), "no_evidence": bare,
             "no_evidence_candidates": [{**{k: v for k, v in r.items() if k != "per_pool"}, "why": w}
                                        for r, w in zip(bare_rows, bare_why, strict=True)],
             "top1": chosen["top1"], "top5": chosen["top5"],

@@ -216,6 +216,11 @@ def test_the_plain_transfer_order_replaces_an_order_no_rule_chose_on_its_margin_
     assert figures["top5"] == pytest.approx(1.0 * 5 / 6 + 2.0 * 1 / 6)  # the fastest is left out once in six
     ordered = Held(replace(view, first=0), np.zeros(6), {}, 0).figures(FIRST, 1.0)
     assert ordered["top1"] == 8.0  # with a rule's first option: its pick
+    from emmy_core.eval.tables import first_label  # and the fit's report says which it stood for
+
+    unordered = choose_ranking([Held(view, np.zeros(6), {}, 0)])
+    assert unordered["first_pools"] == 0 and "random pick" in first_label(unordered)
+    assert first_label(choose_ranking([Held(replace(view, first=0), np.zeros(6), {}, 0)])) == "the rule's first option"
 
 
 def test_the_blend_ranks_unmeasured_candidates_with_the_worst_known_and_the_ranker_alone_without_any() -> None:
