@@ -27,6 +27,8 @@ import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -88,13 +90,26 @@ def _encode(value: object) -> float:
     return NAN
 
 
-def _column(values: list[object]) -> np.ndarray:
+def _column(values: Sequence[object]) -> np.ndarray:
     """Encoded values of one knob over the candidates (None: not set, NaN)."""
     try:
-        return np.array([NAN if v is None else v for v in values], dtype=np.float64)  # numbers and bools
+        return np.array(values, dtype=np.float64)  # numbers and bools; None is NaN
     except (TypeError, ValueError):
         codes = {v: _encode(v) for v in set(values) if v is not None}  # each distinct value encoded once
         return np.array([NAN if v is None else codes[v] for v in values], dtype=np.float64)
+
+
+def _transposed(candidates: Sequence[Mapping[str, object]], keys: tuple[str, ...]) -> list[tuple[object, ...]]:
+    """Per key, its value in every candidate (None where one does not set it), read row by row in C where
+    every candidate sets every key (a rule's pool), else key by key."""
+    if not keys or not candidates:
+        return [(None,) * len(candidates) for _ in keys]
+    try:
+        if len(keys) == 1:
+            return [tuple(c[keys[0]] for c in candidates)]
+        return list(zip(*map(itemgetter(*keys), candidates), strict=True))
+    except KeyError:
+        return [tuple(c.get(k) for c in candidates) for k in keys]
 
 
 def knob_columns(candidates: Sequence[Mapping[str, object]]) -> dict[str, np.ndarray]:
@@ -102,11 +117,8 @@ def knob_columns(candidates: Sequence[Mapping[str, object]]) -> dict[str, np.nda
     n = len(candidates)
     cols: dict[str, np.ndarray] = {name: np.full(n, NAN) for name in KNOB_NAMES}
     extern: dict[str, np.ndarray] = {}
-    keys: dict[str, None] = {}
-    for cand in candidates:
-        keys.update(dict.fromkeys(cand))
-    for key in keys:
-        values = [c.get(key) for c in candidates]
+    keys = dict.fromkeys(chain.from_iterable(candidates))  # every knob any candidate sets, in first-seen order
+    for key, values in zip(keys, _transposed(candidates, tuple(keys)), strict=True):
         if key == "mma":
             props = {v: _mma_props(v) for v in set(values)}
             mma = np.array([props[v] for v in values], dtype=np.float64).reshape(n, len(MMA_PROPS))

@@ -100,3 +100,20 @@ def test_the_compile_path_and_the_fit_build_the_same_rows(card_name: str) -> Non
     assert np.isnan(picked[:, -1]).all()
     np.testing.assert_array_equal(picked[:, :-1], rows.values[:, ::-1])
     assert isinstance(rows, FeatureRows) and rows.values.dtype == np.float64
+
+
+def test_knob_columns_read_each_candidates_own_value_whether_or_not_every_candidate_sets_every_knob() -> None:
+    from emmy_core.prior.geometry import knob_columns
+
+    full = [{"tile_m": 8, "par_axis": "m", "prefetch_c": True}, {"tile_m": 16, "par_axis": "n", "prefetch_c": False}]
+    ragged = [*full, {"tile_m": None, "extern.block_size_x": 32}, {"unroll": 4}]  # unset, None, an extern knob
+    for pool in (full, ragged, full[:1], [{"unroll": 2}]):
+        cols = knob_columns(pool)
+        for i, cand in enumerate(pool):
+            for key in ("tile_m", "prefetch_c", "unroll"):
+                value, got = cand.get(key), cols[f"k.{key}"][i]
+                assert np.isnan(got) if value is None else got == float(value), (pool, i, key)
+    cols = knob_columns(ragged)
+    assert cols["k.par_axis"][0] != cols["k.par_axis"][1] and np.isnan(cols["k.par_axis"][2:]).all()  # text codes
+    assert cols["x.block_size_x"].tolist()[2] == 32.0 and np.isnan(cols["x.block_size_x"][[0, 1, 3]]).all()
+    assert knob_columns([])["k.tile_m"].shape == (0,)
