@@ -73,12 +73,14 @@ def loco_pools(dataset: Dataset, order: Any, iterations: int, seed: int) -> list
         t = time.monotonic()
         train = Dataset(dataset.digest, [f for f in dataset.forks if f.card_name != card], 0, [])
         with tempfile.TemporaryDirectory() as tmp:
-            fit_dataset(train, Path(tmp) / "prior.json", pools="measured", folds=2, seed=seed,
-                        params=Params(iterations=iterations), tracking_uri="off", fits_dir=Path(tmp) / "fits")
+            fitted = fit_dataset(train, Path(tmp) / "prior.json", pools="measured", folds=2, seed=seed,
+                                 params=Params(iterations=iterations), tracking_uri="off", fits_dir=Path(tmp) / "fits")
             prior = load_prior(Path(tmp) / "prior.json")
         mine = [p for p in frozen_pools(dataset, prior, order) if p[0] == card]
         out += mine
-        say(f"  without {card}: prior fitted in {time.monotonic() - t:.0f} s; {len(mine)} pools ({load()})")
+        rk = fitted.metrics["ranking"]
+        say(f"  without {card}: prior fitted in {time.monotonic() - t:.0f} s, ranking an unseen card by {rk['mode']} "
+            f"({rk['source']}, weight {rk['weight']}; no evidence: {rk['no_evidence']}); {len(mine)} pools ({load()})")
     return out
 
 
