@@ -19,7 +19,7 @@ def info(file: Annotated[Path | None, typer.Option("--file", help="an artifact (
          as_json: Annotated[bool, typer.Option("--json", help="print the whole description as JSON")] = False,
          ) -> None:
     """Print a prior's feature version, provenance, feature list and its fit's headline metrics."""
-    from emmy_core.eval.tables import first_label
+    from emmy_core.eval.tables import first_label, refused_lines
     from emmy_core.prior import PriorError, load_installed_prior, load_prior
 
     try:
@@ -59,11 +59,8 @@ def info(file: Annotated[Path | None, typer.Option("--file", help="an artifact (
     if isinstance(runner, dict):
         typer.echo(f"  runner-up: {runner.get('mode')} ({runner.get('source')}, weight {runner.get('weight')}), "
                    f"top-1 {runner.get('top1'):.3f}; the winner picks {pct(runner.get('margin'))} against it")
-    for r in rk.get("refused", []):
-        if isinstance(r, dict):
-            shown = f"{r['top1']:.3f}" if isinstance(r.get("top1"), int | float) else "-"
-            typer.echo(f"  not shipped though its top-1 was lower: {r.get('mode')} ({r.get('source')}, weight "
-                       f"{r.get('weight')}), top-1 {shown}: {r.get('why')}")
+    for line in refused_lines(rk):
+        typer.echo(line)
     bare = rk.get("no_evidence", "ranker")
     judged = [r for r in rk.get("no_evidence_candidates", []) if isinstance(r, dict) and r.get("top1") is not None]
     why = ("; ".join(f"{r.get('no_evidence')} top-1 {r['top1']:.3f}" for r in judged)

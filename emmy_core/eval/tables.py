@@ -208,6 +208,13 @@ def first_label(ranking: Mapping[str, Any]) -> str:
     return "the rule's first option"
 
 
+def refused_lines(ranking: Mapping[str, Any]) -> list[str]:
+    """One line per choice with a lower top-1 than the shipped one that the selection refused, and why."""
+    return [f"  not shipped though its top-1 was lower: {r.get('mode')} ({r.get('source')}, weight "
+            f"{r.get('weight')}), top-1 {fmt(r.get('top1'), 'x')}: {r.get('why')}"
+            for r in ranking.get("refused", []) if isinstance(r, Mapping)]
+
+
 def fit_text(report: Mapping[str, Any]) -> str:
     """A fit's `metrics.json` as a person reads it: the card split (cards the fit never saw) per card and per
     family beside the baselines on the same pools, the ranking it selected there, and the kernel split."""
@@ -226,9 +233,7 @@ def fit_text(report: Mapping[str, Any]) -> str:
                f"{pct(rk.get('vs_ranker'))} against the ranker alone, "
                f"{pct(rk.get('vs_transfer_order'))} against the transfer order, {pct(rk.get('vs_transfer_baseline'))} "
                f"against the transfer baseline (every weight: {choices or 'none'})")
-    for r in rk.get("refused", []):
-        out.append(f"  not shipped though its top-1 was lower: {r.get('mode')} ({r.get('source')}, weight "
-                   f"{r.get('weight')}), top-1 {fmt(r.get('top1'), 'x')}: {r.get('why')}")
+    out += refused_lines(rk)
     km = report.get("kernel_mean", {})
     out.append(f"kernel split ({len(report.get('kernel_folds', []))} folds, new kernels on known cards): top-1 "
                f"{fmt(km.get('top1'), 'x')}, top-5 {fmt(km.get('top5'), 'x')}, first option "
