@@ -257,7 +257,8 @@ class PriorStrategy:
     def weights(self, pool: SearchPool, trials: Sequence[Trial]) -> np.ndarray:
         """Per source (the prior, then each other card), its weight: its rank agreement with this card's working
         rows, shrunk towards its belief (module docstring) by PSEUDO_ROWS rows, squared (a source that disagrees
-        falls to almost nothing)."""
+        falls to almost nothing, MIN_TRUST squared). A source believed at 0 has no weight at all until three
+        of this card's rows measure it: it would otherwise settle the prior's near ties before any row."""
         self._start(pool)
         assert self._ev is not None
         ok = _working(trials)
@@ -270,6 +271,9 @@ class PriorStrategy:
             n = int(seen.sum())
             rho = rank_agreement(v[seen], y[seen]) if n >= 3 else 0.0
             n = n if n >= 3 else 0
+            if n == 0 and belief == 0:  # no credit and no row to earn it: no say, not even in a tie
+                out.append(0.0)
+                continue
             trust = (self.pseudo_rows * belief + n * rho) / (self.pseudo_rows + n)
             out.append(max(trust, MIN_TRUST) ** 2)
         return np.array(out)

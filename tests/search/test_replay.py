@@ -166,8 +166,9 @@ def test_prior_weights_other_cards_by_how_well_their_times_agree_with_this_cards
     w = strategy.weights(pool, measured)
     assert w[2] > 0.3 > w[0] and w[1] < 0.01  # the agreeing card steers, the disagreeing one barely counts
     # under 3 rows: as believed, the prior at BELIEF, another card beside a prior at EVIDENCE_BELIEF (none)
-    assert strategy.weights(pool, measured[:2]).tolist() == pytest.approx(
-        [BELIEF ** 2] + [max(EVIDENCE_BELIEF, MIN_TRUST) ** 2] * 2)
+    assert EVIDENCE_BELIEF == 0
+    assert strategy.weights(pool, measured[:2]).tolist() == pytest.approx([BELIEF ** 2, 0.0, 0.0])
+    assert strategy.weights(pool, measured[:3]).min() >= MIN_TRUST ** 2  # measured: a floor, as any source
     ordered = replace(pool, scores=-np.arange(n, dtype=np.float64))  # a prior whose top is candidate 0
     assert int(np.argmax(alike)) != 0 and PriorStrategy().propose(ordered, [], 1, 10) == [0]  # before any row
     no_prior = replace(pool, scores=None)  # without a prior, the rule's order and the other cards start alike
@@ -175,6 +176,18 @@ def test_prior_weights_other_cards_by_how_well_their_times_agree_with_this_cards
     pick = strategy.propose(pool, measured, 1, 10)[0]
     done = {t.index for t in measured}
     assert times[pick] == min(times[i] for i in range(n) if i not in done)
+
+
+def test_another_cards_order_settles_no_tie_of_the_priors_before_three_rows_measure_it() -> None:
+    n = 1000  # on a large pool, neighbouring places of the prior's order are a hair apart in rank
+    knobs = tuple({"tile_m": 2 ** (i % 5), "unroll": i // 5} for i in range(n))
+    prior = -np.arange(n, dtype=np.float64)  # candidate 0 first, 1 second
+    other = np.zeros(n)
+    other[1] = 1.0  # another card's top is the prior's second
+    pool = SearchPool(knobs, tuple(range(n)), None, prior, None, "a large pool", (other,))
+    assert PriorStrategy().propose(pool, [], 4, 8) == [0, 1, 2, 3]  # the prior's order, untouched
+    rows = [Trial(0, 2.0), Trial(1, 1.0), Trial(2, 3.0)]  # three rows: now the other card earns its say
+    assert PriorStrategy().weights(pool, rows)[1] > 0
 
 
 def test_the_priors_order_stands_for_less_spread_as_far_as_this_cards_rows_contradict_it() -> None:
