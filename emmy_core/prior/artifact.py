@@ -7,8 +7,10 @@ model's order), `provenance` (dataset digest, parameters, code revision; no time
 `scale_and_bias`), `transfer`: the table of what the fit's cards measured, read for the `tr.*`
 features (`emmy_core.prior.transfer_features`), and `ranking`: what the fit selected on the card split
 to rank a card it never saw (the rule's first-option order, a transfer order, a blend of the ranker
-and a transfer order, or the ranker alone: `emmy_core.prior.ranking`), with the figures it was
-selected on and its margins to the others. `score` computes exactly that for a card the fit never
+and a transfer order, or the ranker alone: `emmy_core.prior.ranking`), what ranks a pool no other
+card measured (`no_evidence`) and how many places at the top of a fitted order are spread over knob
+values (`diverse`, `ranking.diversified`), with the figures it was selected on and its margins to the
+others. `score` computes exactly that for a card the fit never
 saw, and the ranker alone for a card it measured (what the kernel split validates). Loading is strict (seed 08: "refit it, never silently continue with
 something else"): a missing or malformed file, or one written under another feature
 version, is a `PriorError` naming the file (and both versions). Scoring needs numpy only.
@@ -26,6 +28,7 @@ import numpy as np
 from emmy_core.ir import Extern, Program, format_sizes, kernel_id
 from emmy_core.knobs.vocab import schedule_id
 from emmy_core.prior.features import FEATURE_VERSION, fork_features
+from emmy_core.prior.geometry import knob_features
 from emmy_core.prior.price import Curve, curve_key, price, read_curves, scale_of
 from emmy_core.prior.ranking import FIRST, NO_EVIDENCE, RANKER, SOURCES, mode_of, ranked
 from emmy_core.prior.transfer_features import TransferTable, read_table
@@ -35,6 +38,7 @@ from emmy_core.targets.card import Card
 ARTIFACT_FORMAT = "emmy-prior"
 MAX_ARTIFACT_BYTES = 64 * 1024 * 1024
 MAX_FEATURES = 4096
+MAX_DIVERSE = 64  # the most places at the top of an order an artifact may ask to spread
 _KEYS = frozenset({"format", "feature_version", "features", "provenance", "metrics", "calibration", "model",
                    "transfer", "ranking"})
 
@@ -53,8 +57,9 @@ class Prior:
         self.trees: Trees = parse_model(doc["model"], len(self.features))
         self.curves: dict[str, Curve] = read_curves(doc["calibration"], "$.calibration")
         self.table: TransferTable = read_table(doc["transfer"], "$.transfer")
-        self.blend, self.weight, self.no_evidence = read_ranking(doc["ranking"])
+        self.blend, self.weight, self.no_evidence, self.diverse = read_ranking(doc["ranking"])
         self._transfer_column = self.features.index(self.blend) if self.blend in self.features else None
+        self._knob_columns = knob_features(self.features)
 
     @property
     def info(self) -> dict[str, Any]:
@@ -108,14 +113,16 @@ class Prior:
         if self.model_alone(card):
             return own, own
         transfer = None if self._transfer_column is None else rows[:, self._transfer_column]
-        return ranked(self.blend, self.weight, own, transfer, None, self.no_evidence, ordered), own
+        return ranked(self.blend, self.weight, own, transfer, None, self.no_evidence, ordered,
+                      rows[:, self._knob_columns], self.diverse), own
 
     def model_alone(self, card: Card | None) -> bool:
         """Whether `score_rows` is the trees alone for every pool of `card` (the scale the price curves are
-        fitted on)."""
+        fitted on): a seen card's, or an unseen one's where the fit shipped the ranker alone and spreads no
+        head (`ranking.diversified` permutes the scores)."""
         if self.seen(card):
             return True
-        return self.blend != FIRST and self.no_evidence == RANKER and (
+        return self.blend != FIRST and self.no_evidence == RANKER and self.diverse == 0 and (
             self._transfer_column is None or self.weight <= 0)
 
     def score(self, kernel: Program | Extern, sizes: Mapping[str, int] | str | None, card: Card | None,
@@ -176,10 +183,12 @@ def sizes_text(kernel: Program | Extern, sizes: Mapping[str, int] | str | None) 
     return format_sizes({str(k): int(v) for k, v in sizes.items() if k in dyn})
 
 
-def read_ranking(doc: object) -> tuple[str, float, str]:
+def read_ranking(doc: object) -> tuple[str, float, str, int]:
     """The choice of an artifact's `ranking` field: (`first` or a transfer column, weight, what ranks a pool
-    no other card measured); ValueError naming the field. An artifact fitted before `no_evidence` was
-    selected ranked such pools by the ranker alone, and is read so: that is what it was validated with."""
+    no other card measured, how many places at the top of a fitted order are spread: `ranking.diversified`);
+    ValueError naming the field. An artifact fitted before `no_evidence` was selected ranked such pools by
+    the ranker alone, and one fitted before `diverse` spread nothing, and each is read so: that is what it
+    was validated with."""
     if not isinstance(doc, Mapping) or not isinstance(doc.get("weight"), int | float) or isinstance(
             doc.get("weight"), bool) or not 0 <= doc["weight"] <= 1:
         raise ValueError("$.ranking.weight must be a number in 0..1")
@@ -193,7 +202,10 @@ def read_ranking(doc: object) -> tuple[str, float, str]:
     bare = doc.get("no_evidence", RANKER)
     if bare not in NO_EVIDENCE:
         raise ValueError(f"$.ranking.no_evidence must be one of {', '.join(NO_EVIDENCE)}")
-    return str(doc["source"]), float(doc["weight"]), str(bare)
+    head = doc.get("diverse", 0)
+    if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head <= MAX_DIVERSE:
+        raise ValueError(f"$.ranking.diverse must be an integer in 0..{MAX_DIVERSE}")
+    return str(doc["source"]), float(doc["weight"]), str(bare), head
 
 
 def _refuse(path: str, why: str) -> PriorError:

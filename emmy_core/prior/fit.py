@@ -54,6 +54,7 @@ from emmy_core.prior.featurize import featurize, transfer_view
 from emmy_core.prior.fold_tasks import DaskTrainer, DatasetRef, FoldTrainer, train_here
 from emmy_core.prior.price import curve_key, fit_curve, scale_of
 from emmy_core.prior.ranking import (
+    DIVERSE_HEAD,
     FIRST,
     NO_EVIDENCE,
     RANKER,
@@ -75,7 +76,7 @@ from emmy_core.prior.training import (
     model_json,
     train,
 )
-from emmy_core.prior.transfer import Held, card_split, score_forks, transfer_column
+from emmy_core.prior.transfer import Held, card_split, fork_knobs, score_forks, transfer_column
 from emmy_core.prior.transfer_features import TransferTable
 from emmy_core.prior.trees import parse_model
 
@@ -141,7 +142,7 @@ def kernel_split(forks: Sequence[DatasetFork], names: Sequence[str], pools: str,
         scores = score_forks(model, val, names)
         held += [Held(f, s, {}, k) for f, s in zip(val, scores, strict=True)]
         figures = [fork_figures(f, ranked(*choice, s, None if choice[0] == FIRST else transfer_column(f, choice[0]),
-                                          f.first))
+                                          f.first, knobs=fork_knobs(f)))
                    for f, s in zip(val, scores, strict=True)]
         out.append({"fold": k, "train_kernels": sorted(train_k), "validation_kernels": sorted(val_k),
                     "train_groups": n_groups, "validation_forks": len(val), **metrics.summarize(figures)})
@@ -204,6 +205,17 @@ def select_choice(held: Sequence[Held], kernel_held: Sequence[Held] = ()) -> tup
     return best["source"], best["weight"], bare
 
 
+def spread_head(held: Sequence[Held], source: str, weight: float, no_evidence: str,
+                spread_top5: float | None) -> tuple[int, dict[str, float | None]]:
+    """How many places at the top of the chosen order to spread (`ranking.diversified`): DIVERSE_HEAD, unless
+    the held-out cards' top-5 of the same order unspread is better than `spread_top5` (the chosen's, spread),
+    then none; with both top-5 figures. The top-1 is the same either way: the spread never ships a worse
+    top-5 than the order it spreads."""
+    plain = metrics.summarize([h.figures(source, weight, no_evidence, head=0) for h in held]).get("top5")
+    keep = spread_top5 is None or plain is None or spread_top5 <= plain
+    return (DIVERSE_HEAD if keep else 0), {"spread": spread_top5, "plain": plain}
+
+
 def choose_ranking(held: Sequence[Held], kernel_held: Sequence[Held] = ()) -> dict[str, Any]:
     """The ranking that picks best on the held-out cards (`ranking.select`), with every choice's figures and
     its margins (top-1, relative) to the rule's first option, the ranker alone, the transfer order alone,
@@ -213,7 +225,8 @@ def choose_ranking(held: Sequence[Held], kernel_held: Sequence[Held] = ()) -> di
     if not held:
         src, w = choices()[0]
         return {"source": src, "weight": w, "mode": mode_of(w, src), "split": "none", "no_evidence": NO_EVIDENCE[0],
-                "why": "fewer than two cards: no card split", "candidates": [], "no_evidence_candidates": []}
+                "diverse": DIVERSE_HEAD, "why": "fewer than two cards: no card split", "candidates": [],
+                "no_evidence_candidates": []}
     bare_rows = no_evidence_figures(held, kernel_held)
     bare_index, bare_why = selection([(r["top1"], r["top5"], r["per_pool"]) for r in bare_rows], BARE_MODELS)
     bare = NO_EVIDENCE[bare_index]
@@ -223,6 +236,7 @@ def choose_ranking(held: Sequence[Held], kernel_held: Sequence[Held] = ()) -> di
     refused = [{"source": r["source"], "weight": r["weight"], "mode": r["mode"], "top1": r["top1"], "why": w}
                for r, w in zip(rows, why, strict=True)
                if w is not None and chosen["top1"] is not None and r["top1"] < chosen["top1"]]
+    head, spread = spread_head(held, chosen["source"], chosen["weight"], bare, chosen["top5"])
     first = next(r for r in rows if r["source"] == FIRST)
     order = next(r for r in rows if r["source"] == SOURCES[0] and r["weight"] == 1.0)
     alone = next(r for r in rows if r["weight"] == 0.0)
@@ -234,7 +248,8 @@ def choose_ranking(held: Sequence[Held], kernel_held: Sequence[Held] = ()) -> di
         return None if other is None or chosen["top1"] is None else chosen["top1"] / other - 1.0
 
     return {"source": chosen["source"], "weight": chosen["weight"], "mode": chosen["mode"], "split": "card",
-            "first_pools": sum(h.fork.first is not None for h in held), "no_evidence": bare,
+            "first_pools": sum(h.fork.first is not None for h in held), "no_evidence": bare, "diverse": head,
+            "diverse_top5": spread,
             "no_evidence_candidates": [{**{k: v for k, v in r.items() if k != "per_pool"}, "why": w}
                                        for r, w in zip(bare_rows, bare_why, strict=True)],
             "top1": chosen["top1"], "top5": chosen["top5"],

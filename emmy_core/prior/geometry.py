@@ -90,6 +90,11 @@ def _encode(value: object) -> float:
     return NAN
 
 
+def knob_features(names: Sequence[str]) -> list[int]:
+    """The positions of the knob columns (`k.*`, and `x.*` for an extern's knobs) among feature `names`."""
+    return [j for j, n in enumerate(names) if n.startswith(("k.", EXTERN_FEATURE_PREFIX))]
+
+
 def _column(values: Sequence[object]) -> np.ndarray:
     """Encoded values of one knob over the candidates (None: not set, NaN)."""
     try:

@@ -19,8 +19,9 @@ import numpy as np
 from emmy_core.prior.dataset import DatasetFork
 from emmy_core.prior.featurize import transfer_view
 from emmy_core.prior.fold_tasks import FoldTrainer
+from emmy_core.prior.geometry import knob_features
 from emmy_core.prior.metrics import random_top_k
-from emmy_core.prior.ranking import FIRST, RANKER, has_evidence, ranked
+from emmy_core.prior.ranking import DIVERSE_HEAD, FIRST, RANKER, has_evidence, ranked
 from emmy_core.prior.training import Params, design, fork_figures, groups_of, train
 from emmy_core.prior.transfer_features import TRANSFER_NAMES
 
@@ -41,6 +42,11 @@ def score_forks(model: Any, forks: Sequence[DatasetFork], names: Sequence[str]) 
     return [np.asarray(model.predict(f.features.matrix(names)), dtype=np.float64) for f in forks]
 
 
+def fork_knobs(fork: DatasetFork) -> np.ndarray:
+    """The knob columns of the fork's rows (`geometry.knob_features`), what a fitted order is spread by."""
+    return fork.features.values[:, knob_features(fork.features.names)]
+
+
 def transfer_column(fork: DatasetFork, source: str = TRANSFER_NAMES[0]) -> np.ndarray:
     """One of the fork's transfer columns (`tr.score` unless told), as its rows hold it."""
     return fork.features.values[:, fork.features.names.index(source)]
@@ -56,14 +62,15 @@ class Held:
     baselines: dict[str, float | None]
     fold: int
 
-    def figures(self, source: str, weight: float, no_evidence: str = RANKER) -> dict[str, Any]:
+    def figures(self, source: str, weight: float, no_evidence: str = RANKER, head: int = DIVERSE_HEAD) -> dict[str, Any]:
         """The fork's figures ranked by the choice (`source`, `weight`, what ranks a pool without transfer
         evidence), beside the baselines. The rule's order (FIRST) of a pool no rule ordered (no first option:
         an imported cache, in the store's order) is an arbitrary one: its top-1 and top-5 are a random
-        order's expectation (`metrics.random_top_k`), never one draw's luck."""
+        order's expectation (`metrics.random_top_k`), never one draw's luck. A fitted order's first `head`
+        places are spread over knob values (`ranking.diversified`; 0: not)."""
         transfer = None if source == FIRST else transfer_column(self.fork, source)
         scores = ranked(source, weight, self.ranker, transfer, self.fork.first, no_evidence,
-                        ordered=self.fork.first is not None)
+                        ordered=self.fork.first is not None, knobs=fork_knobs(self.fork), head=head)
         out: dict[str, Any] = {**fork_figures(self.fork, scores), **self.baselines}
         if source == FIRST and self.fork.first is None:
             m = self.fork.measured

@@ -17,6 +17,7 @@ from emmy_core.prior import load_prior
 from emmy_core.prior.dataset import DatasetFork, read_dataset
 from emmy_core.prior.featurize import featurize, transfer_view
 from emmy_core.prior.fit import choice_figures, choose_ranking, select_no_evidence
+from emmy_core.prior.geometry import knob_features
 from emmy_core.prior.ranking import (
     FIRST,
     RANKER,
@@ -25,6 +26,7 @@ from emmy_core.prior.ranking import (
     beats,
     choices,
     combine,
+    diversified,
     first_order,
     ranked,
     select,
@@ -301,7 +303,8 @@ def test_a_pool_no_rule_ordered_is_ranked_by_the_ranker_where_no_other_card_meas
     rows = prior.rows(f.kernel, f.sizes, unseen, f.setting, f.knobs[:6])
     rows[:, [prior.features.index(n) for n in TRANSFER_NAMES]] = np.nan  # a kernel no card measured
     np.testing.assert_array_equal(prior.score_rows(rows, unseen), first_order(6))
-    np.testing.assert_array_equal(prior.score_rows(rows, unseen, ordered=False), prior.trees.predict(rows))
+    spread = diversified(prior.trees.predict(rows), rows[:, knob_features(prior.features)], prior.diverse)
+    np.testing.assert_array_equal(prior.score_rows(rows, unseen, ordered=False), spread)  # the ranker's order
     # `emmy eval prior` and the search replay pass a fork's missing first option on as an unordered pool
     from emmy_core.ranking import RankContext
     from emmy_core.ranking.rankers import PriorRanker
@@ -333,7 +336,8 @@ def test_the_artifact_carries_its_transfer_table_and_ranking_and_score_computes_
         rows = prior.rows(fork.kernel, fork.sizes, unseen, fork.setting, fork.knobs)
         t = None if prior.blend == FIRST else rows[:, prior.features.index(prior.blend)]
         shared += int((~np.isnan(rows[:, prior.features.index("tr.score")])).any())
-        want = ranked(prior.blend, prior.weight, prior.trees.predict(rows), t, None, prior.no_evidence)
+        want = ranked(prior.blend, prior.weight, prior.trees.predict(rows), t, None, prior.no_evidence,
+                      knobs=rows[:, knob_features(prior.features)], head=prior.diverse)
         np.testing.assert_array_equal(prior.score(fork.kernel, fork.sizes, unseen, fork.setting, fork.knobs), want)
     assert shared > 0, "the freeze's cards share pools: an unseen card must read their measurements"
 
@@ -347,6 +351,9 @@ def test_the_artifact_carries_its_transfer_table_and_ranking_and_score_computes_
     ("ranking", {"weight": 1, "mode": "transfer", "source": "first"}, r"\$\.ranking\.mode must be 'first'"),
     ("ranking", {"weight": 1, "mode": "transfer", "source": "tr.score", "no_evidence": "random"},
      r"\$\.ranking\.no_evidence"),
+    ("ranking", {"weight": 1, "mode": "transfer", "source": "tr.score", "diverse": -1}, r"\$\.ranking\.diverse"),
+    ("ranking", {"weight": 1, "mode": "transfer", "source": "tr.score", "diverse": True}, r"\$\.ranking\.diverse"),
+    ("ranking", {"weight": 1, "mode": "transfer", "source": "tr.score", "diverse": 1000}, r"\$\.ranking\.diverse"),
 ])
 def test_a_malformed_transfer_table_or_ranking_is_refused_naming_the_field(
         small_fit: tuple, tmp_path: Path, field: str, value: object, message: str) -> None:
