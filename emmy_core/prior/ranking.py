@@ -54,6 +54,7 @@ NO_EVIDENCE: tuple[str, ...] = (FIRST, RANKER)  # what may rank a pool no other 
 TIE_BREAK = 1e-9
 DIVERSE_HEAD = 8  # the places at the top of a fitted order that `diversified` spreads
 DIVERSE_KNOBS = 2  # how many knob values a candidate there differs in from every one above it
+DIVERSE_WINDOW = 256  # how deep in the order `diversified` looks for them (a bound on its cost in a large pool)
 
 
 SELECT_MARGIN = 0.01  # a later choice must pick this much better (top-1, relative) to replace an earlier one
@@ -110,8 +111,9 @@ def ranked(source: str, weight: float, ranker: np.ndarray, transfer: np.ndarray 
 def diversified(scores: np.ndarray, knobs: np.ndarray | None, head: int = DIVERSE_HEAD,
                 differ: int = DIVERSE_KNOBS) -> np.ndarray:
     """`scores` with the order's first `head` places spread (module docstring): each goes to the best-scored
-    candidate whose row of `knobs` (NaN: unset, equal to unset) differs from every row placed above it in at
-    least `differ` values, until none is left that does; the rest follow in their order. The scores are
+    candidate of the first DIVERSE_WINDOW whose row of `knobs` (NaN: unset, equal to unset) differs from
+    every row placed above it in at least `differ` values, until none is left that does; the rest follow in
+    their order. The scores are
     permuted, not changed: the top keeps its own, the k-th place takes the k-th best score (ties below the
     top are made strict by a float step), so a score's scale still means what it did. Without knobs, or
     where the order is spread already, `scores` as they are."""
@@ -119,18 +121,19 @@ def diversified(scores: np.ndarray, knobs: np.ndarray | None, head: int = DIVERS
     if knobs is None or head < 2 or len(s) < 3 or knobs.ndim != 2 or knobs.shape[1] == 0:
         return s
     order = np.argsort(-s, kind="stable")
-    rows = np.asarray(knobs, dtype=np.float64)[order]
-    unset = np.isnan(rows)
-    closest = np.full(len(s), np.iinfo(np.int64).max)  # per place, the fewest values it differs in from a pick
+    rows = np.asarray(knobs, dtype=np.float64)[order[:DIVERSE_WINDOW]]
+    rows[np.isnan(rows)] = np.inf  # unset equals unset (no knob value is infinite)
+    rows = rows[:, rows.min(axis=0) != rows.max(axis=0)]  # a knob every candidate sets alike tells none apart
+    ones = np.ones(rows.shape[1], dtype=np.float32)
+    closest = np.full(len(rows), np.float32(rows.shape[1]))  # per place, the fewest values it differs in from a pick
     picks = [0]
     while len(picks) < head:
-        last = picks[-1]
-        differs = (rows != rows[last]) & ~(unset & unset[last])
-        closest = np.minimum(closest, differs.sum(axis=1))
-        far = np.flatnonzero(closest >= differ)
-        if not len(far):
+        np.minimum(closest, (rows != rows[picks[-1]]).astype(np.float32) @ ones, out=closest)  # counts, exact
+        far = closest >= differ
+        nxt = int(np.argmax(far))
+        if not far[nxt]:
             break
-        picks.append(int(far[0]))
+        picks.append(nxt)
     if picks == list(range(len(picks))):
         return s
     placed = np.zeros(len(s), dtype=bool)

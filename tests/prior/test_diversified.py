@@ -20,6 +20,7 @@ from emmy_core.prior.geometry import knob_features
 from emmy_core.prior.ranking import (
     DIVERSE_HEAD,
     DIVERSE_KNOBS,
+    DIVERSE_WINDOW,
     FIRST,
     RANKER,
     diversified,
@@ -137,3 +138,14 @@ def test_the_fit_spreads_the_head_only_where_the_held_out_top_5_is_no_worse_for_
 
 def knob_features_of(h: Held) -> np.ndarray:
     return h.fork.features.values[:, knob_features(h.fork.features.names)]
+
+
+def test_the_spread_looks_no_deeper_than_its_window() -> None:
+    n = DIVERSE_WINDOW + 50
+    knobs = np.array([[i, 1.0] for i in range(n)])  # every candidate a neighbour of every other (one value)
+    knobs[-1] = [-1.0, 2.0]  # but the last, which differs from all in both
+    scores = -np.arange(n, dtype=np.float64)
+    assert order(diversified(scores, knobs)) == list(range(n))  # below the window: not promoted
+    inside = np.array(knobs)
+    inside[10] = [-1.0, 2.0]
+    assert order(diversified(scores, inside))[:3] == [0, 10, 1]
