@@ -77,9 +77,10 @@ def info(file: Annotated[Path | None, typer.Option("--file", help="an artifact (
     head, spread = rk.get("diverse", 0), rk.get("diverse_top5")
     judged = (f"; top-5 on held-out cards {spread['spread']:.3f} spread, {spread['plain']:.3f} not"
               if isinstance(spread, dict) and all(isinstance(spread.get(k), float) for k in ("spread", "plain")) else "")
-    typer.echo(f"  the top {head} places of a fitted order go to candidates that differ from every one above in at "
-               f"least {DIVERSE_KNOBS} knob values (the top-1 unmoved; the rule's order is never spread{judged})" if head
-               else f"  the top of a fitted order is not spread over knob values ({'its top-5 was worse spread' + judged if judged else 'fitted before that was done'})")
+    typer.echo(f"  the top {head} places of the shipped order go to candidates that differ from every one above in at "
+               f"least {DIVERSE_KNOBS} knob values (the top-1 unmoved{judged})" if head
+               else "  the top of the shipped order is not spread over knob values ("
+               + (f"its held-out top-5 was worse spread{judged}" if judged else "fitted before that was done") + ")")
     typer.echo("  a card the fit measured (in the transfer table) is ranked by the model alone (the kernel split)")
     typer.echo(f"  transfer table: {d['transfer']['pools']} pools from {len(d['transfer']['cards'])} cards"
                + (f" ({', '.join(d['transfer']['cards'])})" if d['transfer']['cards'] else ""))

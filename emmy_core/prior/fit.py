@@ -252,7 +252,7 @@ def choose_ranking(held: Sequence[Held], kernel_held: Sequence[Held] = ()) -> di
             "diverse_top5": spread,
             "no_evidence_candidates": [{**{k: v for k, v in r.items() if k != "per_pool"}, "why": w}
                                        for r, w in zip(bare_rows, bare_why, strict=True)],
-            "top1": chosen["top1"], "top5": chosen["top5"],
+            "top1": chosen["top1"], "top5": spread["spread" if head else "plain"],
             "candidates": [{k: v for k, v in r.items() if k not in ("per_pool", "model")} for r in rows],
             "refused": refused,
             "transfer_baseline_top1": base.get("transfer_top1"), "vs_first": margin(first["top1"]),
@@ -301,12 +301,14 @@ def card_report(held: Sequence[Held], card_folds: list[dict[str, Any]],
                 kernel_held: Sequence[Held] = ()) -> dict[str, Any]:
     """The card split's figures beside the baselines: per fold, per card, per family, and over every held-out
     pool (the headline). Each card is ranked with the choice selected on the other cards' held-out forks
-    (`choices`; of both splits, `kernel_held` the kernel split's), so the selection never sees the card it is
-    judged on."""
-    chosen: dict[str, tuple[str, float, str]] = {}
+    (`choices`; of both splits, `kernel_held` the kernel split's, and whether its head is spread:
+    `spread_head`), so the selection never sees the card it is judged on."""
+    chosen: dict[str, tuple[str, float, str, int]] = {}
     for card in sorted({h.fork.card_name for h in held}):
-        chosen[card] = select_choice([h for h in held if h.fork.card_name != card],
-                                     [h for h in kernel_held if h.fork.card_name != card])
+        others = [h for h in held if h.fork.card_name != card]
+        src, w, bare = select_choice(others, [h for h in kernel_held if h.fork.card_name != card])
+        spread = metrics.summarize([h.figures(src, w, bare) for h in others]).get("top5")
+        chosen[card] = (src, w, bare, spread_head(others, src, w, bare, spread)[0])
     figures = [(h, h.figures(*chosen[h.fork.card_name])) for h in held]
     for fold in card_folds:
         fold.update(metrics.summarize([f for h, f in figures if h.fold == fold["fold"]]))
@@ -316,7 +318,8 @@ def card_report(held: Sequence[Held], card_folds: list[dict[str, Any]],
         by_card.setdefault(h.fork.card_name, []).append(f)
         by_family.setdefault(h.fork.family, []).append(f)
     return {"mean": metrics.summarize([f for _, f in figures]),
-            "choices": {c: {"source": src, "weight": w, "no_evidence": bare} for c, (src, w, bare) in chosen.items()},
+            "choices": {c: {"source": src, "weight": w, "no_evidence": bare, "diverse": head}
+                        for c, (src, w, bare, head) in chosen.items()},
             "by_card": {c: metrics.summarize(v) for c, v in sorted(by_card.items())},
             "by_family": {c: metrics.summarize(v) for c, v in sorted(by_family.items())}}
 

@@ -27,15 +27,17 @@ ranker still breaks ties (1e-9 of it).
 TRANSFER_SCALE puts log(best/time) on the ranker's scale: the ranker is fitted to a softmax of
 (best/time) ** sharpness, sharpness 4.
 
-The head of a fitted order is spread (`diversified`, where the rows' knob values are given): each of its
-first DIVERSE_HEAD places goes to the best-scored candidate that differs from every one placed above it
-in at least DIVERSE_KNOBS knob values. A ranking's top is a run of near neighbours (the same tiles, one
+The head of the shipped order is spread (`diversified`, where the rows' knob values are given): each of
+its first DIVERSE_HEAD places goes to the best-scored candidate that differs from every one placed above
+it in at least DIVERSE_KNOBS knob values. An order's top is a run of near neighbours (the same tiles, one
 thread count apart), and a neighbour of a poor top is as poor, so the second to eighth pick tell little
 that the first did not: spread, they are what a top-5 or a tune's first few measurements should be. The
-top-1 is never moved. The rule's order is the rule's and is never spread. Measured on the peer caches
-left out a card at a time (11 pools) and on the hub's unseen cards (14), the best of the top 2 / 4 / 5
-went from 1.327 / 1.294 / 1.113 to 1.141 / 1.128 / 1.092 (peer) and from 1.135 / 1.111 / 1.109 to
-1.115 / 1.105 / 1.102 (hub); three knob values instead of two did no better on both.
+top-1 is never moved: a compile picks the same, the rule's first option stays first in the rule's
+order. Measured on the peer caches left out a card at a time (11 pools) and on the hub's unseen cards
+(14), the best of the top 2 / 4 / 5 went from 1.327 / 1.294 / 1.113 to 1.141 / 1.128 / 1.092 (peer)
+and from 1.135 / 1.111 / 1.109 to 1.115 / 1.105 / 1.102 (hub); on the rule's order over this machine's
+exhaustive CPU tune (9 pools) from 1.247 / 1.245 / 1.245 to 1.247 / 1.213 / 1.211. Three knob values
+instead of two did no better on both GPU sets.
 """
 
 from __future__ import annotations
@@ -97,12 +99,12 @@ def ranked(source: str, weight: float, ranker: np.ndarray, transfer: np.ndarray 
     evidence (`has_evidence`; None: no other card) is ranked by `no_evidence` (FIRST or RANKER), except a
     pool no rule ordered (`ordered` False: an imported cache's, listed in the store's order), which the
     ranker ranks: there the alternative is an arbitrary order, not a rule's. Given the candidates' `knobs`
-    (one row each, a column per knob), a fitted order's first `head` places are spread (`diversified`)."""
+    (one row each, a column per knob), the order's first `head` places are spread (`diversified`)."""
     if source == FIRST:
-        return first_order(len(ranker), first)
+        return diversified(first_order(len(ranker), first), knobs, head)
     if not has_evidence(transfer):
         if no_evidence == FIRST and ordered:
-            return first_order(len(ranker), first)
+            return diversified(first_order(len(ranker), first), knobs, head)
         return diversified(np.asarray(ranker, dtype=np.float64), knobs, head)
     assert transfer is not None
     return diversified(combine(ranker, transfer, weight), knobs, head)

@@ -1,6 +1,6 @@
-"""The head of a fitted order is spread over knob values (`ranking.diversified`): its top never moves, the
-next places go to the best-scored candidates that differ from every one above them, and the rule's order
-and an artifact fitted before the rule are left as they were."""
+"""The head of a shipped order is spread over knob values (`ranking.diversified`): its top never moves, the
+next places go to the best-scored candidates that differ from every one above them, and an artifact fitted
+before the rule is left as it was."""
 
 from __future__ import annotations
 
@@ -71,11 +71,14 @@ def test_ties_and_unset_knobs_keep_the_spread_order_strict() -> None:
     assert order(diversified(np.array([3.0, 2.0, 1.0, 0.0]), unset)) == [0, 3, 1, 2]
 
 
-def test_the_rules_order_is_never_spread_and_a_fitted_one_is_wherever_knobs_are_given() -> None:
-    ranker = SCORES.copy()
-    np.testing.assert_array_equal(ranked(FIRST, 1.0, ranker, None, knobs=KNOBS), first_order(6))
+def test_every_shipped_order_is_spread_wherever_knobs_are_given_the_rules_with_its_first_option_first() -> None:
+    ranker = -SCORES  # the ranker's order is the reverse of the rule's
+    np.testing.assert_array_equal(ranked(FIRST, 1.0, ranker, None), first_order(6))
+    assert order(ranked(FIRST, 1.0, ranker, None, knobs=KNOBS)) == [0, 3, 5, 1, 2, 4]
+    assert order(ranked(FIRST, 1.0, ranker, None, first=4, knobs=KNOBS))[0] == 4  # the first option stays first
     bare = np.full(6, np.nan)
-    np.testing.assert_array_equal(ranked("tr.score", 1.0, ranker, bare, None, FIRST, knobs=KNOBS), first_order(6))
+    assert order(ranked("tr.score", 1.0, ranker, bare, None, FIRST, knobs=KNOBS)) == [0, 3, 5, 1, 2, 4]
+    ranker = SCORES.copy()
     assert order(ranked("tr.score", 0.0, ranker, bare, knobs=KNOBS)) == [0, 3, 5, 1, 2, 4]
     transfer = -np.arange(6, dtype=np.float64)
     assert order(ranked("tr.score", 1.0, ranker, transfer, knobs=KNOBS)) == [0, 3, 5, 1, 2, 4]
@@ -89,7 +92,8 @@ def test_a_fit_records_the_spread_and_an_artifact_fitted_before_it_spreads_nothi
     judged = doc["ranking"]["diverse_top5"]  # the chosen order's top-5 on the held-out cards, spread and not
     want = DIVERSE_HEAD if judged["spread"] <= judged["plain"] else 0
     assert doc["ranking"]["diverse"] == want and load_prior(small_fit[0].artifact_path).diverse == want
-    doc["ranking"] = {**doc["ranking"], "source": "tr.score", "weight": 0.0, "mode": "ranker", "no_evidence": "ranker"}
+    doc["ranking"] = {**doc["ranking"], "source": "tr.score", "weight": 0.0, "mode": "ranker", "no_evidence": "ranker",
+                      "diverse": DIVERSE_HEAD}
     f = small_fit[1].forks[0]
     unseen = f.card.__class__(**{**f.card.__dict__, "name": "A CPU the fit never saw"})
     spread_path, old_path = tmp_path / "spread.json", tmp_path / "old.json"
