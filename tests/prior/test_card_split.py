@@ -302,8 +302,9 @@ def test_a_pool_no_rule_ordered_is_ranked_by_the_ranker_where_no_other_card_meas
     unseen = replace(f.card, name="A CPU the fit never saw")
     rows = prior.rows(f.kernel, f.sizes, unseen, f.setting, f.knobs[:6])
     rows[:, [prior.features.index(n) for n in TRANSFER_NAMES]] = np.nan  # a kernel no card measured
-    np.testing.assert_array_equal(prior.score_rows(rows, unseen), first_order(6))
-    spread = diversified(prior.trees.predict(rows), rows[:, knob_features(prior.features)], prior.diverse)
+    knobs = rows[:, knob_features(prior.features)]
+    np.testing.assert_array_equal(prior.score_rows(rows, unseen), diversified(first_order(6), knobs, prior.diverse))
+    spread = diversified(prior.trees.predict(rows), knobs, prior.diverse)
     np.testing.assert_array_equal(prior.score_rows(rows, unseen, ordered=False), spread)  # the ranker's order
     # `emmy eval prior` and the search replay pass a fork's missing first option on as an unordered pool
     from emmy_core.ranking import RankContext
@@ -413,9 +414,10 @@ def test_a_prior_that_ships_the_first_option_keeps_the_rules_order_on_an_unseen_
     fork = small_fit[1].forks[0]
     unseen = replace(fork.card, name="A CPU the fit never saw")
     knobs = fork.knobs[:6]
-    np.testing.assert_array_equal(prior.score(fork.kernel, fork.sizes, unseen, fork.setting, knobs),
-                                  first_order(len(knobs)))
     rows = prior.rows(fork.kernel, fork.sizes, unseen, fork.setting, knobs)
+    rule = diversified(first_order(len(knobs)), rows[:, knob_features(prior.features)], prior.diverse)
+    np.testing.assert_array_equal(prior.score(fork.kernel, fork.sizes, unseen, fork.setting, knobs), rule)
+    assert int(np.argmax(rule)) == 0  # the rule's first option first
     np.testing.assert_array_equal(prior.score(fork.kernel, fork.sizes, fork.card, fork.setting, knobs),
                                   prior.trees.predict(prior.rows(fork.kernel, fork.sizes, fork.card, fork.setting,
                                                                  knobs)))  # a card it measured: the model

@@ -23,6 +23,7 @@ from emmy_core.prior.ranking import (
     DIVERSE_WINDOW,
     FIRST,
     RANKER,
+    SELECT_MARGIN,
     diversified,
     first_order,
     ranked,
@@ -90,7 +91,7 @@ def test_a_fit_records_the_spread_and_an_artifact_fitted_before_it_spreads_nothi
         small_fit: tuple, tmp_path: Path) -> None:
     doc = json.loads(small_fit[0].artifact_path.read_text())
     judged = doc["ranking"]["diverse_top5"]  # the chosen order's top-5 on the held-out cards, spread and not
-    want = DIVERSE_HEAD if judged["spread"] <= judged["plain"] else 0
+    want = DIVERSE_HEAD if judged["spread"] <= judged["plain"] * (1 + SELECT_MARGIN) else 0  # refused on a clear loss
     assert doc["ranking"]["diverse"] == want and load_prior(small_fit[0].artifact_path).diverse == want
     doc["ranking"] = {**doc["ranking"], "source": "tr.score", "weight": 0.0, "mode": "ranker", "no_evidence": "ranker",
                       "diverse": DIVERSE_HEAD}
@@ -129,14 +130,15 @@ def _held(times: list[float]) -> Held:
 @pytest.mark.parametrize("times, head", [
     ([2.0, 3.0, 3.0, 3.0, 3.0, 1.0, 4.0, 4.0], DIVERSE_HEAD),  # the best differs from the top: spread finds it
     ([2.0, 3.0, 1.0, 1.0, 3.0, 4.0, 4.0, 4.0], 0),  # the best are the top's neighbours: spread would lose them
+    ([2.0, 3.0, 1.0, 1.0, 3.0, 1.005, 4.0, 4.0], DIVERSE_HEAD),  # it loses them by half a percent: no clear loss
 ])
-def test_the_fit_spreads_the_head_only_where_the_held_out_top_5_is_no_worse_for_it(
+def test_the_fit_spreads_the_head_unless_the_held_out_top_5_is_clearly_worse_for_it(
         times: list[float], head: int) -> None:
     held = [_held(times)]
     assert order(diversified(held[0].ranker, knob_features_of(held[0]))) == [0, 5, 6, 7, 1, 2, 3, 4]
     spread = metrics.summarize([h.figures("tr.score", 0.0, RANKER) for h in held])["top5"]
     plain = metrics.summarize([h.figures("tr.score", 0.0, RANKER, head=0) for h in held])["top5"]
-    assert (spread < plain) if head else (spread > plain)
+    assert (spread <= plain * (1 + SELECT_MARGIN)) == bool(head)
     assert spread_head(held, "tr.score", 0.0, RANKER, spread) == (head, {"spread": spread, "plain": plain})
 
 
