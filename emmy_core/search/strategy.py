@@ -32,11 +32,13 @@ the rule's order, the prior's scores, other cards' evidence) and the `Trial`s me
   standard deviations is highest (an upper confidence bound: untried values of a knob keep their
   doubt). Candidates sharing a failed candidate's tile shape are dropped. On a pool no other card
   measured (`informed`: no transfer column, no evidence), the prior's order is the rule's or the
-  ranker's guess for a card it never saw, and its top is a run of near neighbours: there the WARMUP
-  picks after the warmup also count NOVELTY per knob value no row has tried yet, so the knob model
-  learns from rows that differ. Replayed, this took budget 8 from 1.515 to 1.289 (budget 16 from
-  1.256 to 1.108) on an exhaustive tune of this AVX2 CPU (7 pools), and from 2.880 to 1.740 on the
-  peer pools stripped of prior and evidence; on the peer pools with their evidence nothing changes;
+  ranker's guess for a card it never saw, its top (spread over knob values by the prior:
+  `emmy_core.prior.ranking.diversified`) a guess still: there the WARMUP picks after the warmup also
+  count NOVELTY per knob value no row has tried yet, so the knob model learns from rows that differ.
+  Replayed, this took budget 8 from 1.515 to 1.289 (budget 16 from 1.256 to 1.108) on an exhaustive
+  tune of this AVX2 CPU (7 pools), and from 2.880 to 1.740 on the peer pools stripped of prior and
+  evidence; on the peer pools with their evidence nothing changes. With the prior's top spread it still
+  earns its place (this AVX-512 CPU's exhaustive tune, 9 pools: budget 8 1.090 with it, 1.208 without);
 - `explore`: `prior`, with one measurement in EXPLORE_EVERY spent where the prior is least
   sure: the candidate other cards' measurements (the transfer evidence) rank highest among
   those the prior ranks low; without such evidence, the candidate with the most knob values no
