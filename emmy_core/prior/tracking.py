@@ -138,7 +138,8 @@ def log_fit(uri: str | None, doc: Mapping[str, Any], report: Mapping[str, Any], 
         _flat("cv", report["mean"], flat)  # the headline: the card split (a card the fit never saw)
         _flat("kernel_cv", report.get("kernel_mean", {}), flat)
         _flat("ranking", {k: v for k, v in report.get("ranking", {}).items() if k in (
-            "weight", "top1", "top5", "vs_first", "vs_ranker", "vs_transfer_order", "vs_transfer_baseline")}, flat)
+            "weight", "top1", "top5", "vs_first", "vs_ranker", "vs_transfer_order", "vs_transfer_baseline",
+            "diverse", "diverse_top5")}, flat)
         _flat("in_sample", {k: v for k, v in report["in_sample"].items() if not k.endswith("_pools")}, flat)
         flat["undescribed_pools"] = report["undescribed_pools"]
         ts = 0

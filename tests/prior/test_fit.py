@@ -56,6 +56,9 @@ def test_the_fit_writes_the_artifact_a_fresh_metrics_folder_and_an_mlflow_run(sm
     assert run.data.tags["dataset_digest"] == dataset.digest and run.data.tags["dagster_run_id"] == "run-123"
     assert run.data.params["seed"] == "7" and run.data.params["pools"] == "golden"
     assert abs(run.data.metrics["cv.top1"] - mean["top1"]) < 1e-12
+    spread = on_disk["ranking"]["diverse_top5"]  # whether the shipped order's head is spread, and on what figures
+    assert run.data.metrics["ranking.diverse"] == on_disk["ranking"]["diverse"]
+    assert run.data.metrics["ranking.diverse_top5.spread"] == pytest.approx(spread["spread"])
     names = {a.path for a in client(mlflow_uri).list_artifacts(result.run_id)}
     assert names == {"prior.json", "metrics.json"}
 
