@@ -8,7 +8,7 @@ model's order), `provenance` (dataset digest, parameters, code revision; no time
 features (`emmy_core.prior.transfer_features`), and `ranking`: what the fit selected on the card split
 to rank a card it never saw (the rule's first-option order, a transfer order, a blend of the ranker
 and a transfer order, or the ranker alone: `emmy_core.prior.ranking`), what ranks a pool no other
-card measured (`no_evidence`) and how many places at the top of a fitted order are spread over knob
+card measured (`no_evidence`) and how many places at the top of the shipped order are spread over knob
 values (`diverse`, `ranking.diversified`), with the figures it was selected on and its margins to the
 others. `score` computes exactly that for a card the fit never
 saw, and the ranker alone for a card it measured (what the kernel split validates). Loading is strict (seed 08: "refit it, never silently continue with
@@ -185,7 +185,7 @@ def sizes_text(kernel: Program | Extern, sizes: Mapping[str, int] | str | None) 
 
 def read_ranking(doc: object) -> tuple[str, float, str, int]:
     """The choice of an artifact's `ranking` field: (`first` or a transfer column, weight, what ranks a pool
-    no other card measured, how many places at the top of a fitted order are spread: `ranking.diversified`);
+    no other card measured, how many places at the top of the shipped order are spread: `ranking.diversified`);
     ValueError naming the field. An artifact fitted before `no_evidence` was selected ranked such pools by
     the ranker alone, and one fitted before `diverse` spread nothing, and each is read so: that is what it
     was validated with."""

@@ -207,13 +207,15 @@ def select_choice(held: Sequence[Held], kernel_held: Sequence[Held] = ()) -> tup
 
 
 def spread_head(held: Sequence[Held], source: str, weight: float, no_evidence: str,
-                spread_top5: float | None) -> tuple[int, dict[str, float | None]]:
+                spread_top5: float | None = None) -> tuple[int, dict[str, float | None]]:
     """How many places at the top of the chosen order to spread (`ranking.diversified`): DIVERSE_HEAD, unless
-    the held-out cards' top-5 of the same order unspread is better than `spread_top5` (the chosen's, spread)
-    by more than SELECT_MARGIN, then none; with both top-5 figures. The top-1 is the same either way. The
+    the held-out cards' top-5 of the same order unspread is better than `spread_top5` (the chosen's, spread;
+    computed here unless the caller has it) by more than SELECT_MARGIN, then none; with both top-5 figures. The top-1 is the same either way. The
     spread is the default (measured on three sets of unseen cards, it never lost a top-5 by more than that),
     and a fit refuses it on a clear loss only: on a card split of a few pools a hair's difference is which
     pools fell in it (one of the search bench's two-fold priors refused it on 0.26%, another on 1.6%)."""
+    if spread_top5 is None:
+        spread_top5 = metrics.summarize([h.figures(source, weight, no_evidence) for h in held]).get("top5")
     plain = metrics.summarize([h.figures(source, weight, no_evidence, head=0) for h in held]).get("top5")
     keep = spread_top5 is None or plain is None or spread_top5 <= plain * (1.0 + SELECT_MARGIN)
     return (DIVERSE_HEAD if keep else 0), {"spread": spread_top5, "plain": plain}
@@ -310,8 +312,7 @@ def card_report(held: Sequence[Held], card_folds: list[dict[str, Any]],
     for card in sorted({h.fork.card_name for h in held}):
         others = [h for h in held if h.fork.card_name != card]
         src, w, bare = select_choice(others, [h for h in kernel_held if h.fork.card_name != card])
-        spread = metrics.summarize([h.figures(src, w, bare) for h in others]).get("top5")
-        chosen[card] = (src, w, bare, spread_head(others, src, w, bare, spread)[0])
+        chosen[card] = (src, w, bare, spread_head(others, src, w, bare)[0])
     figures = [(h, h.figures(*chosen[h.fork.card_name])) for h in held]
     for fold in card_folds:
         fold.update(metrics.summarize([f for h, f in figures if h.fold == fold["fold"]]))

@@ -54,7 +54,7 @@ FIRST = "first"  # the rule's order: the first option first, no model and no tra
 RANKER = "ranker"  # the ranker alone
 NO_EVIDENCE: tuple[str, ...] = (FIRST, RANKER)  # what may rank a pool no other card measured, ties to the first
 TIE_BREAK = 1e-9
-DIVERSE_HEAD = 8  # the places at the top of a fitted order that `diversified` spreads
+DIVERSE_HEAD = 8  # the places at the top of a shipped order that `diversified` spreads
 DIVERSE_KNOBS = 2  # how many knob values a candidate there differs in from every one above it
 DIVERSE_WINDOW = 256  # how deep in the order `diversified` looks for them (a bound on its cost in a large pool)
 
@@ -115,10 +115,9 @@ def diversified(scores: np.ndarray, knobs: np.ndarray | None, head: int = DIVERS
     """`scores` with the order's first `head` places spread (module docstring): each goes to the best-scored
     candidate of the first DIVERSE_WINDOW whose row of `knobs` (NaN: unset, equal to unset) differs from
     every row placed above it in at least `differ` values, until none is left that does; the rest follow in
-    their order. The scores are
-    permuted, not changed: the top keeps its own, the k-th place takes the k-th best score (ties below the
-    top are made strict by a float step), so a score's scale still means what it did. Without knobs, or
-    where the order is spread already, `scores` as they are."""
+    their order. The scores are permuted, not changed: the top keeps its own, the k-th place takes the k-th
+    best score (ties below the top are made strict by a float step), so a score's scale still means what it
+    did. Without knobs, or where the order is spread already, `scores` as they are."""
     s = np.asarray(scores, dtype=np.float64)
     if knobs is None or head < 2 or len(s) < 3 or knobs.ndim != 2 or knobs.shape[1] == 0:
         return s

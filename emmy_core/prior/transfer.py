@@ -43,7 +43,7 @@ def score_forks(model: Any, forks: Sequence[DatasetFork], names: Sequence[str]) 
 
 
 def fork_knobs(fork: DatasetFork) -> np.ndarray:
-    """The knob columns of the fork's rows (`geometry.knob_features`), what a fitted order is spread by."""
+    """The knob columns of the fork's rows (`geometry.knob_features`), what a shipped order is spread by."""
     return fork.features.values[:, knob_features(fork.features.names)]
 
 
@@ -66,8 +66,8 @@ class Held:
         """The fork's figures ranked by the choice (`source`, `weight`, what ranks a pool without transfer
         evidence), beside the baselines. The rule's order (FIRST) of a pool no rule ordered (no first option:
         an imported cache, in the store's order) is an arbitrary one: its top-1 and top-5 are a random
-        order's expectation (`metrics.random_top_k`), never one draw's luck. A fitted order's first `head`
-        places are spread over knob values (`ranking.diversified`; 0: not)."""
+        order's expectation (`metrics.random_top_k`), never one draw's luck. The order's first `head` places
+        are spread over knob values (`ranking.diversified`; 0: not)."""
         transfer = None if source == FIRST else transfer_column(self.fork, source)
         scores = ranked(source, weight, self.ranker, transfer, self.fork.first, no_evidence,
                         ordered=self.fork.first is not None, knobs=fork_knobs(self.fork), head=head)

@@ -140,6 +140,7 @@ def test_the_fit_spreads_the_head_unless_the_held_out_top_5_is_clearly_worse_for
     plain = metrics.summarize([h.figures("tr.score", 0.0, RANKER, head=0) for h in held])["top5"]
     assert (spread <= plain * (1 + SELECT_MARGIN)) == bool(head)
     assert spread_head(held, "tr.score", 0.0, RANKER, spread) == (head, {"spread": spread, "plain": plain})
+    assert spread_head(held, "tr.score", 0.0, RANKER) == (head, {"spread": spread, "plain": plain})  # computed
 
 
 def knob_features_of(h: Held) -> np.ndarray:
