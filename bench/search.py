@@ -19,8 +19,10 @@ Tuner call builds its search space anew, seconds per call on this machine).
 
 Affordable on 2 shared cores: priors of `--iterations` trees (default 100, the fit's default is
 300) with the fit's smallest card split (2 folds; it selects how the prior ranks an unseen card),
-3 seeds for Emmy's random strategy, 2 for Kernel Tuner's (`--kt-seeds`; its Bayesian
-optimisation: `--bo-seeds`, 1). `--reuse` replays again on the held-out scores and Kernel Tuner's
+3 seeds for Emmy's random strategy, 2 for Kernel Tuner's (`--kt-seeds`). Each Kernel Tuner run is
+seeded (`seeded_run`): Python's and numpy's global generators, and the Latin hypercube its Bayesian
+optimisation draws its first sample from, which otherwise takes fresh entropy on every call (two runs
+of seed 0 gave budget-1 figures from 2.9 to 5.9). `--reuse` replays again on the held-out scores and Kernel Tuner's
 runs a previous run left in `--out`. The `prior` strategy's pools carry each other card's times
 of the kernel as its evidence (`SearchPool.evidence`), as a new card's tune could read them.
 Targets: prior <= 1.02 at budget 8 (first step 1.05); at or below random at every budget and
@@ -33,6 +35,8 @@ Run: .venv/bin/python bench/search.py [--peer DIR] [--iterations 100] [--seeds 0
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import gzip
 import json
 import random
@@ -123,6 +127,23 @@ def in_cache(keys: Sequence[str], valid: set[str]) -> Any:
     return restrict
 
 
+@contextlib.contextmanager
+def seeded_run(seed: int) -> Any:
+    """One Kernel Tuner run made repeatable by `seed`: Python's and numpy's global generators (its random
+    sampling, genetic algorithm and annealing draw from them) and, for the run, its Bayesian optimisation's
+    Latin hypercube (scipy's `LatinHypercube`, which takes fresh entropy unless given a generator)."""
+    from kernel_tuner.strategies import bayes_opt
+
+    random.seed(seed)
+    np.random.seed(seed)
+    unseeded = bayes_opt.LatinHypercube
+    bayes_opt.LatinHypercube = functools.partial(unseeded, rng=np.random.default_rng(seed))
+    try:
+        yield
+    finally:
+        bayes_opt.LatinHypercube = unseeded
+
+
 def kt_runs(files: Sequence[Path], pools: Sequence[tuple[str, FrozenPool]], strategy: str, budget: int,
             seeds: Sequence[int]) -> Runs:
     """Kernel Tuner's `strategy` in simulation mode on each cache file, `max_fevals=budget`: per pool label, each
@@ -146,9 +167,7 @@ def kt_runs(files: Sequence[Path], pools: Sequence[tuple[str, FrozenPool]], stra
             cache.write_text(json.dumps(doc))
             runs = []
             for seed in seeds:
-                random.seed(seed)
-                np.random.seed(seed)
-                with warnings.catch_warnings():
+                with seeded_run(seed), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     results, _ = tune_kernel(
                         doc["kernel_name"], "__global__ void k() {}", doc["problem_size"], [], doc["tune_params"],
@@ -182,7 +201,6 @@ def main() -> int:
     ap.add_argument("--iterations", type=int, default=100)
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--kt-seeds", default="0,1")
-    ap.add_argument("--bo-seeds", default="0")
     ap.add_argument("--kt", default=",".join(KT), help="Kernel Tuner strategies to run (empty: none)")
     ap.add_argument("--out", type=Path, default=ROOT / "_bench" / "search")
     ap.add_argument("--emmy", default=",".join(EMMY), help="Emmy strategies to replay")
@@ -224,7 +242,7 @@ def main() -> int:
     say(f"emmy strategies replayed in {time.monotonic() - t:.0f} s")
     for name in [k for k in args.kt.split(",") if k]:
         t = time.monotonic()
-        kseeds = [int(s) for s in (args.bo_seeds if name == "kt_bayes" else args.kt_seeds).split(",")]
+        kseeds = [int(s) for s in args.kt_seeds.split(",")]
         saved = args.out / f"kt-{name}-seeds{'_'.join(map(str, kseeds))}.json"
         if args.reuse and saved.is_file():  # written by this script: Kernel Tuner's runs on these pools
             runs = {k: [list(r) for r in v] for k, v in json.loads(saved.read_text()).items()}
@@ -232,7 +250,9 @@ def main() -> int:
         else:
             runs = kt_runs(files, pools, KT[name], max(BUDGETS), kseeds)
             args.out.mkdir(parents=True, exist_ok=True)
-            saved.write_text(json.dumps(runs) + "\n")
+            partial = saved.with_name(saved.name + ".tmp")  # a run cut short leaves no half-written file to reuse
+            partial.write_text(json.dumps(runs) + "\n")
+            partial.replace(saved)
         per_budget = dict.fromkeys(BUDGETS, runs)  # read at each budget along one run (module docstring)
         curves.add(name, per_budget, truths)
         say(f"kernel tuner {KT[name]} ({len(kseeds)} seeds per budget) in {time.monotonic() - t:.0f} s ({load()})")
