@@ -84,7 +84,8 @@ def loco_pools(dataset: Dataset, order: Any, iterations: int, seed: int) -> list
         out += mine
         rk = fitted.metrics["ranking"]
         say(f"  without {card}: prior fitted in {time.monotonic() - t:.0f} s, ranking an unseen card by {rk['mode']} "
-            f"({rk['source']}, weight {rk['weight']}; no evidence: {rk['no_evidence']}); {len(mine)} pools ({load()})")
+            f"({rk['source']}, weight {rk['weight']}; no evidence: {rk['no_evidence']}; head spread "
+            f"{rk.get('diverse', 0)}); {len(mine)} pools ({load()})")
     return out
 
 

@@ -80,7 +80,7 @@ def info(file: Annotated[Path | None, typer.Option("--file", help="an artifact (
     typer.echo(f"  the top {head} places of the shipped order go to candidates that differ from every one above in at "
                f"least {DIVERSE_KNOBS} knob values (the top-1 unmoved{judged})" if head
                else "  the top of the shipped order is not spread over knob values ("
-               + (f"its held-out top-5 was worse spread{judged}" if judged else "fitted before that was done") + ")")
+               + (f"its held-out top-5 was clearly worse spread, on enough pools{judged}" if judged else "fitted before that was done") + ")")
     typer.echo("  a card the fit measured (in the transfer table) is ranked by the model alone (the kernel split)")
     typer.echo(f"  transfer table: {d['transfer']['pools']} pools from {len(d['transfer']['cards'])} cards"
                + (f" ({', '.join(d['transfer']['cards'])})" if d['transfer']['cards'] else ""))
