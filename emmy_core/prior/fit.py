@@ -219,13 +219,15 @@ def spread_head(held: Sequence[Held], source: str, weight: float, no_evidence: s
     two differ that a fair coin per pool would do as well with probability at most SIGN_LEVEL. On a card split
     of a few pools a hair's difference is which pools fell in it: the search bench's two-fold priors refused
     the spread on 0.26% and on 1.6% (one pool of three) under the margin alone."""
-    spread_rows = [h.figures(source, weight, no_evidence) for h in held]
-    plain_rows = [h.figures(source, weight, no_evidence, head=0) for h in held]
-    if spread_top5 is None:
+    spread_rows = [h.figures(source, weight, no_evidence) for h in held] if spread_top5 is None else None
+    if spread_rows is not None:
         spread_top5 = metrics.summarize(spread_rows).get("top5")
+    plain_rows = [h.figures(source, weight, no_evidence, head=0) for h in held]
     plain = metrics.summarize(plain_rows).get("top5")
     clear = spread_top5 is not None and plain is not None and plain * (1.0 + SELECT_MARGIN) < spread_top5
     if clear:
+        if spread_rows is None:
+            spread_rows = [h.figures(source, weight, no_evidence) for h in held]
         pairs = [(a.get("top5"), b.get("top5")) for a, b in zip(plain_rows, spread_rows, strict=True)]
         pairs = [(a, b) for a, b in pairs if a is not None and b is not None and a != b]
         clear = sign_tail(sum(a < b for a, b in pairs), len(pairs)) <= SIGN_LEVEL
