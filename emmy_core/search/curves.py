@@ -136,23 +136,39 @@ def slowdowns(runs: Runs, truths: Mapping[str, PoolTruth], budget: int) -> dict[
     return out
 
 
+def best_curve(run: Sequence[float | None], length: int, truth: PoolTruth) -> np.ndarray:
+    """After each of the first `length` measurements of a run, the best time found (the pool's worst until one
+    works; a run shorter than `length`, its pool measured out, keeps its last value): `_best_at` at every budget
+    in one pass."""
+    times = np.array([t if t is not None and math.isfinite(t) else np.inf for t in run[:length]], dtype=np.float64)
+    curve = np.full(length, truth.worst)
+    if len(times):
+        found = np.minimum.accumulate(times)
+        found[np.isinf(found)] = truth.worst
+        curve[: len(found)] = found
+        curve[len(found):] = found[-1]
+    return curve
+
+
 def methodology_score(runs: Runs, truths: Mapping[str, PoolTruth], max_budget: int) -> float | None:
-    """The autotuning methodology's score (module docstring), mean over pools; needs `autotuning-methodology`."""
+    """The autotuning methodology's score (module docstring), mean over pools; needs `autotuning-methodology`.
+    A pool's evaluations stop at its count of working members: from there random search has found its best,
+    where the score is undefined and left out, so a budget past every pool costs no more than the pools."""
     from autotuning_methodology.baseline import RandomSearchCalculatedBaseline
     from autotuning_methodology.searchspace_statistics import SearchspaceStatistics
 
-    fevals = np.arange(1, max_budget + 1)
     scores = []
     for label, rs in runs.items():
         truth = truths.get(label)
         if truth is None or not rs or len(truth.working) < 2 or truth.best == truth.worst:
             continue
+        fevals = np.arange(1, min(max_budget, len(truth.working)) + 1)
         stats = SearchspaceStatistics.__new__(SearchspaceStatistics)  # the package reads its own files; ours are
         stats.minimization = True                                     # in memory: the fields the baseline reads
         stats.objective_performances_total_sorted = truth.working
         stats.objective_performances_total_sorted_nan = truth.working
         baseline = RandomSearchCalculatedBaseline(stats, include_nan=False)
-        curve = np.array([np.mean([_best_at(r, int(k), truth) for r in rs]) for k in fevals])
+        curve = np.mean([best_curve(r, len(fevals), truth) for r in rs], axis=0)
         random_curve = baseline.get_curve(fevals, "fevals")
         keep = random_curve != truth.best  # where random search has reached the optimum the score is undefined
         if not keep.any():  # (the package refuses to divide by zero there): those evaluations are left out

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from emmy_core.cli.main import app
-from emmy_core.search.curves import PoolTruth, methodology_score
+from emmy_core.search.curves import PoolTruth, best_curve, methodology_score, slowdowns
 
 runner = CliRunner()
 
@@ -58,3 +58,23 @@ def test_the_methodology_score_is_one_for_the_optimum_at_once_and_below_zero_for
     best = methodology_score({"p": [[float(working[0])] * 8] * draws}, truth, 8)
     worst = methodology_score({"p": [[float(working[-1])] * 8] * draws}, truth, 8)
     assert best == pytest.approx(1.0) and worst is not None and worst < 0
+
+
+def test_the_best_curve_is_the_best_found_within_every_budget_and_holds_past_the_run() -> None:
+    truth = PoolTruth("p", "c", np.array([1.0, 2.0, 3.0, 9.0]))
+    run = [None, 3.0, float("nan"), 2.0, 3.0]  # a failure, a time, a placeholder, a better time, a worse one
+    curve = best_curve(run, 8, truth)
+    assert curve.tolist() == [9.0, 3.0, 3.0, 2.0, 2.0, 2.0, 2.0, 2.0]
+    # the curve the score reads is the slowdown each budget's figure reads, times the pool's best
+    assert [slowdowns({"p": [run]}, {"p": truth}, k)["p"] for k in range(1, 9)] == pytest.approx(curve.tolist())
+    assert best_curve([], 3, truth).tolist() == [9.0, 9.0, 9.0]  # nothing measured: the pool's worst
+    assert best_curve(run, 2, truth).tolist() == [9.0, 3.0]
+
+
+def test_a_budget_past_every_pool_is_scored_as_the_pools_and_costs_no_more() -> None:
+    pytest.importorskip("autotuning_methodology")
+    working = np.sort(np.random.default_rng(1).uniform(1.0, 9.0, 50))
+    truth = {"p": PoolTruth("p", "c", working)}
+    runs = {"p": [list(np.random.default_rng(2).permutation(working)[:30])]}
+    # the random baseline has found the best by the pool's size, so evaluations past it are left out
+    assert methodology_score(runs, truth, 10**12) == methodology_score(runs, truth, len(working))
