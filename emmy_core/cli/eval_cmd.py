@@ -109,7 +109,7 @@ def search(dataset: Annotated[str, typer.Argument(help="dataset export folder (e
     from emmy_core.files.sourcefile import SourceError
     from emmy_core.files.urlfolder import location
     from emmy_core.prior import PriorError
-    from emmy_core.search.curves import plot_curves, write_curves
+    from emmy_core.search.curves import check_curves_out, check_plots_out, plot_curves, write_curves
     from emmy_core.search.evaluate import evaluate_search
     from emmy_core.store.errors import StoreError
     from emmy_core.targets import CardTableError
@@ -123,6 +123,10 @@ def search(dataset: Annotated[str, typer.Argument(help="dataset export folder (e
     progress = progress_printer()
     try:
         parse_scheduler(scheduler)  # refused before any work
+        if json_out is not None:
+            check_curves_out(json_out)  # refused before the replays, not after
+        if plots is not None:
+            check_plots_out(plots)  # the overall plot's name; every card's is checked again before writing
         order = file_order(extern_order) if extern_order else None
         curves = evaluate_search(location(dataset), offline_file, [s.strip() for s in strategies.split(",") if s.strip()],
                                  numbers(budgets, "--budgets"), numbers(seeds, "--seeds"), order, cards,

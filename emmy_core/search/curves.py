@@ -260,8 +260,30 @@ def emmy_search_curves(pools: Sequence[tuple[str, FrozenPool]], strategies: Sequ
     return result, truths
 
 
+ALL_POOLS_PLOT = "search-all_pools.png"
+
+
+def plot_name(title: str) -> str:
+    """The PNG a panel of `plot_curves` is written to: `search-<title>.png`, the title's non-alphanumerics as `_`."""
+    return "search-" + "".join(ch if ch.isalnum() else "_" for ch in title)[:80] + ".png"
+
+
+def check_plots_out(out_dir: Any, names: Sequence[str] = (ALL_POOLS_PLOT,)) -> None:
+    """Refuses (FileWriteError) a plots folder that is a file, or whose plot `names` hold other kinds of file:
+    checked before a replay (the overall plot) and again before any plot is written (every card's)."""
+    from pathlib import Path
+
+    from emmy_core.files.filekind import check_output
+
+    for name in names:
+        check_output(Path(out_dir) / name, "png", "a search-curve plot")
+
+
 def plot_curves(curves: SearchCurves, out_dir: Any) -> list[Any]:
-    """One PNG of the overall curves (one line per strategy) and one per card, into `out_dir` (Agg backend)."""
+    """One PNG of the overall curves (one line per strategy) and one per card, into `out_dir` (Agg backend).
+    A plot replaces only a PNG of its name; every name is checked before the first is written, and all are
+    rendered in memory and put in place together (`safefile.write_all`)."""
+    import io
     from pathlib import Path
 
     import matplotlib
@@ -269,52 +291,58 @@ def plot_curves(curves: SearchCurves, out_dir: Any) -> list[Any]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from emmy_core.files.safefile import ensure_folder, write_all
+
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
     panels: list[tuple[str, Mapping[str, Mapping[str, Mapping[str, Any]]]]] = [("all pools", curves.curves)]
     panels += [(card, by) for card, by in sorted(curves.per_card.items())]
-    for title, by in panels:
+    check_plots_out(out, [plot_name(title) for title, _ in panels])
+    ensure_folder(out)
+
+    def render(title: str, by: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> bytes:
         fig, ax = plt.subplots(figsize=(6, 4))
-        for i, (name, c) in enumerate(by.items()):
-            xs = [b for b in curves.budgets if c[str(b)]["slowdown"] is not None]
-            ax.plot(xs, [c[str(b)]["slowdown"] for b in xs], marker="o", label=name, color=plt.cm.tab20(i % 20),
-                    linestyle="--" if name.startswith("kt_") else "-")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("budget (measurements, failures included)")
-        ax.set_ylabel("geomean best found / pool best")
-        ax.set_title(f"search curves: {title}")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-        safe = "".join(ch if ch.isalnum() else "_" for ch in title)[:80]
-        path = out / f"search-{safe}.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
-    return written
+        try:
+            for i, (name, c) in enumerate(by.items()):
+                xs = [b for b in curves.budgets if c[str(b)]["slowdown"] is not None]
+                ax.plot(xs, [c[str(b)]["slowdown"] for b in xs], marker="o", label=name, color=plt.cm.tab20(i % 20),
+                        linestyle="--" if name.startswith("kt_") else "-")
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("budget (measurements, failures included)")
+            ax.set_ylabel("geomean best found / pool best")
+            ax.set_title(f"search curves: {title}")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=8)
+            fig.tight_layout()
+            buf = io.BytesIO()
+            fig.savefig(buf, format="png", dpi=100)
+            return buf.getvalue()
+        finally:
+            plt.close(fig)
+
+    return write_all([(out / plot_name(title), lambda t=title, b=by: render(t, b)) for title, by in panels])
 
 
 CURVES_FORMAT = "emmy-search-curves"
 
 
 def write_curves(curves: SearchCurves, out: Any) -> Any:
-    """Writes the curves' JSON atomically; refuses to replace a file that is not search curves (or not JSON)."""
+    """Writes the curves' JSON atomically; refuses (FileWriteError) to replace a file that is not search curves."""
     import json
     from pathlib import Path
 
     from emmy_core.files.safefile import atomic_write_text
 
     path = Path(out)
-    if path.exists():
-        try:
-            old = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"{path}: exists and is not search curves ({exc.__class__.__name__}); not replaced") from None
-        if not isinstance(old, dict) or old.get("format") != CURVES_FORMAT:
-            kind = old.get("format") if isinstance(old, dict) else type(old).__name__
-            raise ValueError(f"{path}: exists and is not search curves (format {str(kind)[:40]!r}); not replaced")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    check_curves_out(path)
     atomic_write_text(path, json.dumps(curves.to_json(), indent=1, sort_keys=True, allow_nan=False) + "\n")
     return path
+
+
+def check_curves_out(out: Any) -> None:
+    """Refuses (FileWriteError) a `--json` path that holds anything but search curves, before a replay."""
+    from pathlib import Path
+
+    from emmy_core.files.filekind import check_output
+
+    check_output(Path(out), CURVES_FORMAT, "search curves")

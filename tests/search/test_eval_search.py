@@ -78,3 +78,36 @@ def test_a_budget_past_every_pool_is_scored_as_the_pools_and_costs_no_more() -> 
     runs = {"p": [list(np.random.default_rng(2).permutation(working)[:30])]}
     # the random baseline has found the best by the pool's size, so evaluations past it are left out
     assert methodology_score(runs, truth, 10**12) == methodology_score(runs, truth, len(working))
+
+
+def test_eval_search_plots_replace_only_their_own_pngs_and_write_none_when_one_name_is_taken(
+        caches_export: Callable, tile_prior: Path, tmp_path: Path) -> None:
+    export, _ = caches_export({"k": [(2, 2.0), (1, 4.0), (3, 1.0)]})
+
+    def run(plots: Path) -> str:
+        result = runner.invoke(app, ["eval", "search", str(export), "--strategies", "prior", "--budgets", "1,2",
+                                     "--offline-file", str(tile_prior), "--plots", str(plots)])
+        assert result.exit_code != 0
+        return result.output
+
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "search-NVIDIA_RTX_A4000.png").write_text("my notes")  # a card's plot name holds a user's file
+    assert "not a search-curve plot" in run(taken)
+    assert sorted(p.name for p in taken.iterdir()) == ["search-NVIDIA_RTX_A4000.png"]  # the overall one neither
+    assert (taken / "search-NVIDIA_RTX_A4000.png").read_text() == "my notes"
+    (tmp_path / "overall").mkdir()
+    (tmp_path / "overall" / "search-all_pools.png").write_text("mine")  # refused before the replay
+    assert "not a search-curve plot" in run(tmp_path / "overall")
+    assert (tmp_path / "overall" / "search-all_pools.png").read_text() == "mine"
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    assert "not a folder" in run(a_file) and a_file.read_text() == "x"
+    fresh = tmp_path / "fresh"
+    ok = runner.invoke(app, ["eval", "search", str(export), "--strategies", "prior", "--budgets", "1,2",
+                             "--offline-file", str(tile_prior), "--plots", str(fresh)])
+    assert ok.exit_code == 0, ok.output
+    again = runner.invoke(app, ["eval", "search", str(export), "--strategies", "prior", "--budgets", "1,2",
+                                "--offline-file", str(tile_prior), "--plots", str(fresh)])
+    assert again.exit_code == 0, again.output  # its own plots it replaces
+    assert sorted(p.name for p in fresh.iterdir()) == ["search-NVIDIA_RTX_A4000.png", "search-all_pools.png"]
