@@ -23,6 +23,10 @@ def evaluate_search(dataset_dir: Any, prior_path: Any | None, strategies: Sequen
     """`emmy eval search`: every strategy replayed on every measured pool of an export (module docstring).
     `prior_path` None: the installed prior; a strategy that needs a prior without one is refused.
     `scheduler` (`emmy_core.compute`): where the replays run, one task per card (default in this process)."""
+    if not strategies:
+        raise ValueError(f"no search strategy given; known: {', '.join(STRATEGIES)}")
+    if not seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
+        raise ValueError(f"seeds must be one or more whole numbers, not {list(seeds) or 'none'}")
     unknown = [s for s in strategies if s not in STRATEGIES]
     if unknown:
         raise ValueError(f"unknown strategies {', '.join(unknown)}; known: {', '.join(STRATEGIES)}")

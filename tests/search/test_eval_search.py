@@ -41,13 +41,17 @@ def test_eval_search_replays_each_strategy_and_writes_the_curves(caches_export: 
     assert again.exit_code != 0 and "not search curves" in again.output and foreign.read_text() == '{"mine": 1}'
 
 
-def test_eval_search_refuses_an_unknown_strategy_and_a_bad_budget(caches_export: Callable, tile_prior: Path) -> None:
+def test_eval_search_refuses_an_unknown_strategy_a_bad_budget_and_no_strategy_or_seed(caches_export: Callable, tile_prior: Path) -> None:
     export, _ = caches_export({"k": [(2, 2.0), (1, 4.0)]})
     bad = runner.invoke(app, ["eval", "search", str(export), "--strategies", "oracle", "--offline-file",
                               str(tile_prior)])
     assert bad.exit_code != 0 and "unknown strategies oracle" in bad.output
     zero = runner.invoke(app, ["eval", "search", str(export), "--budgets", "0,4", "--offline-file", str(tile_prior)])
     assert zero.exit_code != 0 and "budgets must be positive" in zero.output
+    none = runner.invoke(app, ["eval", "search", str(export), "--strategies", "", "--offline-file", str(tile_prior)])
+    assert none.exit_code != 0 and "no search strategy given" in none.output  # was an empty table
+    seedless = runner.invoke(app, ["eval", "search", str(export), "--seeds", ",", "--offline-file", str(tile_prior)])
+    assert seedless.exit_code != 0 and "seeds must be one or more" in seedless.output  # was every curve empty
 
 
 @pytest.mark.parametrize("draws", [1, 5])
