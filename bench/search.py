@@ -59,7 +59,14 @@ from emmy_core.prior import load_prior
 from emmy_core.prior.dataset import Dataset
 from emmy_core.prior.fit import fit_dataset
 from emmy_core.prior.training import Params
-from emmy_core.search.curves import Runs, SearchCurves, emmy_search_curves, frozen_pools, plot_curves
+from emmy_core.search.curves import (
+    Runs,
+    SearchCurves,
+    emmy_search_curves,
+    frozen_pools,
+    plot_curves,
+    write_curves,
+)
 from emmy_core.search.replay import FrozenPool
 from emmy_core.search.strategy import SearchPool
 
@@ -260,7 +267,7 @@ def main() -> int:
     say(curves.markdown())
     check_targets(curves)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "curves.json").write_text(json.dumps(curves.to_json(), indent=1, sort_keys=True) + "\n")
+    say(f"wrote {write_curves(curves, args.out / 'curves.json')}")  # atomic; replaces only search curves
     for path in plot_curves(curves, args.out):
         say(f"wrote {path}")
     say(f"done in {time.monotonic() - t0:.0f} s; peak {peak_mb():.0f} MB ({load()})")
