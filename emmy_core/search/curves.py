@@ -260,7 +260,7 @@ def emmy_search_curves(pools: Sequence[tuple[str, FrozenPool]], strategies: Sequ
     return result, truths
 
 
-ALL_POOLS_PLOT = "search-all_pools.png"
+ALL_POOLS = "all pools"  # the overall panel's title
 
 
 def plot_name(title: str) -> str:
@@ -268,14 +268,14 @@ def plot_name(title: str) -> str:
     return "search-" + "".join(ch if ch.isalnum() else "_" for ch in title)[:80] + ".png"
 
 
-def check_plots_out(out_dir: Any, names: Sequence[str] = (ALL_POOLS_PLOT,)) -> None:
+def check_plots_out(out_dir: Any, names: Sequence[str] | None = None) -> None:
     """Refuses (FileWriteError) a plots folder that is a file, or whose plot `names` hold other kinds of file:
     checked before a replay (the overall plot) and again before any plot is written (every card's)."""
     from pathlib import Path
 
     from emmy_core.files.filekind import check_output
 
-    for name in names:
+    for name in names if names is not None else [plot_name(ALL_POOLS)]:
         check_output(Path(out_dir) / name, "png", "a search-curve plot")
 
 
@@ -294,7 +294,7 @@ def plot_curves(curves: SearchCurves, out_dir: Any) -> list[Any]:
     from emmy_core.files.safefile import ensure_folder, write_all
 
     out = Path(out_dir)
-    panels: list[tuple[str, Mapping[str, Mapping[str, Mapping[str, Any]]]]] = [("all pools", curves.curves)]
+    panels: list[tuple[str, Mapping[str, Mapping[str, Mapping[str, Any]]]]] = [(ALL_POOLS, curves.curves)]
     panels += [(card, by) for card, by in sorted(curves.per_card.items())]
     check_plots_out(out, [plot_name(title) for title, _ in panels])
     ensure_folder(out)
