@@ -100,14 +100,14 @@ def ranked(source: str, weight: float, ranker: np.ndarray, transfer: np.ndarray 
     pool no rule ordered (`ordered` False: an imported cache's, listed in the store's order), which the
     ranker ranks: there the alternative is an arbitrary order, not a rule's. Given the candidates' `knobs`
     (one row each, a column per knob), the order's first `head` places are spread (`diversified`)."""
-    if source == FIRST:
-        return diversified(first_order(len(ranker), first), knobs, head)
-    if not has_evidence(transfer):
-        if no_evidence == FIRST and ordered:
-            return diversified(first_order(len(ranker), first), knobs, head)
-        return diversified(np.asarray(ranker, dtype=np.float64), knobs, head)
-    assert transfer is not None
-    return diversified(combine(ranker, transfer, weight), knobs, head)
+    if source == FIRST or (not has_evidence(transfer) and no_evidence == FIRST and ordered):
+        order = first_order(len(ranker), first)
+    elif not has_evidence(transfer):
+        order = np.asarray(ranker, dtype=np.float64)
+    else:
+        assert transfer is not None
+        order = combine(ranker, transfer, weight)
+    return diversified(order, knobs, head)
 
 
 def diversified(scores: np.ndarray, knobs: np.ndarray | None, head: int = DIVERSE_HEAD,

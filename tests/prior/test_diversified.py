@@ -30,7 +30,7 @@ from emmy_core.prior.ranking import (
     ranked,
     sign_tail,
 )
-from emmy_core.prior.transfer import Held
+from emmy_core.prior.transfer import Held, fork_knobs
 from emmy_core.targets import load_table
 
 # columns a, b, c; candidate 0 is the top, 1 and 2 differ from it in one value, 3 and 5 in two or more,
@@ -144,7 +144,7 @@ CLOSE = [2.0, 3.0, 1.0, 1.0, 3.0, 4.0, 4.0, 4.0]  # the best are the top's neigh
 def test_the_fit_spreads_the_head_unless_the_unspread_order_clearly_beats_it_on_the_held_out_top_5(
         times: list[float], pools: int, head: int) -> None:
     held = [_held(times) for _ in range(pools)]
-    assert order(diversified(held[0].ranker, knob_features_of(held[0]))) == [0, 5, 6, 7, 1, 2, 3, 4]
+    assert order(diversified(held[0].ranker, fork_knobs(held[0].fork))) == [0, 5, 6, 7, 1, 2, 3, 4]
     spread = metrics.summarize([h.figures("tr.score", 0.0, RANKER) for h in held])["top5"]
     plain = metrics.summarize([h.figures("tr.score", 0.0, RANKER, head=0) for h in held])["top5"]
     margin_loss = plain * (1 + SELECT_MARGIN) < spread
@@ -152,10 +152,6 @@ def test_the_fit_spreads_the_head_unless_the_unspread_order_clearly_beats_it_on_
     assert (head == 0) == (margin_loss and sign_tail(pools, pools) <= SIGN_LEVEL)
     assert spread_head(held, "tr.score", 0.0, RANKER, spread) == (head, {"spread": spread, "plain": plain})
     assert spread_head(held, "tr.score", 0.0, RANKER) == (head, {"spread": spread, "plain": plain})  # computed
-
-
-def knob_features_of(h: Held) -> np.ndarray:
-    return h.fork.features.values[:, knob_features(h.fork.features.names)]
 
 
 def test_the_spread_looks_no_deeper_than_its_window() -> None:
