@@ -28,9 +28,13 @@ the rule's order, the prior's scores, other cards' evidence) and the `Trial`s me
   WARMUP candidates are measured (the first option and the prior's top 3), a tiny on-card model
   adds what the working rows imply per knob value
   (Bayesian linear regression of their residuals on one-hot knob values, KNOB_SPREAD a value's
-  prior effect, NOISE a row's) and the next candidate is the one whose expectation plus OPTIMISM
-  standard deviations is highest (an upper confidence bound: untried values of a knob keep their
-  doubt). Candidates sharing a failed candidate's tile shape are dropped. On a pool no other card
+  prior effect, NOISE a row's) and, where other cards measured the pool, of the knobs working
+  together, with the amplitude and decay their rows show (`emmy_core.search.knob_model`: replayed,
+  budget 8 on the peer pools 1.057 → 1.038, as a tune runs it 1.061 → 1.056, the hub's unseen
+  cards 1.077 → 1.071, this CPU's pools, which no other card measured, unchanged), and the next
+  candidate is the one whose expectation plus OPTIMISM standard deviations is highest (an upper
+  confidence bound: untried values of a knob keep their doubt, and where the knobs work together,
+  candidates far from every row keep more). Candidates sharing a failed candidate's tile shape are dropped. On a pool no other card
   measured (`informed`: no transfer column, no evidence), the prior's order is the rule's or the
   ranker's guess for a card it never saw, its top (spread over knob values by the prior:
   `emmy_core.prior.ranking.diversified`) a guess still: there the WARMUP picks after the warmup also
@@ -55,6 +59,8 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+
+from emmy_core.search.knob_model import ADDITIVE, Interaction, interaction, knob_codes, knob_design, posterior
 
 STRATEGIES = ("first", "random", "prior", "explore")
 SHAPE_KNOBS = frozenset({"block_m", "block_n", "block_k", "block", "tile_m", "tile_n", "tile_k"})
@@ -193,17 +199,6 @@ def novelty(pool: SearchPool, trials: Sequence[Trial]) -> np.ndarray:
     return np.array([sum(repr(v) not in tried.get(k, ()) for k, v in kn.items()) for kn in pool.knobs], dtype=float)
 
 
-def knob_design(knobs: Sequence[Mapping[str, object]]) -> np.ndarray:
-    """An intercept column, then one 0/1 column per value of every knob that takes more than one value in the pool."""
-    cols = [np.ones(len(knobs))]
-    for name in sorted({k for kn in knobs for k in kn}):
-        values = np.array([repr(kn.get(name)) for kn in knobs])
-        distinct = np.unique(values)
-        if len(distinct) > 1:
-            cols += [(values == v).astype(np.float64) for v in distinct]
-    return np.column_stack(cols)
-
-
 @dataclass
 class _Evidence:
     """One pool's sources of order (the prior, each other card), as percentile ranks and as raw values."""
@@ -212,6 +207,8 @@ class _Evidence:
     raw: list[np.ndarray]
     belief: list[float]  # how much each source is trusted before this card's rows say otherwise
     design: np.ndarray | None = None  # knob_design, once this card has rows to fit
+    codes: np.ndarray | None = None  # knob_codes, with it
+    interaction: Interaction = ADDITIVE  # read from the transfer column, with it
     shapes: list[tuple[tuple[str, object], ...]] | None = None  # shape_key per candidate, once one failed
 
 
@@ -222,9 +219,10 @@ class PriorStrategy:
 
     def __init__(self, warmup: int = WARMUP, belief: float = BELIEF, pseudo_rows: float = PSEUDO_ROWS,
                  scale: float = PRIOR_SCALE, knob_spread: float = KNOB_SPREAD, noise: float = NOISE,
-                 optimism: float = OPTIMISM, novelty: float = NOVELTY, evidence_belief: float = EVIDENCE_BELIEF) -> None:
+                 optimism: float = OPTIMISM, novelty: float = NOVELTY, evidence_belief: float = EVIDENCE_BELIEF,
+                 interactions: bool = True) -> None:
         self.warmup, self.belief, self.pseudo_rows, self.novelty = warmup, belief, pseudo_rows, novelty
-        self.evidence_belief = evidence_belief
+        self.evidence_belief, self.interactions = evidence_belief, interactions
         self.scale, self.knob_spread, self.noise, self.optimism = scale, knob_spread, noise, optimism
         self._pool: SearchPool | None = None
         self._ev: _Evidence | None = None
@@ -289,8 +287,9 @@ class PriorStrategy:
     def expected(self, pool: SearchPool, trials: Sequence[Trial]) -> tuple[np.ndarray, np.ndarray]:
         """Per candidate, the expected -log(time) up to a constant, and its standard deviation (module docstring):
         the sources blended by their weights, on a logit scale of their rank, spread by PRIOR_SCALE times
-        `agreement`; with WARMUP rows measured, plus the per-knob-value corrections this card's working rows
-        imply (a Bayesian linear model, ridge prior)."""
+        `agreement`; with WARMUP rows measured, plus what this card's working rows imply of the rest
+        (`knob_model.posterior`: per knob value, and, where other cards measured the pool, the knobs' interaction
+        `knob_model.interaction` read from their rows; `interactions` False: per knob value only)."""
         self._start(pool)
         assert self._ev is not None
         w = self.weights(pool, trials)
@@ -302,17 +301,13 @@ class PriorStrategy:
         if not ok or len(trials) < self.warmup:
             return mean0, np.full(n, self.knob_spread)
         if self._ev.design is None:
-            self._ev.design = knob_design(pool.knobs)
-        x = self._ev.design
+            self._ev.design, self._ev.codes = knob_design(pool.knobs), knob_codes(pool.knobs)
+            self._ev.interaction = interaction(self._ev.design, self._ev.codes, pool.transfer, self.noise)
         idx = np.array([t.index for t in ok], dtype=np.int64)
         resid = -np.log(np.array([t.time_us for t in ok], dtype=np.float64)) - mean0[idx]
-        precision = np.full(x.shape[1], 1.0 / self.knob_spread ** 2)
-        precision[0] = 1e-6  # the intercept (this card's speed) is free
-        a = x[idx].T @ x[idx] / self.noise ** 2 + np.diag(precision)
-        cov = np.linalg.inv(a)
-        coef = cov @ x[idx].T @ resid / self.noise ** 2
-        var = np.einsum("ij,jk,ik->i", x[:, 1:], cov[1:, 1:], x[:, 1:])
-        return mean0 + x @ coef, np.sqrt(np.maximum(var, 0.0))
+        mean, sd = posterior(self._ev.design, self._ev.codes, idx, resid, self.knob_spread, self.noise,
+                             self._ev.interaction if self.interactions else ADDITIVE)
+        return mean0 + mean, sd
 
     def ranking(self, pool: SearchPool, trials: Sequence[Trial]) -> np.ndarray:
         """Every candidate's re-ranked value (higher first; the expected value plus OPTIMISM standard deviations);
