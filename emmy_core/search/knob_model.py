@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 MIN_ROWS = 30  # configurations other cards measured before the pool's interaction is read from them
+INTERACTION_ROWS = 64  # the most measured rows the interaction conditions on (module docstring of `posterior`)
 DECAY_RANGE = (0.05, 3.0)  # the decay read from a variogram is held within these (per knob that differs)
 
 
@@ -107,7 +108,9 @@ def posterior(design: np.ndarray, codes: np.ndarray, at: np.ndarray, resid: np.n
     """Per candidate, the expected residual and its standard deviation given the `resid` measured at `at`
     (module docstring). The knob values' effects are integrated out with the interaction as correlated noise
     (Rasmussen and Williams, section 2.7); the constant's doubt, alike for every candidate, is left out of
-    the deviation."""
+    the deviation. The interaction conditions on at most INTERACTION_ROWS rows, those that beat the
+    expectation most: the others still inform the knob values, with the interaction's variance as noise
+    of their own, so a long search costs the same per step and its memory stays bounded."""
     x_at = design[at]
     precision = np.full(design.shape[1], 1.0 / knob_spread ** 2)
     precision[0] = 1e-6  # the intercept (this card's speed) is free
@@ -116,13 +119,19 @@ def posterior(design: np.ndarray, codes: np.ndarray, at: np.ndarray, resid: np.n
         coef = cov @ x_at.T @ resid / noise ** 2
         var = np.einsum("ij,jk,ik->i", design[:, 1:], cov[1:, 1:], design[:, 1:])
         return design @ coef, np.sqrt(np.maximum(var, 0.0))
-    cross = inter.kernel(codes, at)  # every candidate against the measured
+    near = np.argsort(-resid, kind="stable")[:INTERACTION_ROWS]
+    far = np.setdiff1d(np.arange(len(at)), near)
+    cross = inter.kernel(codes, at[near])  # every candidate against the rows the interaction conditions on
     p = design.shape[1]
-    solved = np.linalg.solve(cross[at] + noise ** 2 * np.eye(len(at)), np.column_stack([x_at, resid, cross.T]))
-    kx, ky, kc = solved[:, :p], solved[:, p], solved[:, p + 1:]
+    solved = np.linalg.solve(cross[at[near]] + noise ** 2 * np.eye(len(near)),
+                             np.column_stack([x_at[near], resid[near], cross.T]))
+    kx, ky = np.empty_like(x_at), np.empty(len(at))
+    kx[near], ky[near], kc = solved[:, :p], solved[:, p], solved[:, p + 1:]
+    alone = noise ** 2 + inter.amplitude ** 2
+    kx[far], ky[far] = x_at[far] / alone, resid[far] / alone
     cov = np.linalg.inv(x_at.T @ kx + np.diag(precision))
     coef = cov @ x_at.T @ ky
-    lead = design - cross @ kx  # what the knob values say beyond the interaction's share of the measured
+    lead = design - cross @ kx[near]  # what the knob values say beyond the interaction's share of the measured
     var = np.einsum("ij,jk,ik->i", lead[:, 1:], cov[1:, 1:], lead[:, 1:]) + inter.amplitude ** 2 - np.einsum(
         "ij,ji->i", cross, kc)
-    return cross @ ky + lead @ coef, np.sqrt(np.maximum(var, 0.0))
+    return cross @ ky[near] + lead @ coef, np.sqrt(np.maximum(var, 0.0))

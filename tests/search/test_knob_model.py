@@ -108,3 +108,33 @@ def test_the_knob_model_is_additive_where_no_other_card_measured_the_pool() -> N
     assert not np.allclose(with_.expected(informed, trials)[0], without.expected(informed, trials)[0])
     for got, want in zip(PriorStrategy().expected(alone, trials), without.expected(alone, trials), strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("rows", [None, 4])
+def test_the_posterior_mean_is_the_joint_gaussians_conditional_mean(monkeypatch: pytest.MonkeyPatch,
+                                                                    rows: int | None) -> None:
+    """Checked against the model written out whole: every candidate's value is the knob values' effects (the
+    intercept nearly free) plus the interaction; a measured row adds noise. With `rows`, the interaction
+    conditions on that many rows, those that beat the expectation most, and the others carry its variance as
+    noise of their own."""
+    from emmy_core.search import knob_model
+
+    if rows is not None:
+        monkeypatch.setattr(knob_model, "INTERACTION_ROWS", rows)
+    design, codes = model(GRID)
+    rng = np.random.default_rng(4)
+    at = rng.choice(len(GRID), 7, replace=False)
+    resid = rng.normal(0, 0.3, 7)
+    inter = Interaction(0.25, 0.7)
+    got, _ = posterior(design, codes, at, resid, 0.1, NOISE, inter)
+
+    prior_var = np.full(design.shape[1], 0.1 ** 2)
+    prior_var[0] = 1e6
+    near = np.argsort(-resid, kind="stable")[: rows or len(at)]
+    keep = np.isin(np.arange(len(at)), near)
+    interact = np.exp(-inter.decay * (codes[:, None, :] != codes[None, :, :]).sum(-1)) * inter.amplitude ** 2
+    cross = design @ np.diag(prior_var) @ design[at].T + interact[:, at] * keep[None, :]
+    among = design[at] @ np.diag(prior_var) @ design[at].T + interact[np.ix_(at, at)] * np.outer(keep, keep)
+    among += np.diag(np.where(keep, NOISE ** 2, NOISE ** 2 + inter.amplitude ** 2))
+    want = cross @ np.linalg.solve(among, resid)
+    np.testing.assert_allclose(got, want, atol=1e-6)
