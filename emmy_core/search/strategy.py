@@ -348,19 +348,27 @@ class ExploreStrategy(PriorStrategy):
         self.every = every
 
     def uncertain(self, pool: SearchPool, trials: Sequence[Trial], value: np.ndarray) -> int | None:
+        """The candidate where the prior is least sure, among those `value` leaves open (None: none)."""
+        return self.uncertain_why(pool, trials, value)[0]
+
+    def uncertain_why(self, pool: SearchPool, trials: Sequence[Trial], value: np.ndarray) -> tuple[int | None, str]:
+        """`uncertain`, and why a person should measure it: other cards' rows rank it above the prior, or knob
+        values no row has tried."""
         open_ = np.isfinite(value)
         if not open_.any():
-            return None
+            return None, ""
         base = self._start(pool)
         if pool.transfer is not None and np.isfinite(pool.transfer).any():
             t = np.asarray(pool.transfer, dtype=np.float64)
             seen = np.isfinite(t)
             gap = np.where(seen & open_, percentile_ranks(np.where(seen, t, -np.inf)) - base, -np.inf)
             if np.isfinite(gap).any() and gap.max() > 0:
-                return int(np.argmax(gap))
+                return int(np.argmax(gap)), "other cards' rows rank it well above the prior's place for it"
         top_half = base >= np.median(base)
         pick = np.where(open_ & top_half, novelty(pool, trials) + base, -np.inf)
-        return int(np.argmax(pick)) if np.isfinite(pick).any() else None
+        if not np.isfinite(pick).any():
+            return None, ""
+        return int(np.argmax(pick)), "knob values no row has tried"
 
     def propose(self, pool: SearchPool, trials: Sequence[Trial], n: int, budget: int) -> list[int]:
         out: list[int] = []

@@ -5,7 +5,7 @@ model (a fork: kernel, sizes, card, setting) it reads the rows a tuning database
 it, and ranks the candidates not measured yet the way `emmy tune --strategy prior` would next
 (`PriorStrategy.ranking`: the first option first while it has no row, then the prior's
 order, candidates sharing a failed tile shape left out, re-ranked by what the fork's rows
-imply per knob value once it has a few),
+imply once it has a few; the pool is the tune's, `tune.card_pool`, with the prior's transfer column),
 adding the `explore` strategy's pick where the prior is least sure. Each suggestion says why:
 the prior's score and its percentile in the pool, how many of its knob values no row has tried
 (the uncertainty: nothing measured near it), that it has no row yet. A fork with no row at all
@@ -23,6 +23,7 @@ import numpy as np
 from emmy_core.knobs import candidates
 from emmy_core.knobs.vocab import schedule_id
 from emmy_core.search.strategy import ExploreStrategy, PriorStrategy, SearchPool, Trial, percentile_ranks
+from emmy_core.search.tune import card_pool
 from emmy_core.targets import Card
 
 Row = tuple[str, str, float | None]  # (schedule_id, status, median µs or None for a failure)
@@ -76,8 +77,9 @@ def fork_suggestions(program: Any, sizes: Mapping[str, int], sizes_text: str, ke
     pool_knobs = [dict(k) for k in candidates(program, card)]
     index = {schedule_id(k): i for i, k in enumerate(pool_knobs)}
     trials = [Trial(index[sid], t if status == "ok" else None) for sid, status, t in rows if sid in index]
-    scores = np.asarray(prior.score(program, dict(sizes), card, setting, pool_knobs)) if prior is not None else None
-    pool = SearchPool(tuple(pool_knobs), tuple(range(len(pool_knobs))), 0 if pool_knobs else None, scores)
+    pool = card_pool(prior, program, sizes, card, setting, pool_knobs, 0 if pool_knobs else None,
+                     f"{program.name} {sizes_text}")
+    scores = pool.scores
     ok = [t.time_us for t in trials if t.time_us is not None]
     out = ForkSuggestions(program.name, kernel_id, sizes_text, len(pool_knobs), len(rows),
                           sum(1 for _, s, _ in rows if s == "ok"), min(ok) if ok else None)
@@ -90,7 +92,7 @@ def fork_suggestions(program: Any, sizes: Mapping[str, int], sizes_text: str, ke
     if 0 not in measured:
         ranked = [0, *(i for i in ranked if i != 0)]
     picks = ranked[:top]
-    explore = ExploreStrategy().uncertain(pool, trials, value) if top > 1 and len(ranked) > top else None
+    explore, unsure = ExploreStrategy().uncertain_why(pool, trials, value) if top > 1 and len(ranked) > top else (None, "")
     if explore is not None and explore not in picks:
         picks = [*picks[: top - 1], explore]
     pct = percentile_ranks(scores) if scores is not None else None
@@ -101,7 +103,7 @@ def fork_suggestions(program: Any, sizes: Mapping[str, int], sizes_text: str, ke
         if i == 0:
             why.append("the rule's first option (a tune always measures it)")
         if i == explore:
-            why.append("explore: the prior is least sure here (knob values no row has tried)")
+            why.append(f"explore: the prior is least sure here ({unsure})")
         elif scores is not None:
             why.append(f"prior's #{rank + 1} after the rows (score {scores[i]:.3f}, top {100 * (1 - pct[i]):.1f}%)")  # type: ignore[index]
         if best is not None and i != 0:

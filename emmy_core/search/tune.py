@@ -10,7 +10,7 @@ As each kernel finishes, `on_kernel` is told its best so far against its first o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +43,19 @@ def strategy_prior(strategy: str | None) -> tuple[Any | None, str, str]:
         except PriorError as exc:
             why = str(exc)
     return prior, strategy if strategy is not None else default_strategy(prior), why
+
+
+def card_pool(prior: Any | None, program: Any, sizes: Mapping[str, int], card: Card, setting: str,
+              knobs: Sequence[Mapping[str, object]], first: int | None, label: str) -> SearchPool:
+    """The search pool of `knobs` (in the rule's order) for one kernel on `card`, as a tune and `emmy suggest`
+    see it: with a prior, its scores and its table's transfer column (`tr.score`: what other cards measured
+    of each candidate, NaN where none did); without one, the rule's order alone."""
+    scores = transfer = None
+    if prior is not None:
+        scores = np.asarray(prior.score(program, dict(sizes), card, setting, knobs))
+        cols = prior.transfer(program, dict(sizes), card, setting, knobs)
+        transfer = None if cols is None else cols[:, 0]
+    return SearchPool(tuple(knobs), tuple(range(len(knobs))), first, scores, transfer, label)
 
 
 @dataclass
@@ -90,13 +103,8 @@ class StrategyChooser:
         if not keep:
             return 0
         first = 0 if every and schedule_id(every[0]) not in known else None
-        scores = transfer = None
-        if self.prior is not None and self.strategy in PRIOR_STRATEGIES:
-            scores = np.asarray(self.prior.score(unit.program, dict(unit.sizes), self.card, self.setting, keep))
-            cols = self.prior.transfer(unit.program, dict(unit.sizes), self.card, self.setting, keep)
-            transfer = None if cols is None else cols[:, 0]  # tr.score: what other cards measured of each
-        pool = SearchPool(tuple(keep), tuple(range(len(keep))), first, scores, transfer,
-                          f"{unit.program.name} {unit.sizes_text}")
+        pool = card_pool(self.prior if self.strategy in PRIOR_STRATEGIES else None, unit.program, unit.sizes,
+                         self.card, self.setting, keep, first, f"{unit.program.name} {unit.sizes_text}")
         session = Session(self.make(self.strategy, self.seed), pool, self.budget)
         self.kernels[unit.key] = KernelSearch(unit.program.name, pool, session)
         return session.budget

@@ -48,3 +48,30 @@ def test_suggest_lists_a_fork_with_no_measurement_as_uncovered(tmp_path: Path) -
     assert text.exit_code == 0 and f"forks no measurement covers: {len(bare)} of {len(units)}" in text.output
     for u in bare:
         assert f"uncovered: {u.program.name} {u.sizes_text}" in text.output
+
+
+def test_suggest_ranks_a_fork_from_the_pool_a_tune_searches_with_the_priors_transfer_column() -> None:
+    """Where other cards of the prior's table measured a kernel, `suggest` reads their rows as a tune does: the
+    pool carries the transfer column, and the explore pick says it is other cards' rows that disagree."""
+    import numpy as np
+
+    from emmy_core.prior import load_installed_prior
+    from emmy_core.search.strategy import ExploreStrategy, PriorStrategy
+    from emmy_core.search.suggest import fork_suggestions
+    from emmy_core.search.tune import card_pool
+
+    card, prior = local_card(), load_installed_prior()
+    units = {u.key: u for u in model_units("llama_block", {"B": 1, "S": 8})}.values()
+    informed = [u for u in units
+                if (cols := prior.transfer(u.program, dict(u.sizes), card, "deploy",
+                                           [dict(k) for k in candidates(u.program, card)])) is not None
+                and np.isfinite(cols[:, 0]).any()]
+    assert informed, "the installed prior's table measured none of the Llama block's kernels on another card"
+    u = informed[0]
+    knobs = [dict(k) for k in candidates(u.program, card)]
+    pool = card_pool(prior, u.program, u.sizes, card, "deploy", knobs, 0, "")
+    np.testing.assert_array_equal(pool.transfer, prior.transfer(u.program, dict(u.sizes), card, "deploy", knobs)[:, 0])
+    got = fork_suggestions(u.program, u.sizes, u.sizes_text, u.kernel_id, card, "deploy", prior, [], 5)
+    explore = ExploreStrategy().uncertain(pool, [], PriorStrategy().ranking(pool, []))
+    picked = [s for s in got.suggestions if s.knobs == knobs[explore]]
+    assert picked and any("other cards' rows" in w for w in picked[0].why)
