@@ -35,7 +35,7 @@ R = TypeVar("R")
 
 DEFAULT_SCHEDULER = "inprocess"
 MAX_LOCAL_WORKERS = 64
-_LOCAL = re.compile(r"local:([0-9]{1,3})")
+_LOCAL = re.compile(r"local:(-?[0-9]{1,30})")  # any count, so an out-of-range one is told the range
 _TCP = re.compile(r"tcp://([A-Za-z0-9._-]{1,253}|\[[0-9A-Fa-f:]{2,39}\]):([0-9]{1,5})")
 CONNECT_TIMEOUT_S = 30
 
@@ -77,7 +77,9 @@ def parse_scheduler(text: str | Scheduler | None) -> Scheduler:
             raise ComputeError(f"scheduler {text!r}: a local cluster has 1 to {MAX_LOCAL_WORKERS} workers")
         return Scheduler("local", workers=n)
     m = _TCP.fullmatch(text)
-    if m and 0 < int(m.group(2)) < 65536:
+    if m:
+        if not 0 < int(m.group(2)) < 65536:
+            raise ComputeError(f"scheduler {text[:80]!r}: a TCP port is 1 to 65535")
         return Scheduler("tcp", address=text)
     raise ComputeError(f"scheduler {text[:80]!r}: give {DEFAULT_SCHEDULER}, local:N or tcp://HOST:PORT")
 

@@ -52,6 +52,15 @@ def test_scheduler_setting_parses_inprocess_local_and_tcp_and_refuses_the_rest()
             parse_scheduler(bad)
 
 
+def test_a_scheduler_out_of_range_is_told_the_range_however_far_out() -> None:
+    for bad in ("local:0", "local:65", "local:1000", "local:-1", "local:" + "9" * 30):
+        with pytest.raises(ComputeError, match="a local cluster has 1 to 64 workers"):
+            parse_scheduler(bad)
+    for bad in ("tcp://h:0", "tcp://h:65536", "tcp://h:99999"):
+        with pytest.raises(ComputeError, match="a TCP port is 1 to 65535"):
+            parse_scheduler(bad)
+
+
 def test_dask_fit_equals_in_process_fit(toy_export: Path, in_process: tuple[bytes, dict[str, Any]],
                                         cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Same trees, same metrics: the artifact's bytes are equal, the metrics equal but for nothing."""
