@@ -27,6 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from emmy_core.prior.transfer_features import FAILED_RATIO
+
+FAILED_LOG = float(np.log(FAILED_RATIO)) + 1e-9  # a transfer value at or below this is failures only
 MIN_ROWS = 30  # configurations other cards measured before the pool's interaction is read from them
 INTERACTION_ROWS = 64  # the most measured rows the interaction conditions on (module docstring of `posterior`)
 DECAY_RANGE = (0.05, 3.0)  # the decay read from a variogram is held within these (per knob that differs)
@@ -73,12 +76,13 @@ def knob_codes(knobs: Sequence[Mapping[str, object]]) -> np.ndarray:
 
 def interaction(design: np.ndarray, codes: np.ndarray, values: np.ndarray | None, noise: float) -> Interaction:
     """The pool's interaction read from `values` (other cards' mean log(best/time) per candidate, NaN where none
-    measured it; module docstring). ADDITIVE when fewer than MIN_ROWS are known, no knob varies, or nothing
-    is left beyond `noise` after the additive fit."""
+    measured it; log(FAILED_RATIO), a configuration that failed on every card that ran it, is left out: it has
+    no time; module docstring). ADDITIVE when fewer than MIN_ROWS are known, no knob varies, or nothing is left
+    beyond `noise` after the additive fit."""
     if values is None or codes.shape[1] == 0:
         return ADDITIVE
     y = np.asarray(values, dtype=np.float64)
-    known = np.isfinite(y)
+    known = np.isfinite(y) & (y > FAILED_LOG)  # a configuration that failed on every card that ran it has no time
     if int(known.sum()) < MIN_ROWS:
         return ADDITIVE
     x, y, c = design[known], y[known], codes[known]

@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from emmy_core.prior.transfer_features import FAILED_RATIO
 from emmy_core.search import SearchPool, Trial
 from emmy_core.search.knob_model import (
     ADDITIVE,
@@ -60,6 +61,10 @@ def test_the_interaction_reads_only_the_configurations_other_cards_measured() ->
     sub = tuple(k for k, keep in zip(GRID, kept, strict=True) if keep)
     a, b = interaction(design, codes, some, NOISE), interaction(*model(sub), y[kept], NOISE)
     assert a.amplitude == pytest.approx(b.amplitude) and a.decay == pytest.approx(b.decay)
+    failed = some.copy()
+    failed[~kept] = np.log(FAILED_RATIO)  # failed on every card that ran them: no time to read
+    c = interaction(design, codes, failed, NOISE)
+    assert c.amplitude == pytest.approx(a.amplitude) and c.decay == pytest.approx(a.decay)
     too_few = np.full(len(GRID), np.nan)
     too_few[: MIN_ROWS - 1] = y[: MIN_ROWS - 1]
     assert interaction(design, codes, too_few, NOISE) == ADDITIVE
