@@ -30,7 +30,7 @@ the rule's order, the prior's scores, other cards' evidence) and the `Trial`s me
   (Bayesian linear regression of their residuals on one-hot knob values, KNOB_SPREAD a value's
   prior effect, NOISE a row's) and, where other cards measured the pool, of the knobs working
   together, with the amplitude and decay their rows show (`emmy_core.search.knob_model`: replayed,
-  budget 8 on the peer pools 1.057 → 1.038, as a tune runs it 1.061 → 1.056, the hub's unseen
+  budget 8 on the peer pools 1.057 → 1.038, as a tune runs it 1.061 → 1.057, the hub's unseen
   cards 1.077 → 1.071, this CPU's pools, which no other card measured, unchanged), and the next
   candidate is the one whose expectation plus OPTIMISM standard deviations is highest (an upper
   confidence bound: untried values of a knob keep their doubt, and where the knobs work together,
