@@ -34,10 +34,10 @@ the rule's order, the prior's scores, other cards' evidence) and the `Trial`s me
   cards 1.077 → 1.071, this CPU's pools, which no other card measured, unchanged), and the next
   candidate is the one whose expectation plus OPTIMISM standard deviations is highest (an upper
   confidence bound: untried values of a knob keep their doubt, and where the knobs work together,
-  candidates far from every row keep more). Candidates sharing a failed candidate's tile shape are dropped. On a pool no other card
-  measured (`informed`: no transfer column, no evidence), the prior's order is the rule's or the
-  ranker's guess for a card it never saw, its top (spread over knob values by the prior:
-  `emmy_core.prior.ranking.diversified`) a guess still: there the WARMUP picks after the warmup also
+  candidates far from every row keep more). Candidates sharing a failed candidate's tile shape are
+  dropped. On a pool no other card measured (`informed`: no transfer column, no evidence), the
+  prior's order is the rule's or the ranker's guess for a card it never saw, its top (spread over
+  knob values by the prior: `emmy_core.prior.ranking.diversified`) a guess still: there the WARMUP picks after the warmup also
   count NOVELTY per knob value no row has tried yet, so the knob model learns from rows that differ.
   Replayed, this took budget 8 from 1.515 to 1.289 (budget 16 from 1.256 to 1.108) on an exhaustive
   tune of this AVX2 CPU (7 pools), and from 2.880 to 1.740 on the peer pools stripped of prior and
