@@ -92,7 +92,9 @@ def fork_suggestions(program: Any, sizes: Mapping[str, int], sizes_text: str, ke
     if 0 not in measured:
         ranked = [0, *(i for i in ranked if i != 0)]
     picks = ranked[:top]
-    explore, unsure = ExploreStrategy().uncertain_why(pool, trials, value) if top > 1 and len(ranked) > top else (None, "")
+    open_ = value.copy()
+    open_[0] = -np.inf  # a tune measures the first option anyway: never the place it explores
+    explore, unsure = ExploreStrategy().uncertain_why(pool, trials, open_) if top > 1 and len(ranked) > top else (None, "")
     if explore is not None and explore not in picks:
         picks = [*picks[: top - 1], explore]
     pct = percentile_ranks(scores) if scores is not None else None

@@ -44,6 +44,7 @@ def test_suggest_lists_a_fork_with_no_measurement_as_uncovered(tmp_path: Path) -
         first = forks[u.kernel_id]["suggestions"][0]
         assert first["knobs"] == dict(candidates(u.program, card)[0]) and forks[u.kernel_id]["rows"] == 0
         assert any("first option" in w for w in first["why"])
+        assert not any("explore" in w for w in first["why"])  # a tune measures it anyway: it is not explored
     text = runner.invoke(app, ["suggest", "--model", "mlp", "--shape", "B=1,S=8", "--db", str(db)])
     assert text.exit_code == 0 and f"forks no measurement covers: {len(bare)} of {len(units)}" in text.output
     for u in bare:
