@@ -22,7 +22,7 @@ import numpy as np
 
 from emmy_core.knobs import candidates
 from emmy_core.knobs.vocab import schedule_id
-from emmy_core.search.strategy import ExploreStrategy, PriorStrategy, SearchPool, Trial, percentile_ranks
+from emmy_core.search.strategy import ExploreStrategy, PriorStrategy, Trial, novelty, percentile_ranks
 from emmy_core.search.tune import card_pool
 from emmy_core.targets import Card
 
@@ -63,14 +63,6 @@ class ForkSuggestions:
                 "suggestions": [s.to_json() for s in self.suggestions]}
 
 
-def _untried(pool: SearchPool, trials: Sequence[Trial]) -> np.ndarray:
-    tried: dict[str, set[object]] = {}
-    for t in trials:
-        for k, v in pool.knobs[t.index].items():
-            tried.setdefault(k, set()).add(v)
-    return np.array([sum(v not in tried.get(k, ()) for k, v in kn.items()) for kn in pool.knobs])
-
-
 def fork_suggestions(program: Any, sizes: Mapping[str, int], sizes_text: str, kernel_id: str, card: Card,
                      setting: str, prior: Any | None, rows: Sequence[Row], top: int) -> ForkSuggestions:
     """The `top` candidates of one fork most worth measuring next, and why (module docstring)."""
@@ -98,7 +90,7 @@ def fork_suggestions(program: Any, sizes: Mapping[str, int], sizes_text: str, ke
     if explore is not None and explore not in picks:
         picks = [*picks[: top - 1], explore]
     pct = percentile_ranks(scores) if scores is not None else None
-    untried = _untried(pool, trials)
+    untried = novelty(pool, trials).astype(int)
     best = min((t for t in trials if t.ok), key=lambda t: t.time_us or 0.0, default=None)
     for rank, i in enumerate(picks):
         why = ["no row yet"]
