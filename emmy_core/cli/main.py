@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import re
 from typing import Any
 
 import typer
@@ -46,9 +48,17 @@ app.command("gate")(gate_cmd.gate_command)
 app.add_typer(eval_cmd.app, name="eval")
 
 
+def reflowed(doc: str) -> str:
+    """A docstring as help text: each paragraph's lines joined into one, so that the help wraps at the
+    terminal's width, not at the source's (rich keeps a docstring's line breaks: `fit`'s summary broke
+    before its last word)."""
+    paragraphs = re.split(r"\n\s*\n", inspect.cleandoc(doc))
+    return "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs if p.strip())
+
+
 def command() -> Any:
-    """The click command typer builds, with flags shown as flags: typer labels every bool `<bool>`,
-    which reads as if `--json` took a value."""
+    """The click command typer builds, with flags shown as flags (typer labels every bool `<bool>`,
+    which reads as if `--json` took a value) and help reflowed (`reflowed`)."""
     root = typer.main.get_command(app)
 
     def as_flag(param: Any) -> Any:
@@ -57,6 +67,8 @@ def command() -> Any:
         return param
 
     def walk(cmd: Any) -> None:
+        if cmd.help:
+            cmd.help = reflowed(cmd.help)
         for param in cmd.params:
             as_flag(param)
         help_option = cmd.get_help_option

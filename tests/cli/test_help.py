@@ -10,8 +10,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def emmy_help(*argv: str) -> str:
-    env = {**os.environ, "COLUMNS": "120", "NO_COLOR": "1"}
+def emmy_help(*argv: str, columns: int = 120) -> str:
+    env = {**os.environ, "COLUMNS": str(columns), "NO_COLOR": "1"}
     done = subprocess.run([sys.executable, "-m", "emmy_core.cli.main", *argv, "--help"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -33,3 +33,13 @@ def test_the_db_group_summary_names_every_db_command() -> None:
     names = [c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands]
     assert len(names) >= 7
     assert all(name in summary for name in names)
+
+
+def test_help_wraps_at_the_terminal_not_at_the_docstrings_line_breaks() -> None:
+    from emmy_core.cli.main import reflowed
+
+    assert reflowed("Fit the prior and track the run in\n    MLflow.\n\n    Second\n    paragraph.\n") == (
+        "Fit the prior and track the run in MLflow.\n\nSecond paragraph.")
+    wide = [line.strip(" │") for line in emmy_help(columns=200).splitlines()]
+    fit = next(line for line in wide if line.startswith("fit "))
+    assert fit.endswith("and track the run in MLflow.")  # one line where the terminal is wide enough
