@@ -53,6 +53,8 @@ def info(file: Annotated[Path | None, typer.Option("--file", help="an artifact (
     top1 = rk.get("top1")
     typer.echo(f"  ranking of a card the fit never saw: {rk.get('mode')} ({rk.get('source')}, weight {rk.get('weight')}), won on the {rk.get('split', '?')} split"
                + (f" with top-1 {top1:.3f}" if isinstance(top1, int | float) else "")
+               + (f" on {rk['judged_pools']} of {rk['held_pools']} held-out pools (the others lack the rule's"
+                  " first option)" if rk.get("judged_pools") not in (None, rk.get("held_pools")) else "")
                + f": {pct(rk.get('vs_first'))} against {first_label(rk)}, {pct(rk.get('vs_ranker'))} against"
                f" the ranker alone, {pct(rk.get('vs_transfer_order'))} against the transfer order,"
                f" {pct(rk.get('vs_transfer_baseline'))} against the transfer baseline")

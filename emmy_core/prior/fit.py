@@ -152,12 +152,23 @@ def kernel_split(forks: Sequence[DatasetFork], names: Sequence[str], pools: str,
     return out, held
 
 
+def readable(h: Held) -> bool:
+    """Whether the rule's pick can be read on a held-out pool: its first option was measured, or no rule
+    ordered the pool (an imported cache: the rule's order is judged by a random pick's expectation). A
+    pool measured before the rule's first option changed lacks it, and there the first measured member in
+    the rule's order would stand in for it: some other candidate, not what a machine would run."""
+    return h.fork.first is None or bool(h.fork.measured[h.fork.first])
+
+
 def choice_figures(held: Sequence[Held], no_evidence: str = RANKER) -> list[dict[str, Any]]:
-    """Every choice of `ranking.choices()` with its top-1 and top-5 over `held` and each held-out pool's
-    top-1 (`per_pool`, in `held`'s order), a pool without transfer evidence ranked by `no_evidence`."""
+    """Every choice of `ranking.choices()` with its top-1 and top-5 over the pools of `held` where the rule's
+    pick can be read (`readable`: every choice is judged on the same pools, the rule's order among them)
+    and each such pool's top-1 (`per_pool`, in `held`'s order), a pool without transfer evidence ranked by
+    `no_evidence`."""
     rows = []
+    judged = [h for h in held if readable(h)]
     for src, w in choices():
-        figures = [h.figures(src, w, no_evidence) for h in held]
+        figures = [h.figures(src, w, no_evidence) for h in judged]
         summary = metrics.summarize(figures)
         rows.append({"source": src, "weight": w, "mode": mode_of(w, src), "top1": summary.get("top1"),
                      "top5": summary.get("top5"), "per_pool": [f.get("top1") for f in figures],
@@ -169,7 +180,7 @@ def bare_pools(held: Sequence[Held]) -> list[Held]:
     """The held-out pools that can judge what ranks a pool no other card measured: no transfer evidence in
     their fold, and the rule's first option measured. Where the first option was not measured its pick
     cannot be read: the order's first measured member would stand in for it, a random draw, not the rule."""
-    return [h for h in held if not h.evidence and h.fork.first is not None and bool(h.fork.measured[h.fork.first])]
+    return [h for h in held if not h.evidence and h.fork.first is not None and readable(h)]
 
 
 def no_evidence_figures(held: Sequence[Held], kernel_held: Sequence[Held] = ()) -> list[dict[str, Any]]:
@@ -260,13 +271,14 @@ def choose_ranking(held: Sequence[Held], kernel_held: Sequence[Held] = ()) -> di
     alone = next(r for r in rows if r["weight"] == 0.0)
     others = [r for r in rows if r["mode"] != chosen["mode"] and r["top1"] is not None]
     runner = min(others, key=lambda r: r["top1"]) if others else None
-    base = metrics.summarize([h.baselines for h in held])
+    base = metrics.summarize([h.baselines for h in held if readable(h)])  # on the pools the choices were judged on
 
     def margin(other: float | None) -> float | None:
         return None if other is None or chosen["top1"] is None else chosen["top1"] / other - 1.0
 
     return {"source": chosen["source"], "weight": chosen["weight"], "mode": chosen["mode"], "split": "card",
-            "first_pools": sum(h.fork.first is not None for h in held), "no_evidence": bare, "diverse": head,
+            "first_pools": sum(h.fork.first is not None for h in held),
+            "held_pools": len(held), "judged_pools": sum(readable(h) for h in held), "no_evidence": bare, "diverse": head,
             "diverse_top5": spread,
             "no_evidence_candidates": [{**{k: v for k, v in r.items() if k != "per_pool"}, "why": w}
                                        for r, w in zip(bare_rows, bare_why, strict=True)],

@@ -16,7 +16,7 @@ from emmy_core.knobs.vocab import schedule_id
 from emmy_core.prior import load_prior
 from emmy_core.prior.dataset import DatasetFork, read_dataset
 from emmy_core.prior.featurize import featurize, transfer_view
-from emmy_core.prior.fit import choice_figures, choose_ranking, select_no_evidence
+from emmy_core.prior.fit import choice_figures, choose_ranking, readable, select_no_evidence
 from emmy_core.prior.geometry import knob_features
 from emmy_core.prior.ranking import (
     FIRST,
@@ -178,6 +178,20 @@ def test_the_blend_selection_is_deterministic_for_a_seed(freeze_export: Path, fr
     assert select([(1.1, 1.0), (1.095, 1.0), (1.05, 1.0)]) == 2
     assert select([(1.1, 1.0), (1.1, 0.9)]) == 1  # top-5 settles an equal top-1
     assert select([(None, None), (1.3, None)]) == 1
+
+
+def test_the_rules_order_is_judged_only_where_its_first_option_was_measured(freeze_held: list) -> None:
+    stale = [h for h in freeze_held if h.fork.first is not None and not h.fork.measured[h.fork.first]]
+    assert stale, "the freeze holds pools measured before the rule's first option changed"
+    judged = [h for h in freeze_held if readable(h)]
+    rows = choice_figures(freeze_held, RANKER)
+    assert all(len(r["per_pool"]) == len(judged) for r in rows)  # every choice on the same pools
+    first = next(r for r in rows if r["source"] == FIRST)
+    for h, top1 in zip(judged, first["per_pool"], strict=True):  # the rule's order picks the rule's first option
+        if h.fork.first is not None:
+            assert top1 == pytest.approx(h.figures(FIRST, 1.0)["first_slowdown"])
+    rk = choose_ranking(freeze_held)
+    assert (rk["held_pools"], rk["judged_pools"]) == (len(freeze_held), len(judged))
 
 
 def test_a_model_replaces_the_lookup_only_when_it_wins_on_enough_held_out_pools_without_losing_its_top5() -> None:
