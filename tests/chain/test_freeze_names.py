@@ -31,7 +31,7 @@ def test_one_rule_names_a_freeze_folders_files(name: str, kind: tuple[str, str] 
 def test_the_import_the_digest_and_a_compiles_golden_tier_read_a_folder_by_the_same_rule(tmp_path: Path) -> None:
     folder = tmp_path / "freezes"
     folder.mkdir()
-    (src,) = [p for p in sorted((ROOT / "freezes").glob("*.json")) if p.name.startswith("intel")]
+    src = next(p for p in sorted((ROOT / "freezes").glob("*.json")) if p.name.startswith("intel"))
     slug = src.name.removesuffix(".json")
     shutil.copyfile(src, folder / src.name)
     shutil.copyfile(src, folder / f"{slug}.reviewed.json")  # a golden record: reviewed, read beside the freeze
