@@ -178,8 +178,7 @@ def choice_figures(held: Sequence[Held], no_evidence: str = RANKER) -> list[dict
 
 def bare_pools(held: Sequence[Held]) -> list[Held]:
     """The held-out pools that can judge what ranks a pool no other card measured: no transfer evidence in
-    their fold, and the rule's first option measured. Where the first option was not measured its pick
-    cannot be read: the order's first measured member would stand in for it, a random draw, not the rule."""
+    their fold, ordered by a rule, and the rule's first option measured (`readable`)."""
     return [h for h in held if not h.evidence and h.fork.first is not None and readable(h)]
 
 
