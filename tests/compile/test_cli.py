@@ -16,6 +16,7 @@ from emmy_core.graph.pipeline import compile_model
 from emmy_core.ir import format_sizes
 from emmy_core.store import CardRow, MeasurementRow, open_store
 from emmy_core.targets import local_card
+from tests.peak_memory import PRINT_PEAK_KIB
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -64,14 +65,13 @@ def test_explain_under_strict_evidence_exits_1_when_a_fork_falls_through(tmp_pat
 
 def test_explaining_a_huge_shape_allocates_nothing_of_its_size(tmp_path: Path) -> None:
     script = (
-        "import resource, sys\n"
         "from typer.testing import CliRunner\n"
         "from emmy_core.cli.main import app\n"
         "res = CliRunner().invoke(app, ['explain', '--model', 'llama_block', '--shape', 'B=65536,S=65536', "
         f"'--card', 'NVIDIA H200', '--db', {str(tmp_path / 'none.db')!r}, '--no-prior'])\n"
         "assert res.exit_code == 0, res.output\n"
         "assert 'B·S=4294967296' in res.output  # the rows axis T, named by the model's axes\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+        + PRINT_PEAK_KIB
     )
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
