@@ -54,7 +54,7 @@ def test_graph_show_refuses_bad_input_with_exit_2(args: list[str], message: str)
 def test_graph_matrix_prints_the_serving_matrix() -> None:
     res = runner.invoke(app, ["graph", "matrix"])
     assert res.exit_code == 0, res.output
-    assert "llama_block (f16)" in res.output and "cases: 36" in res.output
+    assert "llama_block (f16)" in res.output and "cases: 48" in res.output
 
 
 def test_graph_show_stage_prints_that_stage_only() -> None:
