@@ -9,6 +9,7 @@ from emmy_core.bench.harness import (
     PLACEHOLDER_US,
     BenchConfig,
     BenchError,
+    BenchInterrupted,
     BenchReport,
     Outcome,
     Planned,
@@ -20,6 +21,6 @@ from emmy_core.bench.harness import (
 from emmy_core.bench.integrity import FLAGS, Stats, summarize, timing_flags
 
 __all__ = [
-    "BACKENDS", "FLAGS", "PLACEHOLDER_US", "BenchConfig", "BenchError", "BenchReport", "Outcome", "Planned",
+    "BACKENDS", "FLAGS", "PLACEHOLDER_US", "BenchConfig", "BenchError", "BenchInterrupted", "BenchReport", "Outcome", "Planned",
     "Recorder", "Stats", "Unit", "bench", "dedupe", "summarize", "timing_flags",
 ]

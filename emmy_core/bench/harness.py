@@ -54,6 +54,14 @@ BACKENDS: dict[str, str] = {  # target -> "module:attr" of its code generator
 }
 
 
+class BenchInterrupted(KeyboardInterrupt):
+    """A bench stopped by Ctrl-C, after recording what it had measured; `report` says how far it got."""
+
+    def __init__(self, report: BenchReport) -> None:
+        super().__init__(f"interrupted after {report.rows_recorded} rows recorded")
+        self.report = report
+
+
 class BenchError(RuntimeError):
     """The bench cannot run at all (bad plan, backend missing, timings that must not be recorded)."""
 
@@ -126,8 +134,9 @@ class Recorder(Protocol):
 
     A `Recorder` answers the dedupe question (which schedules of a kernel at sizes on a card
     and setting are already measured ok) and takes one kernel's recordable outcomes (ok and
-    failed; flagged ones never get here) at a time, so a bench that stops half-way has
-    written whole kernels only. Implementations: `emmy_core.store.recorders.StoreRecorder` (the
+    failed; flagged ones never get here) at a time, so a bench that fails half-way has
+    written whole kernels only; one interrupted (Ctrl-C) also writes the rows its kernel had
+    finished, since each is a whole measurement that a re-run then skips. Implementations: `emmy_core.store.recorders.StoreRecorder` (the
     store's one writer) and `TuneFileRecorder` (a tune file, the store's format), beside it.
     """
 
@@ -359,6 +368,13 @@ def _measure(session: _Session, unit: Unit, knobs: dict[str, object], card: Card
             return _busy_outcome(out, busy, tries)
 
 
+def _record(recorder: Recorder | None, config: BenchConfig, unit: Unit, card: Card, rows: list[Outcome],
+            report: BenchReport) -> None:
+    if rows and recorder is not None and config.time:
+        recorder.record_kernel(unit.program, card, rows)
+        report.rows_recorded += len(rows)
+
+
 def bench(plan: Iterable[tuple[Unit, Sequence[Mapping[str, object]]]], card: Card, backend: str | None = None,
           recorder: Recorder | None = None, config: BenchConfig | None = None,
           on_outcome: Callable[[Outcome], None] | None = None, worker_env: dict[str, str] | None = None,
@@ -367,6 +383,7 @@ def bench(plan: Iterable[tuple[Unit, Sequence[Mapping[str, object]]]], card: Car
 
     `backend` is `module:attr` of a code generator (default: the card's target's).
     Rows (ok and failed) go to `recorder` one kernel at a time; without a recorder nothing is written.
+    Ctrl-C records the rows the current kernel finished, then raises `BenchInterrupted` with the report.
     `probe` reads the machine's load around each timed variant (default: this machine's /proc).
     `chooser` picks each unit's variants as the bench goes (the plan's variants are then only its pool).
     """
@@ -398,26 +415,28 @@ def bench(plan: Iterable[tuple[Unit, Sequence[Mapping[str, object]]]], card: Car
                 floor_us = min_time_us(card, f.bytes_moved, f.flops)
                 rows: list[Outcome] = []
                 seen: list[Outcome] = []
-                for i, knobs in enumerate(_variants(p, todo, chooser, seen)):
-                    try:
-                        session.ensure(unit)
-                    except BenchError:
-                        raise
-                    except RuntimeError as exc:  # the reference could not be prepared: no variant runs
-                        report.unit_errors.append((unit, str(exc)))
-                        progress.skip(max(0, planned - i))
-                        break
-                    out = _measure(session, unit, knobs, card, config, floor_us, guard, report)
-                    report.outcomes.append(out)
-                    seen.append(out)
-                    if out.recordable:
-                        rows.append(out)
-                    progress.advance(out, unit.program.name)
-                    if on_outcome is not None:
-                        on_outcome(out)
-                if rows and recorder is not None and config.time:
-                    recorder.record_kernel(unit.program, card, rows)
-                    report.rows_recorded += len(rows)
+                try:
+                    for i, knobs in enumerate(_variants(p, todo, chooser, seen)):
+                        try:
+                            session.ensure(unit)
+                        except BenchError:
+                            raise
+                        except RuntimeError as exc:  # the reference could not be prepared: no variant runs
+                            report.unit_errors.append((unit, str(exc)))
+                            progress.skip(max(0, planned - i))
+                            break
+                        out = _measure(session, unit, knobs, card, config, floor_us, guard, report)
+                        report.outcomes.append(out)
+                        seen.append(out)
+                        if out.recordable:
+                            rows.append(out)
+                        progress.advance(out, unit.program.name)
+                        if on_outcome is not None:
+                            on_outcome(out)
+                except KeyboardInterrupt:  # keep the rows this kernel finished (a re-run skips them)
+                    _record(recorder, config, unit, card, rows, report)
+                    raise BenchInterrupted(report) from None
+                _record(recorder, config, unit, card, rows, report)
     finally:
         report.worker_starts = session.proc.starts
         session.proc.close()

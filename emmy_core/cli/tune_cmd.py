@@ -81,12 +81,18 @@ def search_chooser(strategy: str | None, card: Card, setting: str, budget: int, 
 
 def run_bench(plan: Any, card: Card, backend: str | None, recorder: Any, config: BenchConfig,
               chooser: Any = None) -> BenchReport:
-    """The harness, with its refusals and the store's (a locked or refused write) as CLI errors."""
-    from emmy_core.bench.harness import bench
+    """The harness, with its refusals and the store's (a locked or refused write) as CLI errors; Ctrl-C prints
+    what was measured and recorded, and exits 130."""
+    from emmy_core.bench.harness import BenchInterrupted, bench
     from emmy_core.store import StoreError
 
     try:
         return bench(plan, card, backend, recorder, config, chooser=chooser)
+    except BenchInterrupted as stop:
+        print_report(stop.report, into=recorder.label)
+        typer.echo(f"interrupted: the rows above are recorded into {recorder.label}, including those of the "
+                   "kernel it stopped in; a re-run skips them", err=True)
+        raise typer.Exit(130) from None
     except BenchError as exc:
         fail(str(exc))
     except StoreError as exc:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from emmy_core.bench.harness import BenchConfig, Unit, bench, dedupe
 from emmy_core.ir.builders import elementwise
 from emmy_core.store import MemoryStore
@@ -55,3 +57,29 @@ def test_a_tune_plan_samples_a_budget_that_always_keeps_the_first_option(cpu_car
     assert norm_plan.variants[0] == candidates(norm, cpu_card)[0]
     full = tune_plan(units[:1], cpu_card)
     assert full[0][1] == [dict(k) for k in candidates(norm, cpu_card)]
+
+
+def test_a_bench_interrupted_mid_kernel_records_the_rows_that_kernel_finished_and_a_rerun_skips_them(
+        cpu_card) -> None:
+    """Ctrl-C during a kernel keeps its finished measurements (a long `--budget all` kernel loses none of them)."""
+    from emmy_core.bench.harness import BenchInterrupted
+
+    store = MemoryStore()
+    unit = Unit(tiny_kernel(), {"B": 4})
+    variants = [{"unroll": planted.CORRECT}, {"unroll": planted.BUILD_ERROR}, {"unroll": 2}]
+    seen: list[object] = []
+
+    def stop_after_two(out: object) -> None:
+        seen.append(out)
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt) as stop:  # caught as what Ctrl-C raises, so a failure stops no session
+        bench([(unit, variants)], cpu_card, planted.SPEC, StoreRecorder(store), CONFIG, probe=quiet(),
+              on_outcome=stop_after_two)
+    assert isinstance(stop.value, BenchInterrupted)
+    assert stop.value.report.rows_recorded == 2 and len(stop.value.report.outcomes) == 2
+    assert sorted(m.status for m in store.measurements()) == ["failed", "ok"]
+    again = bench([(unit, variants)], cpu_card, planted.SPEC, StoreRecorder(store), CONFIG, probe=quiet())
+    assert again.skipped_known == 1  # the finished ok row is not measured again
+    assert [o.knobs for o in again.outcomes] == [{"unroll": planted.BUILD_ERROR}, {"unroll": 2}]
