@@ -194,8 +194,9 @@ def tune(
     dtype: DtypeOpt = "f16",
     card: BenchCardOpt = "local",
     setting: SettingOpt = "deploy",
-    budget: Annotated[str, Opt("--budget", help="candidates measured per kernel (failures count), the first "
-                               "option always among them; or 'all' (hours for a large model)")] = str(DEFAULT_BUDGET),
+    budget: Annotated[str, Opt("--budget", help="new candidates measured per kernel (failures count), the first "
+                               "option always among them; those already recorded ok are skipped, so a re-run "
+                               "measures as many more; or 'all' (hours for a large model)")] = str(DEFAULT_BUDGET),
     strategy: Annotated[str | None, Opt("--strategy", help="which candidates to measure: first (the rule's order), "
                                         "random (a seeded sample), prior (the prior's order, re-ranked as rows "
                                         "come in), explore (prior, part of the budget where it is unsure); "
