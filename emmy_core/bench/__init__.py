@@ -21,6 +21,6 @@ from emmy_core.bench.harness import (
 from emmy_core.bench.integrity import FLAGS, Stats, summarize, timing_flags
 
 __all__ = [
-    "BACKENDS", "FLAGS", "PLACEHOLDER_US", "BenchConfig", "BenchError", "BenchInterrupted", "BenchReport", "Outcome", "Planned",
-    "Recorder", "Stats", "Unit", "bench", "dedupe", "summarize", "timing_flags",
+    "BACKENDS", "FLAGS", "PLACEHOLDER_US", "BenchConfig", "BenchError", "BenchInterrupted", "BenchReport", "Outcome",
+    "Planned", "Recorder", "Stats", "Unit", "bench", "dedupe", "summarize", "timing_flags",
 ]

@@ -136,8 +136,9 @@ class Recorder(Protocol):
     and setting are already measured ok) and takes one kernel's recordable outcomes (ok and
     failed; flagged ones never get here) at a time, so a bench that fails half-way has
     written whole kernels only; one interrupted (Ctrl-C) also writes the rows its kernel had
-    finished, since each is a whole measurement that a re-run then skips. Implementations: `emmy_core.store.recorders.StoreRecorder` (the
-    store's one writer) and `TuneFileRecorder` (a tune file, the store's format), beside it.
+    finished, since each is a whole measurement that a re-run then skips. Implementations:
+    `emmy_core.store.recorders.StoreRecorder` (the store's one writer) and `TuneFileRecorder`
+    (a tune file, the store's format), beside it.
     """
 
     def measured_ok(self, key: ForkKey) -> set[str]:
