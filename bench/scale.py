@@ -29,6 +29,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.own_peak import own_peak_mb  # noqa: E402
+
 KERNELS, SIZES, CANDIDATES = 6, 11, 32
 LIMIT = 1.3
 
@@ -96,7 +99,7 @@ def step(name: str, work: Path, cards: int) -> None:
     seconds = time.perf_counter() - t0
     use = resource.getrusage(resource.RUSAGE_SELF)
     cpu = use.ru_utime + use.ru_stime
-    print(json.dumps({"step": name, "cards": cards, "seconds": seconds, "cpu_s": cpu, "peak_mb": use.ru_maxrss / 1024,
+    print(json.dumps({"step": name, "cards": cards, "seconds": seconds, "cpu_s": cpu, "peak_mb": own_peak_mb(),
                       "detail": detail}))
 
 
