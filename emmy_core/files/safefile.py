@@ -90,6 +90,16 @@ def _stage(path: Path, content: str | bytes) -> Path:
     return Path(tmp)
 
 
+def _holds(path: Path, content: str | bytes) -> bool:
+    """Whether `path` is a plain file (not a link) whose bytes are already `content`."""
+    data = content if isinstance(content, bytes) else content.encode("ascii")
+    try:
+        return (not path.is_symlink() and path.is_file() and path.stat().st_size == len(data)
+                and path.read_bytes() == data)
+    except OSError:
+        return False  # unreadable: written over as usual, which names the file if that fails too
+
+
 def atomic_write_text(path: Path, text: str | bytes) -> None:
     """Writes `text` (ASCII text, or bytes) to `path` through a temporary file in the same folder and a
     rename.
@@ -118,17 +128,22 @@ def fresh_folder(parent: Path, name: str) -> Path:
 
 def write_all(files: Iterable[tuple[Path, Callable[[], str | bytes]]]) -> list[Path]:
     """Writes several files as one: each text (made by its callable, one at a time) is staged beside its
-    file; only when every one is staged are they renamed into place. Returns the paths written.
+    file; only when every one is staged are they renamed into place. Returns the paths, which all hold
+    their texts; a file that already holds its text is left untouched (its time and identity kept: a
+    refreshed freeze that changed nothing moves nothing).
 
     A failure while staging replaces nothing; a failure while renaming (which a full disk cannot cause)
     names the files already replaced and those left as they were."""
-    staged: list[tuple[Path, Path]] = []
+    staged: list[tuple[Path, Path | None]] = []  # None: the file already holds its text
     try:
         for path, make in files:
             ensure_folder(path.parent)
             if path.is_dir():
                 raise FileWriteError(f"{shown(path)} is a folder, not a file: nothing was replaced")
             text = make()
+            if _holds(path, text):
+                staged.append((path, None))
+                continue
             try:
                 staged.append((path, _stage(path, text)))
             except OSError as exc:
@@ -136,23 +151,27 @@ def write_all(files: Iterable[tuple[Path, Callable[[], str | bytes]]]) -> list[P
                                      "ones stand as they were)") from None
     except BaseException:
         for _, tmp in staged:
-            tmp.unlink(missing_ok=True)
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
         raise
-    done: list[Path] = []
+    replaced: list[Path] = []
     for i, (path, tmp) in enumerate(staged):
+        if tmp is None:
+            continue
         try:
             os.replace(tmp, path)
         except OSError as exc:
             for _, left in staged[i:]:
-                left.unlink(missing_ok=True)
+                if left is not None:
+                    left.unlink(missing_ok=True)
             rest = [shown(p) for p, _ in staged[i:]]
             raise FileWriteError(
-                f"cannot put {shown(path)} in place: {why(exc)}; replaced: {', '.join(map(shown, done)) or 'none'}; "
+                f"cannot put {shown(path)} in place: {why(exc)}; replaced: {', '.join(map(shown, replaced)) or 'none'}; "
                 f"not replaced (the old files stand): {', '.join(rest)}") from None
-        done.append(path)
-    for folder in sorted({p.parent for p in done}):
+        replaced.append(path)
+    for folder in sorted({p.parent for p in replaced}):
         fsync_folder(folder)
-    return done
+    return [path for path, _ in staged]
 
 
 @contextmanager

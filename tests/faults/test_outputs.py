@@ -119,6 +119,7 @@ def test_a_failed_artifact_write_names_the_target_and_says_the_old_file_stands(t
     out = tmp_path / "prior.json"
     doc = load_prior(installed_prior_path()).doc
     write_artifact(doc, out)
+    out.write_text(json.dumps(json.loads(out.read_text()), indent=1))  # other bytes, or the write is skipped
     before = out.read_bytes()
     script = ("import sys; from emmy_core.prior import load_prior, installed_prior_path; "
               "from emmy_core.prior.artifact import write_artifact; from emmy_core.files.safefile import FileWriteError\n"

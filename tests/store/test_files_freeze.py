@@ -84,6 +84,23 @@ def test_freezing_the_same_database_twice_gives_byte_identical_files(db: Path, t
         assert json.loads(text)["format"] == "emmy-freeze"
 
 
+def test_freezing_again_into_the_same_folder_leaves_unchanged_files_untouched(db: Path, tmp_path: Path) -> None:
+    """A refresh that changes nothing moves nothing: same inode, same modification time; a changed card is
+    replaced, and every path is returned either way."""
+    first = freeze_db(db, tmp_path / "out")
+    before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in first}
+    again = freeze_db(db, tmp_path / "out")
+    assert again == first
+    assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in again} == before
+    changed = first[-1]
+    changed.write_text(changed.read_text().replace('"samples":', '"samples": ', 1))  # same content, other bytes
+    stale = changed.stat().st_ino
+    freeze_db(db, tmp_path / "out")
+    assert changed.stat().st_ino != stale
+    assert changed.read_bytes() == freeze_db(db, tmp_path / "check")[-1].read_bytes()
+    assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]
+
+
 def test_freeze_import_freeze_is_byte_identical(db: Path, tmp_path: Path) -> None:
     files = freeze_db(db, tmp_path / "one")
     outcomes = import_db(tmp_path / "fresh.db", files, fresh=True)
