@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from emmy_core.files.safefile import FileWriteError, ensure_folder, shown, swap_folder, why
+from emmy_core.files.safefile import FileWriteError, ensure_folder, shown, swap_folder, through_link, why
 from emmy_core.files.sourcefile import Fields, SourceError, load_json_file, loads_strict
 from emmy_core.store.connect import first_line
 from emmy_core.store.errors import StoreError
@@ -124,18 +124,23 @@ def export_store(store: Any, out_dir: Path | str, progress: Progress | None = No
     """Writes the export of an open DuckDB store into `out_dir` (replacing an earlier export there)."""
     import duckdb
 
-    out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MANIFEST).is_file())):
-        raise StoreError(f"{shown(out)} exists and is not an export (no {MANIFEST}): refusing to replace it")
+    out = _replaceable(Path(out_dir))
     ensure_folder(out.parent)
     kept = f"the old export at {shown(out)} stands as it was" if out.exists() else "nothing was written"
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name[:100]}.", dir=out.parent))
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; an export is meant to be read by others
     except OSError as exc:
         raise FileWriteError(f"cannot write an export beside {shown(out)}: {why(exc)}; {kept}") from None
     try:
         try:
             manifest = _write(store, tmp, progress)
+        except duckdb.InterruptException:
+            raise KeyboardInterrupt from None
+        except RuntimeError as exc:  # Ctrl-C inside a relation's write comes as a plain RuntimeError
+            if "interrupted" in str(exc).lower():
+                raise KeyboardInterrupt from None
+            raise
         except (OSError, duckdb.Error) as exc:
             reason = why(exc) if isinstance(exc, OSError) else first_line(exc)
             raise FileWriteError(f"cannot write the export {shown(out)}: {reason}; {kept}") from None
@@ -149,6 +154,46 @@ def export_store(store: Any, out_dir: Path | str, progress: Progress | None = No
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return manifest
+
+
+def export_files() -> frozenset[str]:
+    """The names an export writes into its folder: one Parquet file per table, the pools, the manifest."""
+    return frozenset({MANIFEST, *(f"{name}.parquet" for name in (*TABLE_COLUMNS, POOLS))})
+
+
+def _replaceable(out: Path) -> Path:
+    """The folder an export may be written to at `out` (a link to a folder is followed), or a refusal.
+
+    An existing folder is replaced only when it is empty or an export: its manifest says so and it holds
+    nothing an export does not write. Anything else there is a user's, and replacing the folder would
+    delete it."""
+    if out.is_symlink():
+        if not out.exists():
+            raise StoreError(f"{shown(out)} is a link to nothing: refusing to write an export there")
+        out = through_link(out)
+    if not out.exists():
+        return out
+    if not out.is_dir():
+        raise StoreError(f"{shown(out)} exists and is not an export (not a folder): refusing to replace it")
+    names = sorted(p.name for p in out.iterdir())
+    if not names:
+        return out
+    manifest = out / MANIFEST
+    if not manifest.is_file() or manifest.is_symlink():
+        raise StoreError(f"{shown(out)} exists and is not an export (no {MANIFEST}): refusing to replace it")
+    try:
+        doc = load_json_file(manifest, 16 * 1024 * 1024)
+    except SourceError as exc:
+        raise StoreError(f"{shown(out)} exists and is not an export ({exc}): refusing to replace it") from None
+    if not isinstance(doc, dict) or doc.get("format") != EXPORT_FORMAT:
+        raise StoreError(f"{shown(out)} exists and is not an export (its {MANIFEST} is not an {EXPORT_FORMAT} "
+                         "manifest): refusing to replace it")
+    foreign = [n for n in names if n not in export_files()]
+    if foreign:
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        raise StoreError(f"{shown(out)} is an export but also holds {', '.join(foreign[:3])}{more}, which no "
+                         "export writes: replacing the folder would delete them; move them out first")
+    return out
 
 
 def _write(store: Any, tmp: Path, progress: Progress | None) -> dict[str, Any]:
@@ -276,10 +321,11 @@ def _read_at(dir_fd: int, name: str, cap: int, folder: Path) -> bytes:
         raise _Moved(name) from None
     except OSError as exc:
         raise SourceError(str(folder / name), "", "", f"cannot read: {exc.strerror or exc}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise SourceError(str(folder / name), "", "", "not a regular file: refused unread")
     with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise SourceError(str(folder / name), "", "", "not a regular file: refused unread")
         if st.st_size > cap:
             raise SourceError(str(folder / name), "", "", f"{st.st_size} bytes, over the cap of {cap}")
         data = fh.read(cap + 1)
@@ -309,7 +355,12 @@ def _snapshot(d: Path) -> Snapshot:
             raise
         manifest = _parse_manifest(loads_strict(raw, str(d / MANIFEST)), d / MANIFEST)
         entries = manifest["tables"]
-        data = {name: _read_at(dir_fd, t["file"], MAX_TABLE_BYTES, d) for name, t in entries.items()}
+        try:
+            data = {name: _read_at(dir_fd, t["file"], MAX_TABLE_BYTES, d) for name, t in entries.items()}
+        except _Moved as moved:
+            if _swapped(d, dir_fd):
+                raise
+            raise SourceError(str(d / str(moved)), "", "", "missing: the manifest lists it") from None
         tables: dict[str, Any] = {}
         for name, t in entries.items():
             if hashlib.sha256(data[name]).hexdigest() != t["sha256"]:

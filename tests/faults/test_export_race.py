@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import pytest
+
 from emmy_core.store import MeasurementRow, open_store
 from emmy_core.store.export import export_db, open_snapshot
 from tests.store.test_files_freeze import H200, NORM, populate
@@ -71,3 +73,29 @@ def test_an_export_is_written_beside_its_folder_and_leaves_nothing_behind(tmp_pa
     export_db(a, out)
     export_db(b, out)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.db", "b.db", "dataset"]
+
+
+def test_ctrl_c_inside_duckdbs_write_is_a_keyboard_interrupt_and_the_old_export_stands(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DuckDB turns Ctrl-C during a query into its own exception (InterruptException, or a RuntimeError 'Query
+    interrupted' from a relation's write); the export makes it a KeyboardInterrupt (exit 130), not an error."""
+    import duckdb
+
+    from emmy_core.store import export
+
+    a, b = two_stores(tmp_path)
+    out = tmp_path / "dataset"
+    export_db(a, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    for fault in (duckdb.InterruptException("INTERRUPT Error: Interrupted!"), RuntimeError("Query interrupted")):
+        def interrupted(*_: object, fault: BaseException = fault) -> None:
+            raise fault
+
+        monkeypatch.setattr(export, "_write", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            export_db(b, out)
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["a.db", "b.db", "dataset"]
+    monkeypatch.setattr(export, "_write", lambda *_: (_ for _ in ()).throw(RuntimeError("another fault")))
+    with pytest.raises(RuntimeError, match="another fault"):
+        export_db(b, out)

@@ -101,6 +101,65 @@ def test_export_refuses_to_replace_a_folder_that_is_not_an_export(db: Path, tmp_
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
 
 
+
+@pytest.mark.parametrize("manifest", ['{"name": "my app"}', "old notes", '{"format": "emmy-freeze"}'])
+def test_export_refuses_a_folder_whose_manifest_is_not_an_exports_and_deletes_nothing(
+        db: Path, tmp_path: Path, manifest: str) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "manifest.json").write_text(manifest)
+    (site / "index.html").write_text("<html>")
+    with pytest.raises(StoreError, match="not an export"):
+        export_db(db, site)
+    assert sorted(p.name for p in site.iterdir()) == ["index.html", "manifest.json"]
+    assert (site / "manifest.json").read_text() == manifest
+
+
+def test_export_refuses_to_replace_an_export_holding_a_users_file_and_names_it(db: Path, exported: Path) -> None:
+    (exported / "analysis.md").write_text("my notes")
+    before = sorted(p.name for p in exported.iterdir())
+    with pytest.raises(StoreError, match=r"also holds analysis\.md, which no export writes"):
+        export_db(db, exported)
+    assert sorted(p.name for p in exported.iterdir()) == before
+    assert (exported / "analysis.md").read_text() == "my notes"
+    (exported / "analysis.md").unlink()
+    export_db(db, exported)  # an export alone is replaced
+    assert sorted(p.name for p in exported.iterdir()) == [n for n in before if n != "analysis.md"]
+
+
+def test_an_export_through_a_link_replaces_the_folder_it_points_to_and_leaves_nothing_beside_it(
+        db: Path, exported: Path, tmp_path: Path) -> None:
+    link = tmp_path / "latest"
+    link.symlink_to(exported, target_is_directory=True)
+    (exported / "pools.parquet").write_bytes(b"stale")
+    export_db(db, link)
+    assert link.is_symlink() and verify_export(exported)["format"] == "emmy-export"
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+    (tmp_path / "nowhere").symlink_to(tmp_path / "missing")
+    with pytest.raises(StoreError, match="link to nothing"):
+        export_db(db, tmp_path / "nowhere")
+    assert not (tmp_path / "missing").exists()
+
+
+def test_an_export_folder_is_readable_by_others(db: Path, tmp_path: Path) -> None:
+    export_db(db, tmp_path / "out")
+    assert (tmp_path / "out").stat().st_mode & 0o777 == 0o755
+
+
+def test_a_table_missing_from_an_export_is_named_not_taken_for_a_concurrent_export(exported: Path) -> None:
+    (exported / "kernels.parquet").unlink()
+    with pytest.raises(SourceError, match=r"kernels\.parquet.*missing: the manifest lists it"):
+        verify_export(exported)
+
+
+@pytest.mark.parametrize("name", ["cards.parquet", "manifest.json"])
+def test_a_folder_in_place_of_an_exports_file_is_refused_by_name(exported: Path, name: str) -> None:
+    (exported / name).unlink()
+    (exported / name).mkdir()
+    with pytest.raises(SourceError, match="not a regular file"):
+        read_export(exported)
+
+
 ROOT = Path(__file__).resolve().parents[2]
 FREEZES = sorted((ROOT / "freezes").glob("*.json"))
 
