@@ -126,52 +126,61 @@ def fresh_folder(parent: Path, name: str) -> Path:
     raise FileWriteError(f"no free folder name beside {shown(parent / name)}")
 
 
+def through_link(path: Path) -> Path:
+    """Where a write to `path` lands: a link to an existing file or folder is followed (the file the user
+    pointed at is updated and the link kept); anything else is `path` itself."""
+    if path.is_symlink() and path.exists():
+        return Path(os.path.realpath(path))
+    return path
+
+
 def write_all(files: Iterable[tuple[Path, Callable[[], str | bytes]]]) -> list[Path]:
     """Writes several files as one: each text (made by its callable, one at a time) is staged beside its
     file; only when every one is staged are they renamed into place. Returns the paths, which all hold
     their texts; a file that already holds its text is left untouched (its time and identity kept: a
-    refreshed freeze that changed nothing moves nothing).
+    refreshed freeze that changed nothing moves nothing). A path that links to a file writes that file.
 
     A failure while staging replaces nothing; a failure while renaming (which a full disk cannot cause)
     names the files already replaced and those left as they were."""
-    staged: list[tuple[Path, Path | None]] = []  # None: the file already holds its text
+    staged: list[tuple[Path, Path, Path | None]] = []  # (path, where it lands, staged text; None: already holds it)
     try:
         for path, make in files:
-            ensure_folder(path.parent)
-            if path.is_dir():
+            target = through_link(path)
+            ensure_folder(target.parent)
+            if target.is_dir():
                 raise FileWriteError(f"{shown(path)} is a folder, not a file: nothing was replaced")
             text = make()
-            if _holds(path, text):
-                staged.append((path, None))
+            if _holds(target, text):
+                staged.append((path, target, None))
                 continue
             try:
-                staged.append((path, _stage(path, text)))
+                staged.append((path, target, _stage(target, text)))
             except OSError as exc:
                 raise FileWriteError(f"cannot write {shown(path)}: {why(exc)}; no file was replaced (the old "
                                      "ones stand as they were)") from None
     except BaseException:
-        for _, tmp in staged:
+        for _, _, tmp in staged:
             if tmp is not None:
                 tmp.unlink(missing_ok=True)
         raise
     replaced: list[Path] = []
-    for i, (path, tmp) in enumerate(staged):
+    for i, (path, target, tmp) in enumerate(staged):
         if tmp is None:
             continue
         try:
-            os.replace(tmp, path)
+            os.replace(tmp, target)
         except OSError as exc:
-            for _, left in staged[i:]:
+            for _, _, left in staged[i:]:
                 if left is not None:
                     left.unlink(missing_ok=True)
-            rest = [shown(p) for p, _ in staged[i:]]
+            rest = [shown(p) for p, _, _ in staged[i:]]
             raise FileWriteError(
                 f"cannot put {shown(path)} in place: {why(exc)}; replaced: {', '.join(map(shown, replaced)) or 'none'}; "
                 f"not replaced (the old files stand): {', '.join(rest)}") from None
         replaced.append(path)
-    for folder in sorted({p.parent for p in replaced}):
+    for folder in sorted({through_link(p).parent for p in replaced}):
         fsync_folder(folder)
-    return [path for path, _ in staged]
+    return [path for path, _, _ in staged]
 
 
 @contextmanager

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from emmy_core.files.filekind import is_duckdb
 from emmy_core.files.pidfile import alive
-from emmy_core.files.safefile import ensure_folder, fsync_folder, shown
+from emmy_core.files.safefile import ensure_folder, fsync_folder, shown, through_link
 from emmy_core.files.sourcefile import MAX_SOURCE_BYTES, SourceError, gc_paused, load_json_file
 from emmy_core.store.batch import Batch
 from emmy_core.store.errors import StoreError, VersionMismatchError
@@ -163,7 +163,7 @@ def fresh_import(db: Path | str, sources: Iterable[Path | str], *, card: str | N
     fresh import). A file of another version is moved aside (never deleted) before the swap."""
     from emmy_core.store import open_store
 
-    path = Path(db)
+    path = through_link(Path(db))  # a link to a database: the database it points to is replaced, the link kept
     ensure_folder(path.parent)
     _remove_stale_fresh(path)
     old_versions = _check_replaceable(path)
