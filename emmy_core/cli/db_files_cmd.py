@@ -13,6 +13,9 @@ import typer
 from emmy_core.cli.common import fail
 from emmy_core.cli.options import DbOpt
 
+MAX_SOURCE_MB = 64 * 1024
+"""Largest `--max-mb` (64 GiB): a source is read whole into memory, so a larger cap would be no cap at all."""
+
 
 def _path(db: Path | None) -> Path:
     from emmy_core.store import default_db_path
@@ -60,8 +63,8 @@ def import_(sources: Annotated[list[Path], typer.Argument(
                                                 "beside the old and swapped in only when every source went in")] = False,
             card: Annotated[str | None, typer.Option(
                 "--card", help="card of a Kernel Tuner cache whose device_name is empty")] = None,
-            max_mb: Annotated[int, typer.Option("--max-mb", help="refuse a source larger than this "
-                                                "(decompressed), MiB")] = 512,
+            max_mb: Annotated[int, typer.Option("--max-mb", min=1, max=MAX_SOURCE_MB, help="refuse a source "
+                                                "larger than this (decompressed), MiB")] = 512,
             ) -> None:
     """Import sources, each in one transaction; exit non-zero when any source is refused."""
     from emmy_core.store import StoreError

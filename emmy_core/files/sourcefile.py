@@ -13,6 +13,7 @@ import gc
 import gzip
 import json
 import math
+import os
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -91,7 +92,7 @@ def read_bounded(path: Path | str, max_bytes: int = MAX_SOURCE_BYTES) -> bytes:
             fh.seek(0)
             if magic == GZIP_MAGIC:
                 return _read_gzip(fh, name, max_bytes)
-            data = fh.read(max_bytes + 1)
+            data = _read_plain(fh, max_bytes)
     except InputFileError as exc:
         raise SourceError(name, "", "", str(exc).removeprefix(f"{name}: ")) from None
     except OSError as exc:
@@ -99,6 +100,23 @@ def read_bounded(path: Path | str, max_bytes: int = MAX_SOURCE_BYTES) -> bytes:
     if len(data) > max_bytes:
         raise SourceError(name, "", "", f"file is over the cap of {max_bytes} bytes")
     return data
+
+
+def _read_plain(fh: Any, max_bytes: int) -> bytes:
+    """At most `max_bytes + 1` bytes of `fh`: as many as the file held when opened (`open_input` refused it
+    over the cap), then in chunks should it have grown since; memory follows the file, never the cap."""
+    size = min(os.fstat(fh.fileno()).st_size, max_bytes)
+    data = fh.read(size + 1)
+    if len(data) <= size:
+        return data
+    parts, total = [data], len(data)
+    while total <= max_bytes:
+        chunk = fh.read(min(_CHUNK, max_bytes + 1 - total))
+        if not chunk:
+            break
+        parts.append(chunk)
+        total += len(chunk)
+    return b"".join(parts)
 
 
 def _read_gzip(fh: Any, name: str, max_bytes: int) -> bytes:
@@ -142,7 +160,8 @@ def loads_strict(data: bytes, name: str) -> Any:
     try:
         return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        raise SourceError(name, "", "", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        what = exc.msg.removesuffix(" at")  # "Unterminated string starting at" reads twice with ours
+        raise SourceError(name, "", "", f"not valid JSON: {what} at line {exc.lineno} column {exc.colno}") from None
     except (ValueError, RecursionError) as exc:
         raise SourceError(name, "", "", f"not valid JSON: {str(exc)[:200]}") from None
 

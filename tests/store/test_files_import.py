@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from emmy_core.cli.main import app
 from emmy_core.files.freeze import freeze_db
-from emmy_core.files.sourcefile import SourceError, read_bounded
+from emmy_core.files.sourcefile import SourceError, load_json_file, read_bounded
 from emmy_core.ir import identity, kernel_id
 from emmy_core.store import BatchError, MeasurementRow, StoreError, open_store
 from emmy_core.store.importer import import_db
@@ -63,6 +63,11 @@ def kt_cache(device: str = "NVIDIA GeForce RTX 3090") -> dict:
 def test_truncated_json_is_refused(db: Path, tmp_path: Path, freeze_doc: dict) -> None:
     text = json.dumps(freeze_doc)
     refused(db, write(tmp_path, "cut.json", text[: len(text) // 2]), "not valid JSON")
+
+
+def test_a_json_error_reads_once_with_its_line(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match=r"not valid JSON: Unterminated string starting at line 2 column 7$"):
+        load_json_file(write(tmp_path, "cut.json", '{"a": 1,\n "b": "never closed'))
 
 
 def test_a_wrong_type_is_refused_naming_record_and_field(db: Path, tmp_path: Path, freeze_doc: dict) -> None:
@@ -159,6 +164,36 @@ def test_a_gzip_bomb_is_refused_at_the_cap_while_streaming(tmp_path: Path, db: P
 def test_a_file_over_the_cap_is_refused_before_it_is_parsed(tmp_path: Path, db: Path) -> None:
     path = write(tmp_path, "big.json", '{"format": "' + "x" * (2 << 20) + '"}')
     refused(db, path, "over the cap", max_bytes=1 << 20)
+
+
+def test_a_huge_cap_reads_a_small_file_without_setting_aside_memory_for_the_cap(tmp_path: Path) -> None:
+    """A cap of 1 TiB once allocated 1 TiB before reading a byte (MemoryError); memory follows the file."""
+    path = write(tmp_path, "small.json", '{"format": "x"}')
+    assert read_bounded(path, 1 << 40) == b'{"format": "x"}'
+    packed = tmp_path / "small.json.gz"
+    packed.write_bytes(gzip.compress(b'{"format": "x"}'))
+    assert read_bounded(packed, 1 << 40) == b'{"format": "x"}'
+    with pytest.raises(SourceError, match="over the cap of 8"):
+        read_bounded(path, 8)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="needs /proc (a file whose size reads 0)")
+def test_a_file_holding_more_than_its_size_says_is_still_refused_at_the_cap() -> None:
+    """A /proc file is a regular file of size 0 that reads many bytes: what is read, not the size, is capped."""
+    assert b"Name:" in read_bounded("/proc/self/status", 1 << 40)
+    with pytest.raises(SourceError, match="over the cap of 16 bytes"):
+        read_bounded("/proc/self/status", 16)
+
+
+@pytest.mark.parametrize("max_mb", ["0", "-5", "99999999999999999999"])
+def test_import_max_mb_of_zero_negative_or_absurd_is_refused_before_a_database_is_made(tmp_path: Path,
+                                                                                        max_mb: str) -> None:
+    source = write(tmp_path, "kt.json", kt_cache())
+    target = tmp_path / "new.db"
+    result = CliRunner().invoke(app, ["db", "import", "--db", str(target), "--max-mb", max_mb, str(source)])
+    assert result.exit_code == 2, result.output
+    assert "--max-mb" in result.output and "Traceback" not in result.output, result.output
+    assert not any(tmp_path.glob("new.db*"))
 
 
 def test_a_100_mb_string_is_refused(tmp_path: Path, db: Path, freeze_doc: dict) -> None:
