@@ -70,12 +70,17 @@ class TuneFileRecorder:
     """Writes a tune's rows into a tune file, merged in after every kernel (no dedupe: a tune file is
     not a database). `target` is the file, or a folder (an existing one, or any path ending with a
     slash) to write `<card-slug>.tune-<stamp>.json` into. Given the card and setting, the target is
-    checked at once, so a tune that could not write its file is refused before it benches anything.
+    checked at once (its folder made and written to, a file there read), so a tune that could not write
+    its file is refused before it benches anything. An empty target is refused (it is not "here").
     """
 
     def __init__(self, target: str | Path, card: Card | None = None, setting: str | None = None) -> None:
+        from emmy_core.files.safefile import FileWriteError
         from emmy_core.files.tunefile import read_own_tune_file, tune_file_path
 
+        if not str(target):
+            raise FileWriteError("the tune file's path is empty: name a file, or a folder ending with a slash; "
+                                 "nothing was written")
         self.target = target
         self.setting = setting
         self.path: Path | None = None
@@ -83,6 +88,7 @@ class TuneFileRecorder:
         self.rows: list[MeasurementRow] = []
         if card is not None and setting is not None:
             self.path = tune_file_path(target, card.name)
+            _check_writable_folder(self.path.parent)
             read_own_tune_file(self.path, card.name, setting)
 
     @property
@@ -105,6 +111,22 @@ class TuneFileRecorder:
         self.rows.extend(measurement_row(o) for o in recordable)
         merge_into_tune_file(self.path, card=CardRow.from_card(card), setting=setting,
                              kernels=list(self.kernels.values()), measurements=self.rows)
+
+
+def _check_writable_folder(folder: Path) -> None:
+    """Makes `folder` (`ensure_folder`) and writes a temporary file in it, so that a folder that cannot take the
+    tune file is refused (FileWriteError naming it) before anything is benched."""
+    import tempfile
+
+    from emmy_core.files.safefile import FileWriteError, ensure_folder, shown, why
+
+    ensure_folder(folder)
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise FileWriteError(f"cannot write a tune file in the folder {shown(folder)}: {why(exc)}; "
+                             "nothing was written") from None
 
 
 def db_recorder(db: Path | None, origin: str) -> StoreRecorder:

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -146,3 +150,69 @@ def test_store_errors_stay_store_errors(tmp_path: Path, card: Card) -> None:
     (tmp_path / "f").write_text("x")
     with pytest.raises(StoreError, match="exists and is not a folder"):
         TuneFileRecorder(tmp_path / "f" / "t.json").record_kernel(NORM, card, [outcome(card, {"unroll": 1}, 5.0)])
+
+
+def test_tune_file_under_a_plain_file_is_refused_before_anything_is_benched(tmp_path: Path, card: Card) -> None:
+    """A target whose folder is a file was once found out only when the first kernel's rows were written."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("notes\n")
+    for target in (str(notes) + "/", notes / "t.json"):
+        with pytest.raises(FileWriteError, match=f"{notes} exists and is not a folder: nothing was written"):
+            TuneFileRecorder(target, card, "deploy")
+    assert notes.read_text() == "notes\n"
+
+
+def test_tune_file_an_empty_path_is_refused_not_taken_as_the_current_folder(tmp_path: Path, card: Card,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for args in ((card, "deploy"), ()):
+        with pytest.raises(FileWriteError, match="the tune file's path is empty"):
+            TuneFileRecorder("", *args)
+    assert list(tmp_path.iterdir()) == []
+
+
+_READ_ONLY_PROBE = """
+import sys
+from emmy_core.store import StoreError
+from emmy_core.store.recorders import TuneFileRecorder
+from emmy_core.targets import resolve_card
+try:
+    TuneFileRecorder(sys.argv[1], resolve_card("local"), "deploy")
+except StoreError as exc:
+    print(exc)
+"""
+
+
+def test_tune_file_in_a_read_only_folder_is_refused_before_anything_is_benched(tmp_path: Path) -> None:
+    """Run without the capabilities that let root write anywhere (as the review did, with setpriv)."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    drop = "-dac_override,-dac_read_search,-fowner"
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv to drop the capabilities that ignore folder modes")
+        prefix = ["setpriv", f"--bounding-set={drop}", f"--inh-caps={drop}"]
+    try:
+        done = subprocess.run([*prefix, sys.executable, "-c", _READ_ONLY_PROBE, str(folder / "new.json")],
+                              capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        folder.chmod(0o755)
+    if prefix and done.returncode != 0 and done.stderr.startswith("setpriv"):
+        pytest.skip(f"setpriv cannot drop capabilities here: {done.stderr.strip()[:200]}")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert f"cannot write a tune file in the folder {folder}: permission denied" in done.stdout, done.stdout
+    assert list(folder.iterdir()) == []
+
+
+@pytest.mark.parametrize("target", ["notes.txt/", ""])
+def test_tune_cli_refuses_an_unwritable_or_empty_tune_file_before_measuring(tmp_path: Path, target: str,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("notes\n")
+    result = CliRunner().invoke(app, ["tune", "--model", "mlp", "--shape", "B=1,S=1", "--budget", "1",
+                                      "--strategy", "first", "--tune-file", target, "--no-progress"])
+    assert result.exit_code == 2, result.output
+    assert "emmy: error:" in result.output and "Traceback" not in result.output, result.output
+    assert "tuning mlp" not in result.output and sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
