@@ -8,6 +8,7 @@ backend lowers it), read the tuning database's rows and the installed prior, pri
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -51,10 +52,12 @@ def suggest_command(
         typer.echo(f"emmy: no prior loads ({exc}); suggestions follow the rule's order", err=True)
         prior = None
     path = default_db_path() if db is None else db
+    if db is not None and not Path(db).exists():  # the default may not exist yet; a path given must
+        fail(f"no tuning database at {db} (--db): nothing was read; check the path, or leave --db out")
     try:
         rows = read_rows(path, the_card.name, setting)
     except (StoreError, OSError) as exc:
-        fail(f"{path}: {exc}")
+        fail(str(exc) if str(path) in str(exc) else f"{path}: {exc}")
     forks = suggest(units, the_card, setting, prior, rows, top)
     if json_out:
         doc = {"model": model, "shape": shape, "card": the_card.name, "setting": setting, "db": str(path),

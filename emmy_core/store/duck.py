@@ -127,7 +127,8 @@ class DuckStore(MeasurementStore):
         if mode == "w":
             ensure_folder(self.path.parent)
         elif not self.path.is_file():
-            raise StoreError(f"no store at {self.path}")
+            folder = ": it is a folder" if self.path.is_dir() else ""
+            raise StoreError(f"no store at {self.path}{folder}")
         self._con: Any = connect(self.path, read_only=(mode == "r"), lock_timeout=lock_timeout)
         try:
             self.meta = open_schema(self._con, self.path, mode)

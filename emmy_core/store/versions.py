@@ -7,8 +7,8 @@ refuses a file of another version, naming both. A writer starts a new empty file
 place (every row can be measured again) but destroys nothing: the old file is moved aside
 to a name that says its versions (`autotune.schema1-identity1.db`), and the writer says,
 as a plain message, where it went and how to read it with the version that wrote it. A
-file that holds tables but no `meta` is not an Emmy store and is refused by both (never
-touched).
+file that holds tables but no `meta`, or a `meta` without a schema version, is not an Emmy
+store and is refused by both (never touched).
 """
 
 from __future__ import annotations
@@ -121,6 +121,9 @@ def open_schema(con: Any, path: Path, mode: str) -> dict[str, str]:
             raise StoreError(f"{path} holds tables but no `meta`: not an Emmy store; refusing to "
                              f"{'overwrite' if mode == 'w' else 'read'} it")
         found = read_meta(con)
+        if "schema_version" not in found:  # every Emmy store of any version stamps it
+            raise StoreError(f"{path} has a `meta` table without Emmy's version stamp: not an Emmy store; refusing "
+                             f"to {'overwrite' if mode == 'w' else 'read'} it")
     if stale_versions(found):
         raise VersionMismatchError(
             f"{path} was written under {describe(found)}; this Emmy reads {describe(current_versions())}. "

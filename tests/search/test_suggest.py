@@ -76,3 +76,13 @@ def test_suggest_ranks_a_fork_from_the_pool_a_tune_searches_with_the_priors_tran
     explore = ExploreStrategy().uncertain(pool, [], PriorStrategy().ranking(pool, []))
     picked = [s for s in got.suggestions if s.knobs == knobs[explore]]
     assert picked and any("other cards' rows" in w for w in picked[0].why)
+
+
+def test_suggest_refuses_a_database_path_that_does_not_exist_or_is_a_folder(tmp_path: Path) -> None:
+    """A mistyped --db must not read as 'nothing measured yet' (every fork uncovered, exit 0)."""
+    missing = runner.invoke(app, ["suggest", "--model", "mlp", "--shape", "B=1,S=8", "--db", str(tmp_path / "typo.db")])
+    assert missing.exit_code == 2 and "no tuning database at" in missing.output and "uncovered" not in missing.output
+    assert not (tmp_path / "typo.db").exists()
+    folder = runner.invoke(app, ["suggest", "--model", "mlp", "--shape", "B=1,S=8", "--db", str(tmp_path)])
+    assert folder.exit_code == 2 and "it is a folder" in folder.output
+    assert folder.output.count(str(tmp_path)) == 1  # the path is named once

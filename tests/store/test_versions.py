@@ -121,6 +121,20 @@ def test_a_file_that_is_not_an_emmy_store_is_refused_and_not_wiped(tmp_path: Pat
     con.close()
 
 
+def test_a_file_whose_meta_table_has_no_emmy_stamp_is_refused_not_moved_aside(tmp_path: Path) -> None:
+    path = tmp_path / "usermeta.db"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE meta (key VARCHAR, value VARCHAR)")
+    con.execute("CREATE TABLE important (x INTEGER)")
+    con.execute("INSERT INTO important VALUES (7)")
+    con.close()
+    before = path.read_bytes()
+    for mode in ("r", "w"):
+        with pytest.raises(StoreError, match="without Emmy's version stamp: not an Emmy store"):
+            open_store(path, mode)
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["usermeta.db"]
+
+
 def test_a_file_that_is_not_duckdb_is_refused_naming_it(tmp_path: Path) -> None:
     path = tmp_path / "junk.db"
     path.write_bytes(b"this is not a database file" * 200)
