@@ -13,7 +13,7 @@ Four questions, each against a baseline measured in the same run:
   cache file's own order), a random pick's expectation, the most similar card's best and the
   transfer baseline (no model: per configuration the geomean of best/time over the other
   cards of the same kernel); every blend weight on all cards; the spread over seeds;
-- unseen (`--unseen DIR [--unseen-cards FILE]`): a prior fitted on every peer cache judged on Kernel
+- unseen (`--unseen DIR [--unseen-cards FILE] [--unseen-card FILE=CARD ...]`): a prior fitted on every peer cache judged on Kernel
   Tuner caches of cards no peer file holds (Kernel Tuner's benchmark hub has the same kernels on the
   A100, MI250X, W7800, MI50, TITAN RTX and RTX 3060 Laptop; describe the cards the table lacks in a
   card file), beside the baselines read from the peer caches alone;
@@ -22,7 +22,7 @@ Four questions, each against a baseline measured in the same run:
   other card of the baselines.
 
 Run: .venv/bin/python bench/prior.py [--only score,fit,loco,cpu] [--seeds 0,1,2] [--peer DIR] [--cpu-db PATH]
-     [--unseen DIR --unseen-cards FILE]
+     [--unseen DIR --unseen-cards FILE [--unseen-card FILE=CARD ...]]
 Fill the CPU database first, e.g. for m in "llama_block B=1,S=128" "mlp B=8,S=256"; do set -- $m;
 .venv/bin/emmy tune --model $1 --shape $2 --budget 24 --db _data/cpu.db; done
 """
@@ -122,18 +122,29 @@ def bench_score(repeats: int) -> None:
         f"largest difference {diff:.1e}")
 
 
-def peer_dataset(peer: Path, tmp: Path) -> Dataset:
-    """The peer caches imported, exported and read; each extern fork's first option is its file's first entry."""
+def peer_dataset(peer: Path, tmp: Path, card_of: dict[str, str] | None = None) -> Dataset:
+    """The caches in `peer` imported, exported and read; each extern fork's first option is its file's first
+    entry. `card_of` names the card of a cache (by file name) whose `device_name` is empty, as `emmy db import
+    --card` does."""
     from emmy_core.store.export import export_db
     from emmy_core.store.importer import import_db
 
+    card_of = card_of or {}
     files = sorted(p for p in peer.iterdir() if p.name.endswith((".json", ".json.gz")))
-    refused = [o.message for o in import_db(tmp / "peer.db", files, fresh=True) if not o.ok]
+    absent = sorted(set(card_of) - {p.name for p in files})
+    if absent:
+        raise SystemExit(f"--unseen-card names {absent[0]}, which is not a cache in {peer}")
+    groups = [(None, [p for p in files if p.name not in card_of])]
+    groups += [(card, [p for p in files if card_of.get(p.name) == card]) for card in sorted(set(card_of.values()))]
+    refused = []
+    for i, (card, group) in enumerate(g for g in groups if g[1]):
+        refused += [o.message for o in import_db(tmp / "peer.db", group, fresh=i == 0, card=card) if not o.ok]
     if refused:
-        raise SystemExit(f"peer import refused: {refused[0]}")
+        hint = " (here: --unseen-card FILE=CARD)" if "device_name" in refused[0] else ""
+        raise SystemExit(f"import refused: {refused[0]}{hint}")
     export_db(tmp / "peer.db", tmp / "peer")
     dataset = read_dataset(tmp / "peer")
-    order = file_order(files)
+    order = file_order(files, card_of)
     for fork in dataset.forks:
         rule = rule_order(fork, order.get((fork.kernel_id, fork.card_name)))
         if rule is not None:
@@ -268,7 +279,8 @@ def bench_cpu(cpu_db: Path, prior_path: Path | None) -> None:
             f"first {f.get('first_slowdown') or float('nan'):.3f} transfer {f.get('transfer_top1') or float('nan'):.3f}")
 
 
-def bench_unseen(peer: Dataset, unseen: Path, cards_file: Path | None, params: Params) -> None:
+def bench_unseen(peer: Dataset, unseen: Path, cards_file: Path | None, params: Params,
+                 card_of: dict[str, str] | None = None) -> None:
     """The question a fresh machine asks, on cards no peer file holds: a prior fitted on every peer cache
     (as `emmy fit DATASET --pools measured`) ranks each pool of the caches in `unseen`, beside the
     baselines read from the peer caches alone (what copying the other cards' best would give)."""
@@ -278,7 +290,7 @@ def bench_unseen(peer: Dataset, unseen: Path, cards_file: Path | None, params: P
         os.environ[CARDS_ENV] = str(cards_file)  # the import and the export describe the cards the table lacks
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "unseen").mkdir()
-        held = peer_dataset(unseen, Path(tmp) / "unseen")
+        held = peer_dataset(unseen, Path(tmp) / "unseen", card_of)
         t = time.monotonic()
         fit_dataset(peer, Path(tmp) / "fit.json", pools="measured", folds=5, seed=0, params=params,
                     tracking_uri="off", fits_dir=Path(tmp) / "fits")
@@ -313,7 +325,18 @@ def main() -> int:
     ap.add_argument("--unseen", type=Path, default=None,
                     help="Kernel Tuner caches of cards no peer file holds (the unseen question; not run without)")
     ap.add_argument("--unseen-cards", type=Path, default=None, help="a card file describing the unseen cards")
+    ap.add_argument("--unseen-card", action="append", default=[], metavar="FILE=CARD",
+                    help="the card of an unseen cache (by file name) whose device_name is empty; repeatable")
     args = ap.parse_args()
+    card_of: dict[str, str] = {}
+    for given in args.unseen_card:
+        name, sep, card = given.partition("=")
+        if not sep or not name or not card.strip() or "/" in name:
+            ap.error(f"--unseen-card {given!r}: give FILE=CARD, FILE a cache's file name in --unseen")
+        if card_of.setdefault(name, card.strip()) != card.strip():
+            ap.error(f"--unseen-card names two cards for {name}")
+        if args.unseen is None or not (args.unseen / name).is_file():
+            ap.error(f"--unseen-card {given!r}: {name} is not a cache in --unseen {args.unseen}")
     only = set(args.only.split(","))
     params = Params()
     say(f"bench/prior.py ({load()}); fit parameters {json.dumps(params.to_json(), sort_keys=True)}")
@@ -332,7 +355,7 @@ def main() -> int:
             if "loco" in only:
                 bench_loco(dataset, params, [int(s) for s in args.seeds.split(",")])
             if "unseen" in only and args.unseen is not None:
-                bench_unseen(dataset, args.unseen, args.unseen_cards, params)
+                bench_unseen(dataset, args.unseen, args.unseen_cards, params, card_of)
     if "cpu" in only:
         bench_cpu(args.cpu_db, args.cpu_prior)
     say(f"done; peak {peak_mb():.0f} MB ({load()})")

@@ -30,8 +30,10 @@ def cache_files(paths: Iterable[Path | str]) -> list[Path]:
     return out
 
 
-def file_order(paths: Iterable[Path | str]) -> dict[tuple[str, str], dict[str, int]]:
+def file_order(paths: Iterable[Path | str],
+               card_of: Mapping[str, str] | None = None) -> dict[tuple[str, str], dict[str, int]]:
     """Per (extern kernel_id, card): each configuration's position in its cache file (0: the first entry).
+    `card_of` names, by file name, the card of a cache whose `device_name` is empty (as `--card` on import).
 
     Raises SourceError for a file that is not a Kernel Tuner cache, or that names a (kernel, card)
     another file named already (two orders of one pool: which is first would be a guess).
@@ -47,7 +49,7 @@ def file_order(paths: Iterable[Path | str]) -> dict[tuple[str, str], dict[str, i
         if not looks_like_cache(doc):
             raise SourceError(str(path), "$", "cache", "not a Kernel Tuner cache (no cache and tune_params): it "
                                                        "gives no extern kernel's order")
-        cache = parse_cache(doc, str(path))
+        cache = parse_cache(doc, str(path), card=(card_of or {}).get(Path(path).name))
         key = (kernel_id(cache.kernel), cache.card)
         if key in out:
             raise SourceError(str(path), "$", "device_name", f"kernel {cache.kernel.name[:40]!r} on "

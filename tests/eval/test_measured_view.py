@@ -71,6 +71,21 @@ def test_a_file_that_is_not_a_kernel_tuner_cache_gives_no_order(tmp_path: Path) 
         file_order([bad])
 
 
+def test_a_cache_with_no_device_name_gives_its_order_for_the_card_named_for_its_file(tmp_path: Path) -> None:
+    import json
+
+    from tests.store.test_files_import import kt_cache
+
+    path = tmp_path / "conv_mi250x.json"
+    path.write_text(json.dumps(kt_cache(device="")))
+    with pytest.raises(SourceError, match=r"device_name: is empty or missing"):
+        file_order([path])
+    ((_kernel, card), positions), = file_order([path], {"conv_mi250x.json": "AMD Instinct MI250X"}).items()
+    assert card == "AMD Instinct MI250X" and sorted(positions.values()) == list(range(len(positions)))
+    with pytest.raises(SourceError, match=r"device_name: is empty or missing"):
+        file_order([path], {"another.json": "AMD Instinct MI250X"})
+
+
 def test_the_measured_view_on_the_peer_data_reports_every_card(peer_store: PeerStore) -> None:
     assert peer_store.files and all(o.ok for o in peer_store.outcomes)  # imported fresh and exported
     report = evaluate(peer_store.export, load_installed_prior(), pools="measured")
