@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 
-from emmy_core.eval.extern_order import file_order
+from emmy_core.eval.extern_order import card_names, file_order
 from emmy_core.eval.figures import rule_order
 from emmy_core.ir.builders import matmul
 from emmy_core.knobs import candidates
@@ -328,15 +328,13 @@ def main() -> int:
     ap.add_argument("--unseen-card", action="append", default=[], metavar="FILE=CARD",
                     help="the card of an unseen cache (by file name) whose device_name is empty; repeatable")
     args = ap.parse_args()
-    card_of: dict[str, str] = {}
-    for given in args.unseen_card:
-        name, sep, card = given.partition("=")
-        if not sep or not name or not card.strip() or "/" in name:
-            ap.error(f"--unseen-card {given!r}: give FILE=CARD, FILE a cache's file name in --unseen")
-        if card_of.setdefault(name, card.strip()) != card.strip():
-            ap.error(f"--unseen-card names two cards for {name}")
+    try:
+        card_of = card_names(args.unseen_card)
+    except ValueError as exc:
+        ap.error(f"--unseen-card {exc}")
+    for name in card_of:
         if args.unseen is None or not (args.unseen / name).is_file():
-            ap.error(f"--unseen-card {given!r}: {name} is not a cache in --unseen {args.unseen}")
+            ap.error(f"--unseen-card {name!r} is not a cache in --unseen {args.unseen}")
     only = set(args.only.split(","))
     params = Params()
     say(f"bench/prior.py ({load()}); fit parameters {json.dumps(params.to_json(), sort_keys=True)}")

@@ -13,6 +13,30 @@ from emmy_core.cli.fit_cmd import progress_printer
 app = typer.Typer(help="Evaluate a prior on a dataset export; compare two evaluations.", no_args_is_help=True)
 
 
+def extern_orders(files: list[Path] | None, cards: list[str] | None) -> dict | None:
+    """The first-option order of `--extern-order`'s caches, `--extern-card` naming the card of any whose
+    device_name is empty; None without caches. A card named for no given cache is refused."""
+    from emmy_core.eval.extern_order import cache_files, card_names, file_order
+    from emmy_core.files.sourcefile import SourceError
+
+    if not files:
+        if cards:
+            fail("--extern-card names the card of an --extern-order cache: give the caches with --extern-order")
+        return None
+    try:
+        named = card_names(cards or [])
+    except ValueError as exc:
+        fail(f"--extern-card {exc}")
+    unknown = sorted(set(named) - {Path(p).name for p in cache_files(files)})
+    if unknown:
+        fail(f"--extern-card {unknown[0][:200]!r} is not among the --extern-order caches")
+    try:
+        return file_order(files, named)
+    except SourceError as exc:
+        hint = " (here: --extern-card FILE=CARD)" if exc.field == "device_name" and "empty" in exc.problem else ""
+        fail(f"{exc}{hint}")
+
+
 @app.command("prior")
 def prior(dataset: Annotated[str, typer.Argument(help="dataset export folder (emmy db export), or its URL",
                                                  show_default=False)],
@@ -28,6 +52,9 @@ def prior(dataset: Annotated[str, typer.Argument(help="dataset export folder (em
           extern_order: Annotated[list[Path] | None, typer.Option(
               "--extern-order", help="Kernel Tuner caches (files or folders; repeatable): the first configuration "
                                      "of each file is its extern kernel's first-option baseline")] = None,
+          extern_card: Annotated[list[str] | None, typer.Option(
+              "--extern-card", help="FILE=CARD: the card of an --extern-order cache whose device_name is empty "
+                                    "(as `db import --card`; repeatable)")] = None,
           scheduler: Annotated[str, typer.Option(
               "--scheduler", help="where the cards are evaluated (one task per card): inprocess, local:N (a Dask "
                                   "LocalCluster of N workers) or tcp://HOST:PORT")] = "inprocess",
@@ -35,7 +62,6 @@ def prior(dataset: Annotated[str, typer.Argument(help="dataset export folder (em
     """Judge a prior on a dataset: golden ranks or measured slowdowns per card and setting, beside baselines."""
     from emmy_core.compute import ComputeError, parse_scheduler
     from emmy_core.eval import EvalError, evaluate
-    from emmy_core.eval.extern_order import file_order
     from emmy_core.eval.plots import check_plots_out
     from emmy_core.eval.report import check_report_out, write_json
     from emmy_core.files.urlfolder import location
@@ -50,7 +76,7 @@ def prior(dataset: Annotated[str, typer.Argument(help="dataset export folder (em
             check_report_out(json_out)  # refused before the evaluation, not after
         if plots is not None:
             check_plots_out(plots)
-        order = file_order(extern_order) if extern_order else None
+        order = extern_orders(extern_order, extern_card)
         report = evaluate(location(dataset), offline_file if offline_file is not None else installed_prior_path(),
                           pools=pools, cards_file=cards, extern_order=order, progress=progress, scheduler=scheduler)
         doc = report.to_json()
@@ -99,13 +125,15 @@ def search(dataset: Annotated[str, typer.Argument(help="dataset export folder (e
            extern_order: Annotated[list[Path] | None, typer.Option(
                "--extern-order", help="Kernel Tuner caches (files or folders; repeatable): each file's first "
                                       "configuration is its extern kernel's first option")] = None,
+           extern_card: Annotated[list[str] | None, typer.Option(
+               "--extern-card", help="FILE=CARD: the card of an --extern-order cache whose device_name is empty "
+                                     "(as `db import --card`; repeatable)")] = None,
            scheduler: Annotated[str, typer.Option(
                "--scheduler", help="where the replays run (one task per card): inprocess, local:N (a Dask "
                                    "LocalCluster of N workers) or tcp://HOST:PORT")] = "inprocess",
            ) -> None:
     """Replay search strategies on every measured pool: per budget, best found / pool best (geomean), per card."""
     from emmy_core.compute import ComputeError, parse_scheduler
-    from emmy_core.eval.extern_order import file_order
     from emmy_core.files.sourcefile import SourceError
     from emmy_core.files.urlfolder import location
     from emmy_core.prior import PriorError
@@ -127,7 +155,7 @@ def search(dataset: Annotated[str, typer.Argument(help="dataset export folder (e
             check_curves_out(json_out)  # refused before the replays, not after
         if plots is not None:
             check_plots_out(plots)  # the overall plot's name; every card's is checked again before writing
-        order = file_order(extern_order) if extern_order else None
+        order = extern_orders(extern_order, extern_card)
         curves = evaluate_search(location(dataset), offline_file, [s.strip() for s in strategies.split(",") if s.strip()],
                                  numbers(budgets, "--budgets"), numbers(seeds, "--seeds"), order, cards,
                                  scheduler=scheduler)

@@ -30,6 +30,20 @@ def cache_files(paths: Iterable[Path | str]) -> list[Path]:
     return out
 
 
+def card_names(pairs: Iterable[str]) -> dict[str, str]:
+    """`FILE=CARD` pairs (`--extern-card`) as {file name: card}: the card of a Kernel Tuner cache whose
+    `device_name` is empty. Raises ValueError naming the pair at fault."""
+    out: dict[str, str] = {}
+    for given in pairs:
+        name, sep, card = given.partition("=")
+        card = card.strip()
+        if not sep or not name or not card or "/" in name:
+            raise ValueError(f"{given[:200]!r}: give FILE=CARD, FILE a cache's file name (no folder)")
+        if out.setdefault(name, card) != card:
+            raise ValueError(f"{name[:200]!r} is given two cards: {out[name][:80]!r} and {card[:80]!r}")
+    return out
+
+
 def file_order(paths: Iterable[Path | str],
                card_of: Mapping[str, str] | None = None) -> dict[tuple[str, str], dict[str, int]]:
     """Per (extern kernel_id, card): each configuration's position in its cache file (0: the first entry).

@@ -51,6 +51,28 @@ def test_emmy_eval_prior_prints_the_table_and_writes_json_in_a_fits_shape_and_pl
     assert all(p.stat().st_size > 1000 for p in plots.iterdir())
 
 
+def test_an_extern_order_cache_with_no_device_name_takes_its_card_from_extern_card(
+        caches_export: Callable, tile_prior: Path, tmp_path: Path) -> None:
+    export, files = caches_export(KT)
+    doc = json.loads(files[0].read_text())
+    card, doc["device_name"] = doc["device_name"], ""
+    files[0].write_text(json.dumps(doc))
+    args = ["eval", "prior", str(export), "--pools", "measured", "--offline-file", str(tile_prior),
+            "--json", str(tmp_path / "r.json"), *(a for f in files for a in ("--extern-order", str(f)))]
+    refused = CliRunner().invoke(app, args)
+    assert refused.exit_code == 2 and "device_name: is empty" in refused.output and "--extern-card" in refused.output
+    assert not (tmp_path / "r.json").exists()
+    result = CliRunner().invoke(app, [*args, "--extern-card", f"{files[0].name}={card}"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "r.json").read_text())["mean"]["first_slowdown_pools"] == 3
+    for bad, says in ((f"{files[0].name}", "give FILE=CARD"), (f"other.json={card}", "not among the --extern-order"),
+                      (f"{tmp_path}/{files[0].name}={card}", "no folder")):
+        out = CliRunner().invoke(app, [*args, "--extern-card", bad])
+        assert out.exit_code == 2 and says in out.output and "Traceback" not in out.output, out.output
+    twice = CliRunner().invoke(app, [*args, "--extern-card", f"{files[0].name}=A", "--extern-card", f"{files[0].name}=B"])
+    assert twice.exit_code == 2 and "two cards" in twice.output
+
+
 def test_emmy_eval_compare_prints_two_reports_side_by_side_with_the_change_per_card(
         caches_export: Callable, tile_prior: Path, constant_prior: Path, tmp_path: Path) -> None:
     export, _ = caches_export(KT)
