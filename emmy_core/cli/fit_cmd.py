@@ -98,9 +98,11 @@ def fit(dataset: Annotated[str | None, typer.Argument(help="dataset export folde
         else:
             if folder is None or out is None:
                 fail("give DATASET and OUT.json (or --install, or --compare RUN_A RUN_B)")
+            from emmy_core.files.safefile import ensure_folder
             from emmy_core.prior.artifact import check_artifact_out
 
             check_artifact_out(out)  # before minutes of fitting: a refusal comes first
+            ensure_folder(ChainPaths().fits)  # where the fit's record goes: refused now, not after the fit
             result = steps.fit(folder, out, pools=pools, folds=folds, seed=0 if seed is None else seed,
                                cards_file=cards, tracking_uri=tracking_uri, fits_dir=ChainPaths().fits,
                                progress=progress, scheduler=scheduler, params=Params().sized(iterations, depth))

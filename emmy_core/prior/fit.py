@@ -29,6 +29,7 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -446,10 +447,16 @@ def fit_dataset(dataset: Dataset, out_path: Path | str, *, pools: str = DEFAULT_
               "in_sample": in_sample, "undescribed_pools": dataset.undescribed_pools,
               "undescribed_cards": dataset.undescribed_cards, "train_groups": len(groups),
               "forks": len(dataset.forks)}
-    artifact = write_artifact(doc, out_path, install=install)
+    # the fit's folder and metrics first, the artifact last: a folder that cannot be made replaces nothing,
+    # and an artifact that cannot be written leaves no folder of a fit that was not written
     fit_dir = fresh_folder(fit_dir.parent, fit_dir.name)  # two identical fits in one second get two folders
     metrics_path = fit_dir / "metrics.json"
-    atomic_write_text(metrics_path, json.dumps(report, indent=1, sort_keys=True, allow_nan=False) + "\n")
+    try:
+        atomic_write_text(metrics_path, json.dumps(report, indent=1, sort_keys=True, allow_nan=False) + "\n")
+        artifact = write_artifact(doc, out_path, install=install)
+    except BaseException:
+        shutil.rmtree(fit_dir, ignore_errors=True)
+        raise
     run_id = None
     uri = tracking_uri if tracking_uri is not None else os.environ.get("MLFLOW_TRACKING_URI")
     if uri != "off":

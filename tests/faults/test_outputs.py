@@ -186,6 +186,27 @@ def test_two_identical_fits_stamped_with_the_same_second_write_two_metrics_folde
     assert all((d / "metrics.json").is_file() for d in dirs)
 
 
+def test_a_fit_whose_record_folder_cannot_be_made_replaces_no_artifact(
+        toy_export: Path, tmp_path: Path) -> None:  # noqa: F811
+    """The fit's folder and metrics come before the artifact: a refusal there ('nothing was written') is true."""
+    from emmy_core.prior.dataset import read_dataset
+    from emmy_core.prior.fit import fit_dataset
+    from emmy_core.prior.training import Params
+
+    out = tmp_path / "prior.json"
+    write_artifact(load_prior(installed_prior_path()).doc, out)
+    before = out.read_bytes()
+    (tmp_path / "plain").write_text("a file where the fits folder should go")
+    with pytest.raises(FileWriteError, match="nothing was written"):
+        fit_dataset(read_dataset(toy_export), out, folds=2, params=Params(iterations=10, depth=3), tracking_uri="off",
+                    fits_dir=tmp_path / "plain" / "fits")
+    assert out.read_bytes() == before
+    with pytest.raises(FileWriteError, match="a folder"):  # the artifact refused: no folder of a fit left behind
+        fit_dataset(read_dataset(toy_export), tmp_path, folds=2, params=Params(iterations=10, depth=3),
+                    tracking_uri="off", fits_dir=tmp_path / "fits")
+    assert not (tmp_path / "fits").exists() or not list((tmp_path / "fits").iterdir())
+
+
 def test_the_chain_replaces_its_evaluation_report_from_before_the_format_was_named(tmp_path: Path) -> None:
     """A workspace's `_data/evaluation/report.json` written before the report named its format is the same
     output one version older: the chain's writer may replace it. A format-less document of any other shape
