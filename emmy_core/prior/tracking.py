@@ -167,7 +167,14 @@ def _number(v: Any) -> bool:
 
 
 def compare_runs(uri: str | None, run_a: str, run_b: str) -> list[tuple[str, float | None, float | None]]:
-    """(metric, A, B) for every metric either run logged, sorted by name (a metric one lacks is None)."""
+    """(metric, A, B) for every metric either run logged, sorted by name (a metric one lacks is None).
+    Reads only: tracking 'off' holds no run, and a SQLite store that does not exist is not created."""
+    resolved = resolve_uri(uri)
+    if resolved == "off":
+        raise TrackingError("--tracking-uri off tracks nothing, so it holds no run to compare: give the store "
+                            "the fits were tracked in")
+    if resolved.startswith("sqlite:///") and not Path(resolved[len("sqlite:///"):]).is_file():
+        raise TrackingError(f"no MLflow store at {resolved[len('sqlite:///'):]}: no run to compare there")
     c = client(uri)
     a, b = (c.get_run(r).data.metrics for r in (run_a, run_b))
     return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b))]

@@ -150,6 +150,15 @@ def test_emmy_fit_compare_prints_two_runs_side_by_side(small_fit: tuple, mlflow_
     assert line.split()[1] == line.split()[2] and line.split()[3] == "+0.0%"
 
 
+def test_emmy_fit_compare_is_told_where_no_run_can_be_and_creates_no_store(tmp_path: Path) -> None:
+    off = CliRunner().invoke(app, ["fit", "--compare", "a", "b", "--tracking-uri", "off"])
+    assert off.exit_code == 2 and "--tracking-uri off tracks nothing" in off.output
+    missing = tmp_path / "typo.db"
+    typo = CliRunner().invoke(app, ["fit", "--compare", "a", "b", "--tracking-uri", f"sqlite:///{missing}"])
+    assert typo.exit_code == 2 and f"no MLflow store at {missing}" in typo.output
+    assert not missing.exists() and not (tmp_path / "mlartifacts").exists()
+
+
 def test_a_card_the_dataset_does_not_describe_is_read_from_the_cards_file_else_counted(tmp_path: Path) -> None:
     from emmy_core.ir import kernel_id
     from emmy_core.prior.dataset import read_dataset
