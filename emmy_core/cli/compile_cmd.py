@@ -106,10 +106,10 @@ def compile_command(
     if run:
         if compiled.builder is None:
             fail(f"cannot run: {compiled.cannot_run}")
-        layout = compiled.layout(sizes)
         try:
+            layout = compiled.layout(sizes)
             check_fits(layout.nbytes + layout.input_nbytes, compiled.device, f"{model} at {shape} with its inputs")
-        except TooLarge as exc:
+        except (TooLarge, GraphError, ValueError) as exc:
             fail(str(exc))
         x = inputs_fn(sizes)
         result = compare(compiled, module, x, repeats=repeats, inductor=inductor)

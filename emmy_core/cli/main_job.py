@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from emmy_core.cli.common import fail
 from emmy_core.cli.options import SettingOpt, ShapeOpt, shape_of
 
 if TYPE_CHECKING:
@@ -36,7 +37,14 @@ def main_job(
     setting: SettingOpt = "deploy",
 ) -> None:
     """Print what the chain left: the evaluation, the model's forks and their evidence, where to look further."""
-    report(model, shape_of(shape), data, setting)
+    from emmy_core.cli.options import model_and_inputs
+    from emmy_core.codegen.backend import SETTINGS
+
+    if setting not in SETTINGS:  # refused before half a report is printed
+        fail(f"--setting {setting!r}: known settings: {', '.join(SETTINGS)}")
+    dims = shape_of(shape)
+    model_and_inputs(model, "f16", None)
+    report(model, dims, data, setting)
 
 
 def say(text: str, indent: str = "  ") -> None:

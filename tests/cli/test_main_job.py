@@ -50,6 +50,16 @@ def test_a_bad_shape_is_refused() -> None:
     assert result.exit_code == 2 and "--shape" in result.output
 
 
+@pytest.mark.parametrize(("args", "says"), [(["--setting", "x"], "--setting 'x': known settings"),
+                                            (["--model", "nope"], "unknown model 'nope'")])
+def test_a_bad_setting_or_model_is_refused_before_any_of_the_report_is_printed(
+        tmp_path: Path, args: list[str], says: str) -> None:
+    write_evaluation(evaluation(1.1, 1.0), tmp_path / "evaluation")
+    result = CliRunner().invoke(app, ["main", "--data", str(tmp_path), *args])
+    assert result.exit_code == 2 and says in result.output and "Traceback" not in result.output
+    assert "verdict" not in result.output and "==" not in result.output, result.output
+
+
 def test_without_a_freeze_or_a_tuning_database_the_forks_fall_past_the_measured_tiers(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EMMY_TUNING_DB", str(tmp_path / "no-tuning.db"))

@@ -122,3 +122,26 @@ def test_gate_refuses_a_bad_matrix_naming_the_field(tmp_path: Path) -> None:
                                "cards": ["local"], "settings": ["deploy"]}))
     res = runner.invoke(app, ["gate", "--matrix", str(bad)])
     assert res.exit_code == 2 and "shapes[0]: field B" in res.output
+
+
+def test_compile_run_at_a_shape_past_a_kernels_index_range_is_refused_without_a_traceback() -> None:
+    result = runner.invoke(app, ["compile", "--model", "mlp", "--shape", "B=100000,S=100000", "--run",
+                                 "--no-inductor", "--repeats", "1"])
+    assert result.exit_code == 2, result.output
+    assert "exceeds the largest extent a kernel indexes" in result.output and "Traceback" not in result.output
+
+
+def test_explain_with_a_refused_prior_prints_its_one_error_line_and_no_stray_exit_code(tmp_path: Path) -> None:
+    text = tmp_path / "notes.txt"
+    text.write_text("hello\n")
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    base = ["explain", "--model", "mlp", "--shape", "B=1,S=16", "--db", str(tmp_path / "none.db")]
+    for extra, why in ((["--prior", str(text)], "notes.txt: not valid JSON"),
+                       (["--prior", str(tmp_path / "absent.json")], "absent.json: no such prior artifact"),
+                       (["--prior", str(text), "--no-prior"], "give --prior or --no-prior, not both"),
+                       (["--prior", str(deep)], "deep.json: not valid JSON")):
+        res = runner.invoke(app, [*base, *extra])
+        assert res.exit_code == 2, res.output
+        lines = [line for line in res.output.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("emmy: error: ") and why in lines[0], res.output
