@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Union
 
-from emmy_core.ir.vocab import FLOAT_DTYPES
+from emmy_core.ir.vocab import FLOAT_DTYPES, float_misfit
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,9 @@ class Const:
             v = float(self.value)
             if math.isnan(v):
                 raise ValueError("a NaN constant has no canonical text")
+            misfit = float_misfit(self.dtype, v)
+            if misfit is not None:
+                raise ValueError(f"constant {v!r} {misfit}")
             object.__setattr__(self, "value", v + 0.0 if v == 0 else v)
         elif isinstance(self.value, float):
             if not self.value.is_integer():

@@ -60,7 +60,7 @@ from emmy_core.ir.nodes import (
     Store,
     Unary,
 )
-from emmy_core.ir.vocab import BINARY_OPS, FLOAT_DTYPES, UNARY_OPS
+from emmy_core.ir.vocab import BINARY_OPS, FLOAT_DTYPES, UNARY_OPS, float_misfit
 
 MAX_TEXT_BYTES = 4 * 1024 * 1024
 MAX_TOKEN_CHARS = 128
@@ -430,6 +430,11 @@ class _Parser:
             v = float(t.text)
             if math.isinf(v) and t.text.lstrip("-") != "inf":
                 raise self.fail(f"constant {t.text} overflows a float", t)
+            misfit = float_misfit(dtype, v)
+            if misfit is None and v == 0 and any(c in "123456789" for c in t.text.lower().split("e")[0]):
+                misfit = f"is zero in {dtype} (below even a double's range): write 0.0"
+            if misfit is not None:
+                raise self.fail(f"constant {t.text} {misfit}", t)
             return Const(dtype, v)
         if not t.text.lstrip("-").isdigit():
             raise self.fail(f"{dtype} constant must be an integer, got {t.text}", t)

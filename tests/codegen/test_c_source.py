@@ -41,6 +41,7 @@ from emmy_core.ir import (
 from emmy_core.ir.builders import Dim, elementwise, layernorm, matmul, rmsnorm, softmax
 from emmy_core.ir.family import MatmulShape, classify
 from emmy_core.ir.interpret import run
+from emmy_core.ir.vocab import float_misfit
 
 SCHED = {"vec": 8, "threads": 2}
 
@@ -216,8 +217,12 @@ def test_bf16_rounding_of_constants_matches_torch_on_float_values() -> None:
 
 
 def test_constants_are_printed_exactly(backend: CBackend) -> None:
-    values = [0.1, -1e-6, 1 / 3, 6.02e23, 5e-324, math.inf, -math.inf, 65504.0, 1e5]
+    every = [0.1, -1e-6, 1 / 3, 6.02e23, 5e-324, math.inf, -math.inf, 65504.0, 1e5]
     for dtype in ("f16", "bf16", "f32", "f64"):
+        values = [v for v in every if float_misfit(dtype, v) is None]  # a constant its type cannot hold is refused
+        for v in set(every) - set(values):
+            with pytest.raises(ValueError, match=f"constant .* {dtype}"):
+                Const(dtype, v)
         prog = ew(f"consts_{dtype}", dtype, {f"c{i}": Const(dtype, v) for i, v in enumerate(values)})
         x = torch.zeros(1, dtype=torch_dtype(dtype))
         out = launch(backend, prog, {"x": x, "z": x}, {"N": 1}, {"threads": 1})

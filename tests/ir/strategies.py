@@ -22,7 +22,7 @@ from emmy_core.ir import (
     Store,
     Unary,
 )
-from emmy_core.ir.vocab import BINARY_OPS, DTYPES, FLOAT_DTYPES, REDUCE_OPS, UNARY_OPS
+from emmy_core.ir.vocab import BINARY_OPS, DTYPES, FLOAT_DTYPES, REDUCE_OPS, UNARY_OPS, float_misfit
 
 AXIS_NAMES = ["B", "S", "H", "K", "N", "M"]
 BUF_NAMES = ["x", "w", "bias", "res", "gate"]
@@ -35,7 +35,8 @@ ALL_DTYPES = sorted(DTYPES)
 
 def _const(draw: st.DrawFn, dtype: str) -> Const:
     if dtype in FLOAT_DTYPES:
-        v = draw(st.one_of(st.floats(allow_nan=False, allow_infinity=True, width=64), st.integers(-9, 9)))
+        v = draw(st.one_of(st.floats(allow_nan=False, allow_infinity=True, width=64), st.integers(-9, 9)).filter(
+            lambda v: float_misfit(dtype, float(v)) is None))  # a constant its type holds (Const refuses others)
         return Const(dtype, v)
     return Const(dtype, draw(st.integers(-(2**31), 2**31 - 1)))
 

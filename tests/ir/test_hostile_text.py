@@ -105,3 +105,24 @@ def test_mutated_programs_raise_only_parse_error(pos: int, junk: str) -> None:
         parse(GOOD[:pos] + junk + GOOD[pos + 1:])
     except ParseError:
         pass
+
+
+@pytest.mark.parametrize(("constant", "says"), [
+    ("const(f16, 1e10)", "does not fit f16 (largest 65504)"),
+    ("const(f16, -70000.0)", "does not fit f16"),
+    ("const(f32, 1e39)", "does not fit f32"),
+    ("const(f32, 1e-400)", "is zero in f32"),
+    ("const(f32, 1e-50)", "is zero in f32"),
+    ("const(f16, 1e-9)", "is zero in f16"),
+])
+def test_a_float_constant_its_type_cannot_hold_is_refused_not_rounded(constant: str, says: str) -> None:
+    text = GOOD.replace("y[b] = x[b]", f"y[b] = mul(x[b], {constant})", 1)
+    err = refused(text)
+    assert says in str(err) and err.line == 6
+
+
+@pytest.mark.parametrize("constant", ["cast(f32, const(f16, 65504.0))", "cast(f32, const(f16, -inf))",
+                                      "const(f32, 0.0)", "const(f32, 1e-45)", "cast(f32, const(f16, 6e-08))",
+                                      "const(f32, 1e-06)"])
+def test_a_float_constant_at_the_edge_of_its_type_is_taken(constant: str) -> None:
+    parse(GOOD.replace("y[b] = x[b]", f"y[b] = mul(x[b], {constant})", 1))
