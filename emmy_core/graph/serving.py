@@ -100,8 +100,8 @@ def parse_serving_matrix(text: bytes | str, source: str = "<serving matrix>") ->
         raise ServingMatrixError(f"{source}: larger than {MAX_BYTES} bytes")
     try:
         raw = json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_refuse_constant)
-    except ValueError as exc:
-        raise ServingMatrixError(f"{source}: not valid JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # RecursionError: arrays or objects nested too deeply
+        raise ServingMatrixError(f"{source}: not valid JSON: {str(exc)[:200]}") from None
     top = _keys(raw, ("version", "models", "cards", "settings"), source)
     if top["version"] != SERVING_MATRIX_VERSION or isinstance(top["version"], bool):
         raise ServingMatrixError(f"{source}: field version: must be {SERVING_MATRIX_VERSION}, got "
@@ -143,10 +143,13 @@ def parse_serving_matrix(text: bytes | str, source: str = "<serving matrix>") ->
 
 
 def load_serving_matrix(path: Path | str | None = None) -> ServingMatrix:
-    """The committed serving matrix (or the one at `path`), read strictly."""
+    """The committed serving matrix (or the one at `path`), read strictly: a regular file of at most
+    `MAX_BYTES` (a FIFO, a device or a larger file is refused unread: `emmy_core.files.inputfile`)."""
+    from emmy_core.files.inputfile import InputFileError, read_input
+
     p = Path(path) if path is not None else DEFAULT_PATH
     try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise ServingMatrixError(f"{p.name}: cannot read: {exc.strerror or exc}") from None
+        data = read_input(p, MAX_BYTES, "serving matrix")
+    except InputFileError as exc:
+        raise ServingMatrixError(f"{p.name}: cannot read: {str(exc).removeprefix(f'{p}: ')}") from None
     return parse_serving_matrix(data, p.name)

@@ -255,22 +255,18 @@ def _parse(doc: object, path: str) -> Prior:
 
 
 def load_prior(path: Path | str) -> Prior:
-    """Reads a prior artifact strictly; PriorError naming the file when it cannot be used."""
+    """Reads a prior artifact strictly; PriorError naming the file when it cannot be used (the JSON read by
+    `emmy_core.files.sourcefile.loads_strict`: UTF-8, no repeated key, no NaN, not nested too deeply)."""
     from emmy_core.files.inputfile import InputFileError, read_input
+    from emmy_core.files.sourcefile import SourceError, loads_strict
 
     p = Path(path)
     if not p.exists() and not p.is_symlink():
         raise _refuse(str(p), "no such prior artifact (fit one: emmy fit DATASET OUT.json)")
     try:
-        text = read_input(p, MAX_ARTIFACT_BYTES, "prior artifact").decode("utf-8")
-    except InputFileError as exc:
+        doc = loads_strict(read_input(p, MAX_ARTIFACT_BYTES, "prior artifact"), str(p))
+    except (InputFileError, SourceError) as exc:
         raise PriorError(str(exc)) from None
-    except UnicodeDecodeError:
-        raise _refuse(str(p), "not UTF-8 text: not a prior artifact") from None
-    try:
-        doc = json.loads(text, parse_constant=_no_constant)
-    except ValueError as exc:
-        raise _refuse(str(p), f"not valid JSON: {str(exc)[:120]}") from None
     return _parse(doc, str(p))
 
 

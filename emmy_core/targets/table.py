@@ -13,7 +13,6 @@ refused with the file, the card and the field named. Nothing half-read is return
 
 from __future__ import annotations
 
-import json
 import math
 from functools import lru_cache
 from pathlib import Path
@@ -120,14 +119,14 @@ def _default_table() -> tuple[tuple[str, Card], ...]:
 def _load(path: Path, file: str) -> dict[str, Card]:
     """Reads `path`; messages call it `file` (the packaged table by its name, a user's file as given)."""
     from emmy_core.files.inputfile import InputFileError, read_input
+    from emmy_core.files.sourcefile import SourceError, loads_strict
 
-    try:
-        doc = json.loads(read_input(path, MAX_TABLE_BYTES, "card table").decode("utf-8"),
-                         parse_constant=_refuse_constant)
+    try:  # strict JSON: UTF-8, no repeated key, no NaN, not nested too deeply (a SourceError naming `file`)
+        doc = loads_strict(read_input(path, MAX_TABLE_BYTES, "card table"), file)
     except InputFileError as exc:
         raise CardTableError(f"{file}: {str(exc).removeprefix(f'{path}: ')}") from None
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise CardTableError(f"{file}: not valid JSON: {exc}") from exc
+    except SourceError as exc:
+        raise CardTableError(str(exc)) from None
     if not isinstance(doc, dict):
         raise CardTableError(f"{file}: must hold a JSON object")
     if doc.get("format") != TABLE_FORMAT:
@@ -148,7 +147,3 @@ def _load(path: Path, file: str) -> dict[str, Card]:
             raise CardTableError(f"{file}: card {card.name[:80]!r}: field 'name' appears twice")
         out[card.name] = card
     return out
-
-
-def _refuse_constant(token: str) -> object:
-    raise ValueError(f"{token} is not a number JSON allows")

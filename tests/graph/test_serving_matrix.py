@@ -68,3 +68,35 @@ def test_serving_matrix_refuses_duplicate_keys_and_non_json_numbers() -> None:
 def test_missing_serving_matrix_file_is_named(tmp_path) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ServingMatrixError, match=r"nope\.json: cannot read"):
         load_serving_matrix(tmp_path / "nope.json")
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def test_serving_matrix_nested_too_deeply_is_refused_as_invalid_json_naming_the_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ServingMatrixError, match=r"^deep\.json: not valid JSON"):
+        parse_serving_matrix(DEEP, "deep.json")
+    (tmp_path / "deep.json").write_text(DEEP)
+    with pytest.raises(ServingMatrixError, match=r"^deep\.json: not valid JSON"):
+        load_serving_matrix(tmp_path / "deep.json")
+
+
+def test_serving_matrix_file_that_is_a_device_or_over_the_cap_is_refused_unread(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from emmy_core.graph.serving import MAX_BYTES
+
+    with pytest.raises(ServingMatrixError, match=r"^null: cannot read: is a character device, not a regular file"):
+        load_serving_matrix("/dev/null")
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * (MAX_BYTES + 1))
+    with pytest.raises(ServingMatrixError, match=rf"^big\.json: cannot read: .*over the cap of {MAX_BYTES}.*unread"):
+        load_serving_matrix(big)
+
+
+@pytest.mark.timeout(30)  # the old reader blocked on the FIFO's open until a writer came
+def test_serving_matrix_file_that_is_a_fifo_is_refused_at_once_naming_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import os
+
+    fifo = tmp_path / "matrix.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ServingMatrixError, match=r"^matrix\.json: cannot read: is a FIFO"):
+        load_serving_matrix(fifo)

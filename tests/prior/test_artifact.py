@@ -62,6 +62,13 @@ def test_a_missing_or_unreadable_artifact_is_refused_naming_it(tmp_path: Path) -
         load_prior(_write(tmp_path, '{"format": "emmy-prior", "x": NaN}'))
 
 
+def test_an_artifact_nested_too_deeply_or_repeating_a_key_is_refused_naming_the_file(tmp_path: Path) -> None:
+    with pytest.raises(PriorError, match=r"deep\.json: not valid JSON: maximum recursion depth"):
+        load_prior(_write(tmp_path, "[" * 100_000 + "]" * 100_000, "deep.json"))
+    with pytest.raises(PriorError, match=r"twice\.json: not valid JSON: key 'format' repeated"):
+        load_prior(_write(tmp_path, '{"format": "emmy-prior", "format": "emmy-prior"}', "twice.json"))
+
+
 def test_the_numpy_evaluator_equals_catboosts_predict_within_1e_9(freeze_export: Path) -> None:
     dataset = read_dataset(freeze_export)
     names = featurize(dataset.forks)

@@ -129,3 +129,14 @@ def test_duplicate_names_nan_and_bad_envelopes_are_refused(tmp_path: Path) -> No
         load_table(_write(tmp_path, {**_raw(), "version": 2}))
     with pytest.raises(CardTableError, match=r"absent\.json: no such card table"):
         load_table(tmp_path / "absent.json")
+
+
+def test_a_card_table_nested_too_deeply_or_repeating_a_key_is_refused_naming_the_file(tmp_path: Path) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(CardTableError, match=r"deep\.json: not valid JSON: maximum recursion depth"):
+        load_table(deep)
+    twice = tmp_path / "twice.json"
+    twice.write_text(TABLE_PATH.read_text().replace('"version": 1,', '"version": 1, "version": 1,', 1))
+    with pytest.raises(CardTableError, match=r"twice\.json: not valid JSON: key 'version' repeated"):
+        load_table(twice)
