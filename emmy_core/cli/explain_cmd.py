@@ -56,15 +56,16 @@ def explain_command(
     from emmy_core.targets import UnknownCard
 
     sizes = shape_of(shape)
+    # before any work, and outside the try below: the typer.Exit of its `fail` is a RuntimeError (click's)
+    chosen_prior = prior_arg(prior, no_prior)
     module, inputs_fn = model_and_inputs(model, dtype, inputs)
     try:
         compiled = explain(module, inputs_fn(SMALL), sizes, card=card, setting=setting, tuning_db=db,
-                           freezes=freezes, prior=prior_arg(prior, no_prior),
-                           name=model if ":" not in model else None)
+                           freezes=freezes, prior=chosen_prior, name=model if ":" not in model else None)
     except (UnknownCard, GraphError, ValueError, RuntimeError) as exc:
         fail(str(exc))
     reports = backend_coverage(module, inputs_fn(COVERAGE_SIZES), build=False, card=card, setting=setting,
-                               tuning_db=db, freezes=freezes, prior=prior_arg(prior, no_prior))
+                               tuning_db=db, freezes=freezes, prior=chosen_prior)
     if as_json:
         out = compiled.record.to_json()
         out["coverage"] = [r.to_json() for r in reports]

@@ -113,12 +113,18 @@ def capture(
         fx_graph = tracer.trace(module)
     except torch.fx.proxy.TraceError as exc:
         raise GraphError(f"cannot trace {type(module).__name__}: {exc}") from exc
+    except GraphError:
+        raise
+    except (Exception, SystemExit) as exc:  # the model's own forward, run on stand-ins: named, not traced back
+        raise GraphError(f"{name or type(module).__name__}: forward {_raised(exc)}") from None
     gm = fx.GraphModule(tracer.root, fx_graph)
     was_training = module.training
     module.eval()
     try:
         with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):  # ShapeProp prints a traceback first
             ShapeProp(gm).propagate(*example_inputs)
+    except SystemExit as exc:
+        raise GraphError(f"{name or type(module).__name__}: forward {_raised(exc)}") from None
     except Exception as exc:  # ShapeProp wraps the model's own error (any type) in a RuntimeError
         raise GraphError(_does_not_run(module, hints, exc)) from None
     finally:
@@ -150,6 +156,14 @@ def capture(
         sizes=tuple(sorted(hints.items())),
     )
     return Captured(graph=graph, weights=tr.weights)
+
+
+def _raised(exc: BaseException) -> str:
+    """What the model's code did: `raised ValueError: text` or `called sys.exit(7)`."""
+    if isinstance(exc, SystemExit):
+        return f"called sys.exit({repr(exc.code)[:60]})"
+    text = str(exc).strip().splitlines()
+    return f"raised {type(exc).__name__}: {text[0][:300]}" if text else f"raised {type(exc).__name__}"
 
 
 def _does_not_run(module: nn.Module, hints: Mapping[str, int], exc: Exception) -> str:

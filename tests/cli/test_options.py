@@ -54,3 +54,15 @@ def test_a_kernel_run_takes_the_sizes_of_its_own_axes(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["run", "--kernel", str(kernel), "--shape", "N=4"])
     assert "--shape" not in result.output  # N=4 is accepted for a kernel; the file itself is what is refused
     assert result.exit_code != 0
+
+
+@pytest.mark.parametrize("spec", ["B,S,４８", "B,S,²"])
+def test_an_input_spec_size_in_other_than_ascii_digits_is_refused_naming_the_flag(tmp_path: Path,
+                                                                                  spec: str) -> None:
+    result = CliRunner().invoke(app, ["explain", "--model", "tests.compile.test_equals_torch:UserBlock", "--input",
+                                      spec, "--dtype", "f32", "--shape", "B=3,S=7", "--db",
+                                      str(tmp_path / "none.db"), "--no-prior"])
+    assert result.exit_code == 2, result.output
+    item = spec.split(",")[-1]
+    assert f"input spec {spec!r}: {item!r} is not B, S or a size in 1..1048576" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)

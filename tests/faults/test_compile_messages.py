@@ -4,6 +4,7 @@ no misleading diagnosis), and says so when it drops something the caller may wan
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ import emmy_core
 from emmy_core.cli.main import app
 from emmy_core.compiler import NoGradientsWarning
 from emmy_core.graph.errors import GraphError, UnsupportedOp
+from emmy_core.graph.user_models import load_model
 from emmy_core.ir import IRError, parse_sizes
 
 runner = CliRunner()
@@ -66,6 +68,105 @@ def test_a_user_model_that_needs_arguments_says_it_is_built_with_none() -> None:
                               "--input", "B,8", "--shape", "B=2,S=1"])
     assert isinstance(res.exception, SystemExit) and res.exit_code != 0
     assert "NeedsArguments: cannot be built with no arguments" in res.output and "hidden" in res.output
+
+
+USER_MODELS = """
+import sys
+import torch
+from torch import nn
+
+
+class Lin(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x)
+
+
+class RefusesTo(Lin):
+    def to(self, *args, **kwargs):
+        raise RuntimeError("cannot move")
+
+
+class TypeErrorInside(Lin):
+    def __init__(self) -> None:
+        super().__init__()
+        int([])
+
+
+class ExitsInInit(Lin):
+    def __init__(self) -> None:
+        super().__init__()
+        sys.exit(7)
+"""
+
+
+def _user_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, package: str, **modules: str) -> None:
+    """A package `package` under `tmp_path` holding `modules` (name -> source), importable for this test."""
+    (tmp_path / package).mkdir()
+    (tmp_path / package / "__init__.py").write_text("")
+    for name, text in modules.items():
+        (tmp_path / package / f"{name}.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def test_a_user_module_whose_body_raises_or_does_not_parse_is_refused_naming_module_and_exception(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _user_package(tmp_path, monkeypatch, "emmy_fault_body", divides="x = 1 / 0\n", broken="def f(:\n",
+                  exits="import sys\nsys.exit(3)\n")
+    with pytest.raises(GraphError, match=r"^cannot load emmy_fault_body\.divides:M: importing emmy_fault_body\."
+                                         r"divides raised ZeroDivisionError: division by zero$"):
+        load_model("emmy_fault_body.divides:M", inputs=["B,8"])
+    with pytest.raises(GraphError, match=r"^cannot load emmy_fault_body\.broken:M: importing emmy_fault_body\."
+                                         r"broken raised SyntaxError: "):
+        load_model("emmy_fault_body.broken:M", inputs=["B,8"])
+    with pytest.raises(GraphError, match=r"importing emmy_fault_body\.exits called sys\.exit\(3\)$"):
+        load_model("emmy_fault_body.exits:M", inputs=["B,8"])
+
+
+def test_a_user_model_whose_to_raises_is_refused_naming_the_class_and_the_exception(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _user_package(tmp_path, monkeypatch, "emmy_fault_to", models=USER_MODELS)
+    with pytest.raises(GraphError, match=r"^emmy_fault_to\.models:RefusesTo: its \.to\(torch\.float16\)\.eval\(\) "
+                                         r"raised RuntimeError: cannot move$"):
+        load_model("emmy_fault_to.models:RefusesTo", inputs=["B,8"])
+    module, inputs = load_model("emmy_fault_to.models:Lin", inputs=["B,8"])
+    assert module.lin.weight.dtype == torch.float16 and inputs({"B": 2, "S": 1})[0].shape == (2, 8)
+
+
+def test_a_type_error_raised_inside_init_is_named_as_raised_there_not_as_missing_arguments(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _user_package(tmp_path, monkeypatch, "emmy_fault_init", models=USER_MODELS)
+    with pytest.raises(GraphError, match=r"^emmy_fault_init\.models:TypeErrorInside: its __init__ raised TypeError: "
+                                         r"int\(\) argument") as info:
+        load_model("emmy_fault_init.models:TypeErrorInside", inputs=["B,8"])
+    assert "no arguments" not in str(info.value)
+
+
+def test_a_user_model_calling_sys_exit_in_init_is_refused_naming_it_instead_of_exiting_with_its_code(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _user_package(tmp_path, monkeypatch, "emmy_fault_exit", models=USER_MODELS)
+    with pytest.raises(GraphError, match=r"^emmy_fault_exit\.models:ExitsInInit: its __init__ called sys\.exit\(7\)$"):
+        load_model("emmy_fault_exit.models:ExitsInInit", inputs=["B,8"])
+    res = runner.invoke(app, ["explain", "--model", "emmy_fault_exit.models:ExitsInInit", "--input", "B,8",
+                              "--shape", "B=2,S=1", "--no-prior"])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == "emmy: error: emmy_fault_exit.models:ExitsInInit: its __init__ called sys.exit(7)"
+
+
+def test_a_user_package_not_on_the_import_path_is_refused_with_a_hint_to_use_pythonpath_or_install_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(GraphError, match=r"^cannot load emmy_fault_absent\.models:Block: No module named "
+                                         r"'emmy_fault_absent' \(.*PYTHONPATH=\. or install it\)$"):
+        load_model("emmy_fault_absent.models:Block", inputs=["B,8"])
+    # a missing module inside a package that is found, or a dependency the module imports: no such hint
+    _user_package(tmp_path, monkeypatch, "emmy_fault_found", needs="import emmy_fault_dependency\n")
+    for spec, missing in (("emmy_fault_found.absent:Block", "emmy_fault_found.absent"),
+                          ("emmy_fault_found.needs:Block", "emmy_fault_dependency")):
+        with pytest.raises(GraphError, match=rf"No module named '{missing}'$"):
+            load_model(spec, inputs=["B,8"])
 
 
 @pytest.mark.parametrize("model", [ScalesByTheBatch, ReshapesByArithmetic])
@@ -143,3 +244,18 @@ def test_a_call_that_torch_would_track_gradients_for_warns_once_that_emmy_comput
         warnings.simplefilter("always")
         quiet(X)
     assert not [w for w in caught if issubclass(w.category, NoGradientsWarning)]
+
+
+def test_a_model_whose_forward_raises_or_calls_sys_exit_is_refused_naming_the_model_and_what_forward_did() -> None:
+    class RaisesInForward(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise ValueError("boom")
+
+    class ExitsInForward(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise SystemExit(7)
+
+    with pytest.raises(GraphError, match=r"^RaisesInForward: forward raised ValueError: boom$"):
+        emmy_core.explain(RaisesInForward(), (X,), prior=False)
+    with pytest.raises(GraphError, match=r"^ExitsInForward: forward called sys\.exit\(7\)$"):
+        emmy_core.explain(ExitsInForward(), (X,), prior=False)
