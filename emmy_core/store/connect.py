@@ -4,6 +4,10 @@ DuckDB lets one process write a file, and a process holding it read-write also k
 readers out. A second process waits up to `lock_timeout` seconds (retrying with a
 growing pause), then fails with `StoreLockedError` naming the file, the wait and, when
 DuckDB says so, the process holding it. No raw DuckDB trace reaches the user.
+
+A store never reaches the network: DuckDB's automatic install and load of extensions is off (it
+would fetch `sqlite_scanner` to read a SQLite file given as a store), and a file without DuckDB's
+header is refused by name before DuckDB sees it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from emmy_core.store.errors import StoreError, StoreLockedError
 
 DEFAULT_LOCK_TIMEOUT = 30.0
 _PID = re.compile(r"PID (\d+)")
+_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+_MAGIC, _MAGIC_AT = b"DUCK", 8
 
 
 def default_db_path() -> Path:
@@ -37,15 +43,31 @@ def _is_lock_error(exc: BaseException) -> bool:
     return "lock" in str(exc).lower()
 
 
+def _not_duckdb(path: Path) -> bool:
+    """Whether `path` is a non-empty regular file without DuckDB's magic bytes (a missing or empty file is a
+    new store; a folder or an unreadable file is left to DuckDB's own error)."""
+    try:
+        if not path.is_file():
+            return False
+        with open(path, "rb") as f:
+            head = f.read(_MAGIC_AT + len(_MAGIC))
+    except OSError:
+        return False
+    return len(head) > 0 and head[_MAGIC_AT:] != _MAGIC
+
+
 def connect(path: Path, *, read_only: bool, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> Any:
-    """A DuckDB connection to `path`, waiting a bounded time for another process's lock."""
+    """A DuckDB connection to `path`, waiting a bounded time for another process's lock; never installs or
+    loads an extension, and refuses a file that is not a DuckDB database."""
     import duckdb
 
+    if _not_duckdb(Path(path)):
+        raise StoreError(f"cannot open {path}: not a DuckDB database file (an Emmy store is one)")
     deadline = time.monotonic() + max(0.0, lock_timeout)
     pause = 0.02
     while True:
         try:
-            return duckdb.connect(str(path), read_only=read_only)
+            return duckdb.connect(str(path), read_only=read_only, config=dict(_CONFIG))
         except duckdb.IOException as exc:
             if not _is_lock_error(exc):
                 raise StoreError(f"cannot open {path}: {first_line(exc)}") from None
