@@ -85,13 +85,22 @@ def promote(db: DbOpt = None,
                                                   "must have beaten that many measurements)")] = DEFAULT_MIN_POOL,
             lock_timeout: LockOption = 30.0) -> None:
     """Make the fastest clean row of every measured pool of at least --min-pool ok rows its golden; print
-    each new or replaced golden with the time it beat."""
+    each new or replaced golden with the time it beat. The store must exist, and a --card or --setting
+    given must be one it can hold: nothing is created or written otherwise."""
+    from emmy_core.codegen.backend import SETTINGS
     from emmy_core.freezefolder.promote import promote_fastest
     from emmy_core.store import StoreError, open_store
 
+    if setting is not None and setting not in SETTINGS:
+        fail(f"--setting {setting!r}: known settings: {', '.join(SETTINGS)}")
+    path = _path(db)
+    if not path.is_file():  # opening for writing would make a new, empty store (and its folder)
+        fail(f"no store at {path}{': it is a folder' if path.is_dir() else ''}; nothing was written")
     try:
-        store = open_store(_path(db), "w", lock_timeout=lock_timeout)
+        store = open_store(path, "w", lock_timeout=lock_timeout)
         with store:
+            if card is not None and store.card(card) is None:
+                raise StoreError(f"{store.label}: card {card!r} is not described in this store")
             result = promote_fastest(store, card=card, setting=setting, min_pool=min_pool)
             names = {kid: c_name for kid, (_, c_name) in store.kernels().items()} if result.changes else {}
     except (StoreError, ValueError) as exc:

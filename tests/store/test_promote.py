@@ -98,3 +98,24 @@ def test_promote_keeps_a_decision_golden(store: MeasurementStore) -> None:
     assert result.decisions_kept == 1
     kept = {(g.sizes, g.card): g for g in store.goldens()}[("B=8", H100)]
     assert kept.decision == "split:C=2"
+
+
+def test_db_promote_refuses_a_store_that_does_not_exist_and_creates_no_file_or_folder(tmp_path: Path) -> None:
+    for db in (tmp_path / "brandnew.db", tmp_path / "nodir" / "x.db"):
+        result = CliRunner().invoke(app, ["db", "promote", "--db", str(db)])
+        assert result.exit_code == 2, result.output
+        assert f"no store at {db}" in result.output and "goldens written" not in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_db_promote_refuses_an_unknown_setting_and_a_card_the_store_does_not_describe(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    with open_store(db, "w") as s:
+        s.record(rows(), kernels=[ADD, MUL], cards=CARDS)
+    before = db.read_bytes()
+    result = CliRunner().invoke(app, ["db", "promote", "--db", str(db), "--setting", "nope", "--min-pool", "1"])
+    assert result.exit_code == 2 and "--setting 'nope': known settings: deploy, rank" in result.output
+    result = CliRunner().invoke(app, ["db", "promote", "--db", str(db), "--card", "nope", "--min-pool", "1"])
+    assert result.exit_code == 2 and f"{db}: card 'nope' is not described in this store" in result.output
+    assert "goldens written" not in result.output
+    assert db.read_bytes() == before
