@@ -10,6 +10,7 @@ the kernel's first option for the knobs not forced.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 from emmy_core.bench.harness import BenchError, Unit, dedupe
@@ -18,6 +19,8 @@ from emmy_core.ir import Program
 from emmy_core.knobs import FAMILY_KNOBS, candidates, sample_candidates, view
 from emmy_core.knobs.vocab import SCHEDULE_KNOBS
 from emmy_core.targets import Card
+
+_INT = re.compile(r"-?[0-9]+")
 
 
 def model_units(model: str, shape: Mapping[str, int], dtype: str = "f16") -> list[Unit]:
@@ -54,11 +57,10 @@ def parse_knob_value(name: str, text: str) -> object:
         value = text.lower() in ("true", "1")
     elif spec.kind == "enum":
         value = text
-    else:
-        try:
-            value = int(text, 10)
-        except ValueError:
-            raise ValueError(f"{name} takes an integer, not {text!r}") from None
+    else:  # ASCII digits only: int() also takes other scripts' digits (`２`), signs, spaces and `1_0`
+        if _INT.fullmatch(text) is None:
+            raise ValueError(f"{name} takes an integer, not {text[:40]!r}")
+        value = int(text, 10) if len(text) <= 40 else (-1 if text[0] == "-" else 1) * 10**40  # out of range
     problem = spec.problem(value)
     if problem is not None:
         raise ValueError(problem)
@@ -72,13 +74,13 @@ def forced_knobs(pairs: Sequence[str], target: str) -> dict[str, object]:
         name, sep, text = pair.partition("=")
         name, text = name.strip(), text.strip()
         if not sep or not name or not text:
-            raise ValueError(f"--knob {pair!r} is not NAME=VALUE")
+            raise ValueError(f"--knob {pair[:60]!r} is not NAME=VALUE")
         if name in out:
             raise ValueError(f"--knob {name} given twice")
         try:
             out[name] = parse_knob_value(name, text)
         except ValueError as exc:
-            raise ValueError(f"--knob {pair!r}: {exc}") from None
+            raise ValueError(f"--knob {pair[:60]!r}: {exc}") from None
         if SCHEDULE_KNOBS[name].target != target:
             raise ValueError(f"--knob {name} belongs to the {SCHEDULE_KNOBS[name].target} vocabulary; "
                              f"the card is {target}")

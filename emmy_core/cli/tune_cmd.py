@@ -29,7 +29,7 @@ from emmy_core.cli.options import (
     ShapeOpt,
     model_at,
 )
-from emmy_core.store.recorders import StoreRecorder, TuneFileRecorder, db_recorder
+from emmy_core.store.recorders import StoreRecorder, TuneFileRecorder, check_db_target, db_recorder
 from emmy_core.targets import Card
 
 __all__ = ["StoreRecorder", "TuneFileRecorder", "db_recorder", "tune"]
@@ -241,6 +241,10 @@ def tune(
         except StoreError as exc:
             fail(str(exc))
     else:
+        try:
+            check_db_target(db)  # a database that cannot take the rows is refused before anything is measured
+        except StoreError as exc:
+            fail(f"--db: {exc}; nothing was measured")
         recorder = db_recorder(db, f"tune {model} {shape}")
     config = BenchConfig(setting=setting, source="tune", timeout_s=timeout, spread_limit=spread_limit, seed=seed,
                          progress=progress, max_busy=max_busy)

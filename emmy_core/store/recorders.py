@@ -129,6 +129,30 @@ def _check_writable_folder(folder: Path) -> None:
                              "nothing was written") from None
 
 
+def check_db_target(db: Path | None) -> Path:
+    """The database a recorder will write (None: the local tuning database), checked before anything is
+    measured: an existing path is opened as a store for writing and closed (a folder, a user's file, a locked
+    or foreign file is refused by name); a new one needs its nearest existing folder to be a writable folder.
+    Nothing is created. Raises StoreError."""
+    import os
+
+    from emmy_core.files.safefile import shown
+    from emmy_core.store import StoreError, default_db_path, open_store
+
+    path = default_db_path() if db is None else Path(db)
+    if path.exists():
+        if path.is_dir():
+            raise StoreError(f"no store at {shown(path)}: it is a folder")
+        open_store(path, "w").close()
+        return path
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise StoreError(f"cannot create a store at {shown(path)}: {shown(folder)} is not a writable folder")
+    return path
+
+
 def db_recorder(db: Path | None, origin: str) -> StoreRecorder:
     """A recorder writing into the database `db` (None: the local tuning database), opened per kernel."""
     from emmy_core.store import default_db_path, open_store

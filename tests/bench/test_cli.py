@@ -111,6 +111,15 @@ def test_a_hand_run_with_knobs_the_card_cannot_build_is_refused_not_recorded(ker
     assert not db.exists()
 
 
+def test_a_hand_run_at_a_decode_shape_builds_the_matmuls_a_tune_of_it_measures() -> None:
+    """A dynamic-T matmul is built once for every T: its first option's 64-row tile is masked at T=16 (a tune at
+    that shape measures it ok), so a hand run does not skip it as wider than this run's extent."""
+    result = runner.invoke(app, ["run", "--model", "mlp", "--shape", "B=1,S=16", "--select", "matmul"])
+    assert result.exit_code == 0, result.output
+    assert "skipped" not in result.output
+    assert result.output.count("built and verified against the reference") == 2, result.output
+
+
 def test_run_without_bench_verifies_triton_kernels_for_a_gpu_card_here(kernel_file: Path) -> None:
     result = runner.invoke(app, ["run", "--kernel", str(kernel_file), "--shape", "B=4", "--card", "NVIDIA H200",
                                  "--knob", "num_warps=2"])
@@ -132,3 +141,31 @@ def test_run_bench_on_a_models_kernels_forces_the_knobs_over_the_first_option(tm
         knobs = store.knobs(row.schedule_id)
         assert knobs is not None and knobs["vec"] == 8 and knobs["threads"] == 1 and "unroll" in knobs
         assert row.source == "hand" and row.sizes == "B=8"
+
+
+@pytest.mark.parametrize("what", ["a user's file", "a folder", "a file as the folder"])
+def test_run_bench_refuses_a_db_that_is_not_a_store_before_timing_anything(kernel_file: Path, tmp_path: Path,
+                                                                            what: str) -> None:
+    user = tmp_path / "notes.txt"
+    user.write_text("my notes\n")
+    (tmp_path / "folder").mkdir()
+    db = {"a user's file": user, "a folder": tmp_path / "folder", "a file as the folder": user / "x.db"}[what]
+    result = _hand(kernel_file, db, "--knob", f"unroll={planted.CORRECT}", "--force")
+    assert result.exit_code == 2, result.output
+    assert "--db: " in result.output and str(db) in result.output and "nothing was timed" in result.output
+    assert "timing" not in result.output and "recorded" not in result.output
+    assert user.read_text() == "my notes\n" and list((tmp_path / "folder").iterdir()) == []
+
+
+@pytest.mark.parametrize("knob", ["threads=２", "threads=1_0", "threads=+2"])
+def test_a_forced_integer_knob_takes_ascii_digits_only(kernel_file: Path, knob: str) -> None:
+    result = runner.invoke(app, ["run", "--kernel", str(kernel_file), "--shape", "B=4", "--knob", knob])
+    assert result.exit_code == 2, result.output
+    assert f"--knob {knob!r}: threads takes an integer, not {knob.split('=')[1]!r}" in result.output
+
+
+def test_a_forced_knob_too_large_for_any_integer_gets_the_range_message(kernel_file: Path) -> None:
+    result = runner.invoke(app, ["run", "--kernel", str(kernel_file), "--shape", "B=4", "--knob",
+                                 "threads=" + "9" * 5000])
+    assert result.exit_code == 2, result.output
+    assert "threads must be in 1..512" in result.output and len(result.output) < 300

@@ -216,3 +216,17 @@ def test_tune_cli_refuses_an_unwritable_or_empty_tune_file_before_measuring(tmp_
     assert result.exit_code == 2, result.output
     assert "emmy: error:" in result.output and "Traceback" not in result.output, result.output
     assert "tuning mlp" not in result.output and sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_a_tune_db_that_cannot_take_rows_is_refused_before_anything_is_measured(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once found out only when the first kernel's rows were recorded, after it had been measured."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("notes\n")
+    for db, says in (("notes.txt", "not a DuckDB database file"), (".", "it is a folder"),
+                     ("notes.txt/t.db", "is not a writable folder")):
+        result = CliRunner().invoke(app, ["tune", "--model", "mlp", "--shape", "B=1,S=1", "--budget", "1",
+                                          "--strategy", "first", "--db", db, "--no-progress"])
+        assert result.exit_code == 2 and says in result.output and "nothing was measured" in result.output, result.output
+        assert "tuning mlp" not in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"] and (tmp_path / "notes.txt").read_text() == "notes\n"
