@@ -31,7 +31,11 @@ def show(
     """Print the canonical text, the identity and the structural facts at the given sizes."""
     kernel = _load(path)
     try:
-        f = facts(kernel, parse_sizes(sizes)) if isinstance(kernel, Program) else None
+        given = parse_sizes(sizes)
+        if not isinstance(kernel, Program) and given:
+            raise IRError(f"{kernel.name} is an extern kernel: it has no dynamic axes to size "
+                          f"({', '.join(sorted(given))} given)")
+        f = facts(kernel, given) if isinstance(kernel, Program) else None
     except IRError as exc:
         fail(str(exc))
     if as_json:

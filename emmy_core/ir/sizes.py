@@ -8,8 +8,8 @@ from emmy_core.ir.errors import IRError
 from emmy_core.ir.names import name_problem
 from emmy_core.ir.nodes import Program
 
-_ITEM = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,63})=([0-9]{1,10})\Z")
-_NEGATIVE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}=-[0-9]{1,10}\Z")
+_ITEM = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,63})=([0-9]+)\Z")  # ASCII digits only (int() takes any)
+_NEGATIVE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}=-[0-9]+\Z")
 MAX_SIZE = 2**31 - 1
 
 
@@ -26,13 +26,15 @@ def parse_sizes(text: str) -> dict[str, int]:
             if _NEGATIVE.match(item.strip()):
                 raise IRError(f"size {item.strip()[:40]!r}: sizes must be positive whole numbers (1..{MAX_SIZE})")
             raise IRError(f"size {item[:40]!r} is not NAME=INT")
-        name, value = m.group(1), int(m.group(2))
+        name, digits = m.group(1), m.group(2)
         if name_problem(name) is not None:
             raise IRError(f"size name {name!r}: {name_problem(name)}")
         if name in out:
             raise IRError(f"size {name!r} given twice")
+        value = int(digits) if len(digits.lstrip("0")) <= len(str(MAX_SIZE)) else MAX_SIZE + 1
         if not 1 <= value <= MAX_SIZE:
-            raise IRError(f"size {name}={value} out of 1..{MAX_SIZE}")
+            shown = digits if len(digits) <= 20 else digits[:20] + "..."
+            raise IRError(f"size {name}={shown} out of 1..{MAX_SIZE}")
         out[name] = value
     return out
 

@@ -57,3 +57,9 @@ def test_sizes_text_is_parsed_strictly(bad: str) -> None:
 def test_sizes_text_is_canonical() -> None:
     assert format_sizes(parse_sizes("S=512,B=8")) == "B=8,S=512"
     assert parse_sizes("") == {}
+
+
+@pytest.mark.parametrize("big", ["99999999999", "9" * 5000])
+def test_a_size_too_large_gets_the_range_message_not_the_format_one(big: str) -> None:
+    with pytest.raises(IRError, match=r"size B=[0-9]+(\.\.\.)? out of 1\.\.2147483647"):
+        parse_sizes(f"B={big},S=1")

@@ -49,3 +49,10 @@ def test_ir_missing_file_is_a_clear_error(tmp_path: Path) -> None:
 def test_every_ir_command_has_help() -> None:
     for args in (["--help"], ["ir", "--help"], ["ir", "show", "--help"], ["ir", "id", "--help"]):
         assert runner.invoke(app, args).exit_code == 0
+
+
+def test_ir_show_refuses_sizes_for_an_extern_kernel_which_has_no_dynamic_axes() -> None:
+    text = "extern foo {\n problem 1, 2, 3\n space " + "a" * 64 + "\n}\n"
+    assert runner.invoke(app, ["ir", "show", "-"], input=text).exit_code == 0
+    result = runner.invoke(app, ["ir", "show", "-", "--sizes", "B=8"], input=text)
+    assert result.exit_code == 2 and "foo is an extern kernel: it has no dynamic axes to size (B given)" in result.output
