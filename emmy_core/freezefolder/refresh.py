@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from emmy_core.files.freeze import card_file_slug, freeze_store
-from emmy_core.files.safefile import FileWriteError, shown, why
+from emmy_core.files.safefile import FileWriteError, locked_folder, shown, why
 from emmy_core.files.sourcefile import SourceError, gc_paused
 from emmy_core.freezefolder.freeze_names import FREEZE_NAME, TUNE_NAME, freeze_folder
 from emmy_core.store.errors import StoreError
@@ -34,19 +34,23 @@ def refresh_freeze(freeze_dir: Path | str, progress: Progress | None = None) -> 
     d = Path(freeze_dir)
     if not d.is_dir():
         raise StoreError(f"{d} is not a folder")
-    folder = freeze_folder(d)
-    freezes, tunes = folder.freezes, folder.tunes
-    report = RefreshReport()
-    try:
-        report.freezes = _fold(d, freezes, tunes, report, progress)
-    except SourceError:
-        raise
-    except StoreError as exc:
-        raise type(exc)(f"{exc}; the refresh stopped and the freeze and tune files in {shown(d)} are as they "
-                        "were") from None
-    for path in tunes:
-        path.unlink()
-        report.folded.append(path)
+    # one refresh of a folder at a time, from listing its files to removing the folded ones: two at once could
+    # each fold a different set, and the slower one's freeze, renamed in last, would drop the other's rows
+    # (the lock is the one a tune file's merge takes in its folder, so none is written half-way through either)
+    with locked_folder(d):
+        folder = freeze_folder(d)
+        freezes, tunes = folder.freezes, folder.tunes
+        report = RefreshReport()
+        try:
+            report.freezes = _fold(d, freezes, tunes, report, progress)
+        except SourceError:
+            raise
+        except StoreError as exc:
+            raise type(exc)(f"{exc}; the refresh stopped and the freeze and tune files in {shown(d)} are as they "
+                            "were") from None
+        for path in tunes:
+            path.unlink(missing_ok=True)  # folded; a user may have removed it meanwhile
+            report.folded.append(path)
     return report
 
 

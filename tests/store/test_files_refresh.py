@@ -78,6 +78,42 @@ def test_refresh_folds_tune_files_into_the_freeze_and_removes_them(freezes: Path
     assert (freezes / "nvidia-h200.json").read_bytes() == again
 
 
+def test_two_refreshes_at_once_take_turns_so_a_tune_file_landing_between_them_keeps_its_rows(freezes: Path) -> None:
+    """Refresh A has listed the folder and is folding; a new tune file lands and refresh B starts. Without a
+    lock B folded and removed it, then A renamed its older freeze over B's: the new rows were gone."""
+    import threading
+
+    tune(freezes / tune_file_name(H200.name, "20261130T010000Z"), 10.0)
+    folding, go = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def paused(_: str) -> None:
+        folding.set()
+        go.wait(30)
+
+    def run(progress: object) -> None:
+        try:
+            refresh_freeze(freezes, progress)  # type: ignore[arg-type]
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    a = threading.Thread(target=run, args=(paused,))
+    a.start()
+    assert folding.wait(30)
+    late = tune(freezes / tune_file_name(H200.name, "20261130T020000Z"), 5.0, {"block": 256, "num_warps": 8})
+    b = threading.Thread(target=run, args=(None,))
+    b.start()
+    b.join(1.0)
+    assert b.is_alive()  # waiting for A's turn, not folding beside it
+    go.set()
+    a.join(60)
+    b.join(60)
+    assert not errors and not a.is_alive() and not b.is_alive()
+    assert not late.exists() and not [p for p in freezes.iterdir() if ".tune-" in p.name]
+    text = (freezes / "nvidia-h200.json").read_text()
+    assert '"median_us":10.0' in text and '"median_us":5.0' in text
+
+
 def test_a_crash_before_the_freeze_is_written_loses_nothing(freezes: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     before = {p.name: p.read_bytes() for p in freezes.iterdir()}
     t1 = tune(freezes / tune_file_name(H200.name, "20261130T010000Z"), 10.0)
