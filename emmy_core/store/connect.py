@@ -24,7 +24,7 @@ from emmy_core.store.errors import StoreError, StoreLockedError
 
 DEFAULT_LOCK_TIMEOUT = 30.0
 _PID = re.compile(r"PID (\d+)")
-_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+_NO_EXTENSIONS = ("SET autoinstall_known_extensions = false", "SET autoload_known_extensions = false")
 _MAGIC, _MAGIC_AT = b"DUCK", 8
 
 
@@ -67,7 +67,10 @@ def connect(path: Path, *, read_only: bool, lock_timeout: float = DEFAULT_LOCK_T
     pause = 0.02
     while True:
         try:
-            return duckdb.connect(str(path), read_only=read_only, config=dict(_CONFIG))
+            con = duckdb.connect(str(path), read_only=read_only)
+            for statement in _NO_EXTENSIONS:  # SET, not connect's config: a plain duckdb.connect of this process
+                con.execute(statement)  # to the same file (an analyst's) would be refused as another configuration
+            return con
         except duckdb.IOException as exc:
             if not _is_lock_error(exc):
                 raise StoreError(f"cannot open {path}: {first_line(exc)}") from None

@@ -55,3 +55,14 @@ def test_store_connections_never_install_or_load_duckdb_extensions_automatically
     finally:
         con.close()
     assert got == (False, False)
+
+
+def test_a_plain_duckdb_connection_to_an_open_store_is_not_refused_as_another_configuration(tmp_path: Path) -> None:
+    import duckdb
+
+    con = connect(tmp_path / "s.db", read_only=False, lock_timeout=0)
+    try:
+        other = duckdb.connect(str(tmp_path / "s.db"))  # an analyst's, in the same process
+        other.close()
+    finally:
+        con.close()
