@@ -38,7 +38,7 @@ from torch import nn
 
 from emmy_core.compiler.build import Builder, runnable_here
 from emmy_core.compiler.compare import check_outputs
-from emmy_core.compiler.compiled import Compiled, card_of
+from emmy_core.compiler.compiled import Compiled, NoGradientsWarning, card_of
 from emmy_core.compiler.launch import Launcher
 from emmy_core.compiler.memory import check_fits
 from emmy_core.compiler.runner import Runner, RunnerCache, output_views
@@ -82,6 +82,8 @@ class GraphReport:
     notes: tuple[str, ...]
     groups: int  # groups compiled to Emmy graphs (live or handed back)
     built: bool = True  # False: resolved only (explain); the ops "on Emmy" are the ones planned for it
+    calls: int = 0  # calls of the graph
+    torch_calls: int = 0  # calls of its live groups that torch ran instead (autograd on, a size of 0, ...)
 
     @property
     def flops_share(self) -> float | None:
@@ -91,6 +93,7 @@ class GraphReport:
         return {"name": self.name, "ops": self.ops, "ops_on_emmy": self.ops_on_emmy,
                 "matmul_flops": self.matmul_flops, "matmul_flops_on_emmy": self.matmul_flops_on_emmy,
                 "sizes": dict(self.sizes), "groups": self.groups, "notes": list(self.notes), "built": self.built,
+                "calls": self.calls, "torch_calls": self.torch_calls,
                 "fell_back": [{"node": f.node, "op": f.op, "reason": f.reason} for f in self.fell_back]}
 
 
@@ -101,6 +104,7 @@ class GroupStatus:
 
     nodes: tuple[str, ...]
     off: str | None = None
+    torch_calls: int = 0  # calls of a live group that torch ran (autograd on, a size of 0, a changed attribute)
 
 
 class EmmyGroup(nn.Module):
@@ -125,7 +129,7 @@ class EmmyGroup(nn.Module):
         self._building = threading.Lock()
         self._packs: dict[tuple[object, ...], tuple[object, torch.Tensor]] = {}  # weights packed once for all sizes
         self._weights_key: tuple = ()
-        self.torch_calls = 0  # calls torch ran (autograd on, a size of 0)
+        self._warned_grad = False
 
     def _sizes_of(self, args: Sequence[Any]) -> tuple[dict[str, int] | None, str]:
         """The group's named sizes at `args` (None where one is below 1: torch runs it) and their text (the key
@@ -214,19 +218,29 @@ class EmmyGroup(nn.Module):
         self._packs.clear()
         self._note(f"{self.compiled.lowered.graph.name} runs as torch: {why}")
 
+    @property
+    def torch_calls(self) -> int:
+        """Calls of this live group that torch ran (autograd on, a size of 0, a changed attribute)."""
+        return self.status.torch_calls
+
     def forward(self, *args: Any) -> Any:
         if self.off is not None:
             return self.torch_sub(*args)
         if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-            self.torch_calls += 1
+            self.status.torch_calls += 1
+            if not self._warned_grad:  # torch keeps the gradients right; the user should know Emmy did not run
+                self._warned_grad = True
+                warnings.warn(NoGradientsWarning(
+                    f"{self.compiled.lowered.graph.name} was called where torch tracks gradients: torch ran it (Emmy "
+                    "computes no gradients); call it under torch.no_grad() to run Emmy's kernels"), stacklevel=2)
             return self.torch_sub(*args)
         sizes, text = self._sizes_of(args)
         if sizes is None:
-            self.torch_calls += 1
+            self.status.torch_calls += 1
             return self.torch_sub(*args)
         for pos, want in self.translated.consts:
             if float(args[pos]) != want:  # a lifted attribute changed since compile: torch computes with it
-                self.torch_calls += 1
+                self.status.torch_calls += 1
                 return self.torch_sub(*args)
         if self.resolve_only:  # explain: the forks settled at this size, the values computed by torch
             self.compiled.resolve(sizes)
@@ -315,7 +329,8 @@ class GraphState:
         flops = {n: at_last(f) for n, f in self.flops.items()}
         return GraphReport(self.name, len(self.ops), sum(1 for n, _ in self.ops if n in live), sum(flops.values()),
                            sum(v for n, v in flops.items() if n in live), {str(s): v for s, v in self.last.items()},
-                           tuple(fell), tuple(self.notes), len(self.groups), self.built)
+                           tuple(fell), tuple(self.notes), len(self.groups), self.built, self.calls,
+                           sum(g.torch_calls for g in self.groups if g.off is None))
 
 
 _GRAPHS: list[GraphState] = []  # every graph the backend compiled in this process, for compile_reports()
@@ -336,6 +351,9 @@ def render_reports(reports: Sequence[GraphReport]) -> str:
         lines.append(f"{r.name} ({sizes}): {r.ops_on_emmy}/{r.ops} ops on Emmy kernels{planned}; "
                      f"matmul FLOPs on Emmy {r.matmul_flops_on_emmy}/{r.matmul_flops} ({share})")
         lines += [f"  torch {f.op} ({f.node}): {f.reason}" for f in r.fell_back]
+        if r.torch_calls:
+            lines.append(f"  torch ran {r.torch_calls} group call(s) in {r.calls} call(s) of the graph: gradients "
+                         "tracked (call under torch.no_grad()), a size of 0 or a changed attribute")
         lines += [f"  note: {n}" for n in r.notes]
     total = sum(r.matmul_flops for r in reports)
     if len(reports) > 1 and total:

@@ -421,3 +421,28 @@ def test_a_weight_is_packed_once_for_every_size_and_again_when_edited_in_place()
         x = torch.randn(2, 5, H)
         torch.testing.assert_close(c(x), m(x))
         assert len(group._packs) == len(packed) and set(group._packs) != set(packed)
+
+
+def test_a_call_where_torch_tracks_gradients_runs_torch_warns_once_and_the_report_counts_it() -> None:
+    """Autograd needs torch's own ops, so such a call runs torch (its gradients are right); the user is told
+    once, and the report no longer claims Emmy ran it."""
+    from emmy_core.compiler import NoGradientsWarning
+    from emmy_core.compiler.backend import render_reports
+
+    torch.manual_seed(0)
+    m = Scaled().eval()
+    c = torch.compile(m, backend=emmy_backend(prior=False), dynamic=True)
+    x = torch.randn(2, 5, H)
+    with pytest.warns(NoGradientsWarning, match="torch ran it"):
+        y = c(x)
+    assert y.grad_fn is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per group, not per call
+        c(x)
+    report = compile_reports()[-1]
+    assert report.torch_calls == 2 and report.to_json()["torch_calls"] == 2
+    assert "torch ran 2 group call(s)" in render_reports([report])
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
+    by_name = {r.name: r for r in compile_reports()}  # grad mode is a guard: Dynamo compiled another graph for it
+    assert by_name[report.name].torch_calls == 2 and compile_reports()[-1].torch_calls == 0  # it ran on Emmy
