@@ -39,8 +39,10 @@ def _record(fd: int) -> dict[str, object] | None:
         data = os.pread(fd, MAX_RECORD, 0)
     except OSError:
         return None
+    if not data.strip():
+        return None  # a clean release leaves the file empty: nobody held it
     try:
-        doc = json.loads(data.decode("utf-8")) if data.strip() else None
+        doc = json.loads(data.decode("utf-8"))
     except ValueError:
         return {"unreadable": True}
     return doc if isinstance(doc, dict) else {"unreadable": True}

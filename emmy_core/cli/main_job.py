@@ -154,7 +154,7 @@ def fork_section(model: str, dims: dict[str, int], setting: str) -> dict[str, in
 
 def next_steps_section(data: Path) -> None:
     """The three ways to look further, each a command to paste."""
-    from emmy_core.chain.paths import MLFLOW_DB
+    from emmy_core.prior.tracking import resolve_uri
 
     table = data / "dataset" / "measurements.parquet"
     query = ("SELECT card, setting, count(*) AS rows, count(DISTINCT kernel_id) AS kernels FROM "
@@ -163,6 +163,6 @@ def next_steps_section(data: Path) -> None:
     say("the asset graph, its runs and checks (then open http://127.0.0.1:3000):")
     say("  DAGSTER_HOME=\"$PWD\" .venv/bin/dagster dev -m pipelines.definitions -h 127.0.0.1 -p 3000")
     say("every fit, its parameters, metrics and plots (then open http://127.0.0.1:5000):")
-    say(f"  .venv/bin/mlflow ui --backend-store-uri sqlite:///{MLFLOW_DB} --host 127.0.0.1 --port 5000")
+    say(f"  .venv/bin/mlflow ui --backend-store-uri {resolve_uri(None)} --host 127.0.0.1 --port 5000")  # fits' own
     say("the dataset, with DuckDB:")
     say(f"  .venv/bin/python -c \"import duckdb; duckdb.sql(\\\"{query}\\\").show()\"")

@@ -17,7 +17,9 @@ from tests.chain.reports import evaluation
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_on_a_fresh_machine_it_says_what_is_missing_and_still_shows_the_forks(tmp_path: Path) -> None:
+def test_on_a_fresh_machine_it_says_what_is_missing_and_still_shows_the_forks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     result = CliRunner().invoke(app, ["main", "--data", str(tmp_path), "--model", "mlp"])
     assert result.exit_code == 0, result.output
     out = result.output
@@ -26,6 +28,14 @@ def test_on_a_fresh_machine_it_says_what_is_missing_and_still_shows_the_forks(tm
     assert "3 kernels, 3 distinct" in out or "kernels," in out
     assert "dagster dev -m pipelines.definitions -h 127.0.0.1" in out
     assert "mlflow ui --backend-store-uri sqlite:///_tune/mlflow.db" in out
+
+
+def test_the_mlflow_hint_names_the_store_the_fits_were_tracked_in(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/elsewhere.db")
+    result = CliRunner().invoke(app, ["main", "--data", str(tmp_path), "--model", "mlp"])
+    assert result.exit_code == 0, result.output
+    assert f"mlflow ui --backend-store-uri sqlite:///{tmp_path}/elsewhere.db" in " ".join(result.output.split())
 
 
 def test_it_reads_the_evaluation_and_the_tuning_database_the_chain_left(tmp_path: Path) -> None:

@@ -83,6 +83,14 @@ def test_the_stale_lock_of_a_dead_pid_is_taken_over_with_a_note(tmp_path: Path) 
     assert any(f"PID {dead.pid}" in s and "no longer running" in s and "taken over" in s for s in said)
 
 
+def test_a_lock_released_cleanly_is_taken_again_without_a_stale_lock_note(tmp_path: Path) -> None:
+    said: list[str] = []
+    for _ in range(3):  # a fresh file, then the empty file each clean release leaves
+        with run_lock(tmp_path / "chain.lock", say=said.append):
+            assert json.loads((tmp_path / "chain.lock").read_text())["pid"] == os.getpid()
+    assert said == [] and (tmp_path / "chain.lock").read_text() == ""
+
+
 def test_python_m_pipelines_refuses_while_another_chain_runs_in_the_workspace(tmp_path: Path) -> None:
     lock = tmp_path / "_data" / "chain.lock"
     proc = hold(lock, 120)
