@@ -301,8 +301,9 @@ def _share(reports) -> tuple[int, int]:  # type: ignore[no-untyped-def]
 
 
 def backend_vs_torch(args: argparse.Namespace) -> None:
-    from emmy_core.compiler.backend import _GRAPHS, emmy_backend, render_reports, run_backend
+    from emmy_core.compiler.backend import _GRAPHS, emmy_backend, run_backend
     from emmy_core.compiler.compare import interleaved_medians, max_error
+    from emmy_core.compiler.coverage import render_reports
     from emmy_core.search.module_tune import tune_module
 
     db = args.db or Path(tempfile.mkdtemp()) / "none.db"

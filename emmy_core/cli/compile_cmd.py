@@ -83,8 +83,8 @@ def compile_command(
     """Compile a model on generated kernels; with --run, compare it with torch (error and time)."""
     from emmy_core.compiler import StrictEvidenceError, TooLarge
     from emmy_core.compiler import compile as emmy_compile
-    from emmy_core.compiler.backend import render_reports
     from emmy_core.compiler.compare import compare
+    from emmy_core.compiler.coverage import render_reports
     from emmy_core.compiler.memory import check_fits
     from emmy_core.graph.errors import GraphError
     from emmy_core.targets import UnknownCard

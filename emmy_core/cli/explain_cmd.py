@@ -71,7 +71,7 @@ def explain_command(
         out["coverage"] = [r.to_json() for r in reports]
         typer.echo(json.dumps(out, indent=2, sort_keys=True))
     else:
-        from emmy_core.compiler.backend import render_reports
+        from emmy_core.compiler.coverage import render_reports
 
         typer.echo(compiled.explain())
         traced = ",".join(f"{k}={v}" for k, v in COVERAGE_SIZES.items())

@@ -39,6 +39,7 @@ from torch import nn
 from emmy_core.compiler.build import Builder, runnable_here
 from emmy_core.compiler.compare import check_outputs
 from emmy_core.compiler.compiled import Compiled, NoGradientsWarning, card_of
+from emmy_core.compiler.coverage import FellBack, GraphReport
 from emmy_core.compiler.launch import Launcher
 from emmy_core.compiler.memory import check_fits
 from emmy_core.compiler.runner import Runner, RunnerCache, output_views
@@ -57,44 +58,6 @@ from emmy_core.targets.card import Card
 
 FALLBACKS = ("eager", "inductor")  # how the ops left to torch run
 BACKEND_OPTIONS = frozenset({"card", "setting", "tuning_db", "freezes", "prior", "attention", "fallback"})
-
-
-@dataclass(frozen=True)
-class FellBack:
-    """An op torch ran instead of Emmy: its FX node, what it is, and why."""
-
-    node: str
-    op: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class GraphReport:
-    """The coverage of one compiled graph at the sizes it last ran."""
-
-    name: str
-    ops: int
-    ops_on_emmy: int
-    matmul_flops: int
-    matmul_flops_on_emmy: int
-    sizes: dict[str, int]  # Dynamo's symbols at the last run
-    fell_back: tuple[FellBack, ...]
-    notes: tuple[str, ...]
-    groups: int  # groups compiled to Emmy graphs (live or handed back)
-    built: bool = True  # False: resolved only (explain); the ops "on Emmy" are the ones planned for it
-    calls: int = 0  # calls of the graph
-    torch_calls: int = 0  # calls of its live groups that torch ran instead (autograd on, a size of 0, ...)
-
-    @property
-    def flops_share(self) -> float | None:
-        return self.matmul_flops_on_emmy / self.matmul_flops if self.matmul_flops else None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "ops": self.ops, "ops_on_emmy": self.ops_on_emmy,
-                "matmul_flops": self.matmul_flops, "matmul_flops_on_emmy": self.matmul_flops_on_emmy,
-                "sizes": dict(self.sizes), "groups": self.groups, "notes": list(self.notes), "built": self.built,
-                "calls": self.calls, "torch_calls": self.torch_calls,
-                "fell_back": [{"node": f.node, "op": f.op, "reason": f.reason} for f in self.fell_back]}
 
 
 @dataclass
@@ -339,27 +302,6 @@ _GRAPHS: list[GraphState] = []  # every graph the backend compiled in this proce
 def compile_reports() -> list[GraphReport]:
     """The coverage of every graph the `emmy` backend compiled in this process, in compile order."""
     return [g.report() for g in _GRAPHS]
-
-
-def render_reports(reports: Sequence[GraphReport]) -> str:
-    """The coverage as text: one line per graph, then each op that fell back with its reason."""
-    lines = []
-    for r in reports:
-        share = f"{100 * r.flops_share:.1f}%" if r.flops_share is not None else "no matmul"
-        sizes = ",".join(f"{k}={v}" for k, v in sorted(r.sizes.items())) or "static"
-        planned = "" if r.built else " (planned: resolved, not built)"
-        lines.append(f"{r.name} ({sizes}): {r.ops_on_emmy}/{r.ops} ops on Emmy kernels{planned}; "
-                     f"matmul FLOPs on Emmy {r.matmul_flops_on_emmy}/{r.matmul_flops} ({share})")
-        lines += [f"  torch {f.op} ({f.node}): {f.reason}" for f in r.fell_back]
-        if r.torch_calls:
-            lines.append(f"  torch ran {r.torch_calls} group call(s) in {r.calls} call(s) of the graph: gradients "
-                         "tracked (call under torch.no_grad()), a size of 0 or a changed attribute")
-        lines += [f"  note: {n}" for n in r.notes]
-    total = sum(r.matmul_flops for r in reports)
-    if len(reports) > 1 and total:
-        on = sum(r.matmul_flops_on_emmy for r in reports)
-        lines.append(f"all graphs: matmul FLOPs on Emmy {on}/{total} ({100 * on / total:.1f}%)")
-    return "\n".join(lines)
 
 
 def lifted_floats(gm: fx.GraphModule, example_inputs: Sequence[Any], params: set[str]) -> dict[str, float]:

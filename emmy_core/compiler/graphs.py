@@ -25,8 +25,9 @@ from typing import Any, NoReturn
 import torch
 from torch import nn
 
-from emmy_core.compiler.backend import GraphReport, GraphState, render_reports
+from emmy_core.compiler.backend import GraphState
 from emmy_core.compiler.compiled import NoGradientsWarning, card_of, check_arguments
+from emmy_core.compiler.coverage import GraphReport, render_reports
 from emmy_core.evidence.context import PriorArg
 from emmy_core.evidence.freeze import FreezesArg
 from emmy_core.evidence.resolution import ResolutionRecord

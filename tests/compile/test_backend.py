@@ -120,7 +120,7 @@ def test_an_op_emmy_does_not_lower_runs_as_torch_and_the_report_names_it() -> No
     fell = {f.op: f.reason for f in report.fell_back}
     assert "torch.cumsum" in fell and "no kernel" in fell["torch.cumsum"]
     assert report.ops_on_emmy >= 3 and report.matmul_flops == report.matmul_flops_on_emmy == 2 * 2 * (2 * 5 * H * H)
-    assert "torch.cumsum" in emmy_core.compiler.backend.render_reports([report])
+    assert "torch.cumsum" in emmy_core.compiler.coverage.render_reports([report])
 
 
 def test_a_weight_edited_in_place_after_compile_is_followed() -> None:
@@ -427,7 +427,7 @@ def test_a_call_where_torch_tracks_gradients_runs_torch_warns_once_and_the_repor
     """Autograd needs torch's own ops, so such a call runs torch (its gradients are right); the user is told
     once, and the report no longer claims Emmy ran it."""
     from emmy_core.compiler import NoGradientsWarning
-    from emmy_core.compiler.backend import render_reports
+    from emmy_core.compiler.coverage import render_reports
 
     torch.manual_seed(0)
     m = Scaled().eval()
