@@ -15,7 +15,7 @@ def dataset(context: dg.AssetExecutionContext, paths: EmmyPaths, store: DuckDBSt
     from emmy_core.chain import steps
 
     chain = paths.chain()
-    manifest = steps.export(chain, lambda t: context.log.info(f"exporting {t}"), db=store.file)
+    manifest = steps.export(chain, lambda t: context.log.info(f"exporting {t}"), db=store.file(paths))
     pools = manifest["tables"]["pools"]["candidates"]
     return dg.MaterializeResult(data_version=dg.DataVersion(manifest["digest"]), metadata={
         "path": dg.MetadataValue.path(str(chain.dataset)), "digest": manifest["digest"],

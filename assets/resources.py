@@ -31,15 +31,15 @@ class EmmyPaths(dg.ConfigurableResource):
 
 
 class DuckDBStore(dg.ConfigurableResource):
-    """The chain's tuning database: one DuckDB file, opened per operation and closed at once. Assets that write
-    it share the `duckdb` pool (limit 1 in `dagster.yaml`): DuckDB allows one writing process per file."""
+    """The chain's tuning database: one DuckDB file, opened per operation and closed at once (by default `tune.db`
+    in `EmmyPaths.data_dir`). Assets that write it share the `duckdb` pool: one writing process per file."""
 
-    path: str = str(ChainPaths().tune_db)
+    path: str = ""  # empty: tune.db in the paths' data folder
     lock_timeout_s: float = 30.0
 
-    @property
-    def file(self) -> Path:
-        return Path(self.path)
+    def file(self, paths: EmmyPaths) -> Path:
+        """The database file: `path` when set, else the chain's `tune_db` under `paths`' data folder."""
+        return Path(self.path) if self.path else paths.chain().tune_db
 
 
 class MLflowTracking(dg.ConfigurableResource):

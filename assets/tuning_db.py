@@ -10,19 +10,19 @@ GROUP = "store"
 
 
 @dg.asset(deps=[refreshed_freeze], group_name=GROUP, pool="duckdb", description=(
-    "The freeze imported into a fresh DuckDB file (`_data/tune.db`, `chain.steps.import_freeze`): the snapshot the "
+    "The freeze imported into a fresh DuckDB file (`tune.db` in the data folder, `chain.steps.import_freeze`): the snapshot the "
     "dataset is exported from. A file the importer refuses fails it. Its data version is the content digest."))
 def tuning_db(context: dg.AssetExecutionContext, paths: EmmyPaths, store: DuckDBStore) -> dg.MaterializeResult:
     from emmy_core.chain import steps
     from emmy_core.store.stats import cards_markdown, db_stats
 
     try:
-        done = steps.import_freeze(paths.chain(), lambda s: context.log.info(f"importing {s}"), db=store.file)
+        done = steps.import_freeze(paths.chain(), lambda s: context.log.info(f"importing {s}"), db=store.file(paths))
     except steps.ChainError as exc:
         raise dg.Failure(description=str(exc)) from None
-    stats = db_stats(store.file)
+    stats = db_stats(store.file(paths))
     return dg.MaterializeResult(data_version=dg.DataVersion(done.digest), metadata={
-        "path": dg.MetadataValue.path(str(store.file)), "digest": done.digest,
+        "path": dg.MetadataValue.path(str(store.file(paths))), "digest": done.digest,
         "sources": dg.MetadataValue.json(done.sources), "rows": dg.MetadataValue.json(stats["tables"]),
         "measurements": stats["tables"].get("measurements", 0), "goldens": stats["goldens"]["total"],
         "cards": dg.MetadataValue.md(cards_markdown(stats))})
@@ -31,12 +31,12 @@ def tuning_db(context: dg.AssetExecutionContext, paths: EmmyPaths, store: DuckDB
 @dg.asset_check(asset=tuning_db, blocking=True, pool="duckdb", description=(
     "`emmy db check` on the tuning database: every digest, reference, card, knob and version agrees. "
     "Blocking: on a failure nothing downstream materializes."))
-def tuning_db_consistent(store: DuckDBStore) -> dg.AssetCheckResult:
+def tuning_db_consistent(paths: EmmyPaths, store: DuckDBStore) -> dg.AssetCheckResult:
     from emmy_core.store.check import check_db
     from emmy_core.store.errors import StoreError
 
     try:
-        report = check_db(store.file)
+        report = check_db(store.file(paths))
     except StoreError as exc:  # no store, or not one: that is the finding
         return dg.AssetCheckResult(passed=False, description=str(exc)[:1000])
     return check_result(report)

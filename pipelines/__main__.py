@@ -2,13 +2,14 @@
 
 Materializes freeze -> tuning database -> dataset -> prior -> evaluation through Dagster with
 the embedded defaults (DuckDB under `_data/`, MLflow at `_tune/mlflow.db`), on the Dagster
-instance of `dagster.yaml` when run from the repository root (so `dagster dev` shows the run
-afterwards), then prints the main job's report: the evaluation table, the model's forks with
+instance at `$DAGSTER_HOME` when set, else that of `dagster.yaml` when run from the repository
+root (so `dagster dev` shows the run afterwards), then prints the main job's report: the evaluation table, the model's forks with
 the evidence answering each, and the three ways to look further.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -35,10 +36,21 @@ SUMMARY = {  # what to say of each asset: its metadata keys worth a line
 }
 
 
+class InstanceError(Exception):
+    """DAGSTER_HOME names no folder: the run would have nowhere its history is kept."""
+
+
 @contextmanager
-def repository_instance(root: Path) -> Iterator[dg.DagsterInstance]:
-    """The instance `dagster.yaml` at `root` configures (storage under .dagster/), else a throwaway one."""
-    if (root / "dagster.yaml").is_file():
+def repository_instance(root: Path, home: str = "") -> Iterator[dg.DagsterInstance]:
+    """The instance at `home` (DAGSTER_HOME, as the `dagster` CLI reads it) when given, else the one `dagster.yaml`
+    at `root` configures (storage under .dagster/), else a throwaway one."""
+    if home:
+        if not Path(home).is_dir():
+            raise InstanceError(f"DAGSTER_HOME={home!r} is not a folder (make it, or unset DAGSTER_HOME to use "
+                                f"this repository's dagster.yaml)")
+        with dg.DagsterInstance.from_config(home) as instance:
+            yield instance
+    elif (root / "dagster.yaml").is_file():
         with dg.DagsterInstance.from_config(str(root)) as instance:
             yield instance
     else:
@@ -108,7 +120,7 @@ def main(
         with run_lock(data / LOCK_FILE, wait_s=wait, say=lambda m: print(m, flush=True)):
             started = time.monotonic()
             print(f"== the chain, in this process: {' -> '.join(CHAIN)}", flush=True)
-            with repository_instance(root) as instance:
+            with repository_instance(root, os.environ.get("DAGSTER_HOME", "")) as instance:
                 result = run_chain(chain_assets(), dict(defs.resources), instance)
             summarize(result)
             cause = "" if result.success else failure_cause(result) or "a step failed"
@@ -119,6 +131,9 @@ def main(
     except RunLockedError as exc:
         print(f"python -m pipelines: {exc}", file=sys.stderr, flush=True)
         raise typer.Exit(3) from None
+    except InstanceError as exc:
+        print(f"python -m pipelines: {exc}", file=sys.stderr, flush=True)
+        raise typer.Exit(2) from None
     if not result.success:
         raise typer.Exit(1)
 

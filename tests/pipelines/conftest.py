@@ -25,7 +25,7 @@ def make_resources(root: Path, mlflow_uri: str) -> dict[str, dg.ConfigurableReso
     return {"paths": EmmyPaths(freeze_dir=str(root / "freezes"), tune_inbox=str(root / "inbox"),
                                data_dir=str(root / "data"), fits_dir=str(root / "fits"),
                                installed_prior=str(root / "installed.json")),
-            "store": DuckDBStore(path=str(root / "data" / "tune.db")),
+            "store": DuckDBStore(),  # tune.db in data_dir, as the default resources place it
             "mlflow": MLflowTracking(tracking_uri=mlflow_uri), "compute": ComputeScheduler()}
 
 

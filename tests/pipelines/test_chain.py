@@ -108,6 +108,12 @@ def test_the_whole_chain_materializes_in_process(chain: Chain) -> None:
         assert (chain.root / "data" / "evaluation" / name).stat().st_size > 1000
 
 
+def test_the_tuning_database_lives_in_the_configured_data_folder(chain: Chain) -> None:
+    # the store resource names no path (as the default definitions): moving data_dir moves tune.db with it
+    assert Path(metadata(chain.first, "tuning_db")["path"]) == chain.root / "data" / "tune.db"
+    assert (chain.root / "data" / "tune.db").is_file()
+
+
 def test_freezing_the_same_store_twice_changes_no_byte(chain: Chain) -> None:
     assert chain.freeze_before == chain.freeze_after_first == chain.freeze_after_second
 

@@ -116,3 +116,33 @@ def test_the_readmes_asset_graph_figure_is_drawn_from_these_definitions(tmp_path
     assert figure.drawn(figure.OUT) == figure.describe(placed), "docs/asset-graph.png shows other definitions"
     figure.draw(placed[:-1], tmp_path / "other.png")  # a figure of another graph is told apart
     assert figure.drawn(tmp_path / "other.png") != figure.describe(placed)
+
+
+def test_the_store_follows_the_data_folder_unless_it_names_its_own_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from assets.resources import DuckDBStore, EmmyPaths
+
+    paths = EmmyPaths(data_dir=str(tmp_path / "data"))
+    assert DuckDBStore().file(paths) == tmp_path / "data" / "tune.db"
+    assert DuckDBStore(path=str(tmp_path / "own.db")).file(paths) == tmp_path / "own.db"
+
+
+def test_python_m_pipelines_keeps_its_runs_where_dagster_home_says(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """As the `dagster` CLI does: DAGSTER_HOME when set, else the repository's dagster.yaml, else a throwaway
+    instance; a DAGSTER_HOME that is no folder is refused by name, not replaced by a temporary home."""
+    from pathlib import Path
+
+    from pipelines.__main__ import InstanceError, repository_instance
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (tmp_path / "repo").mkdir()
+    with repository_instance(tmp_path / "repo", str(home)) as instance:
+        assert Path(instance.root_directory) == home and not instance.is_ephemeral
+    with repository_instance(tmp_path / "repo", "") as instance:
+        assert instance.is_ephemeral
+    root = Path(__file__).resolve().parents[2]
+    with repository_instance(root, "") as instance:
+        assert not instance.is_ephemeral and Path(instance.root_directory).name == ".dagster"
+    with pytest.raises(InstanceError, match="is not a folder"):
+        with repository_instance(root, str(tmp_path / "missing")):
+            pass
