@@ -68,8 +68,12 @@ def read_input(path: os.PathLike[str] | str, max_bytes: int, what: str = "file")
     """The bytes of a regular file of at most `max_bytes` (`open_input`); a file that grows past the cap
     while it is read is refused too."""
     with open_input(path, max_bytes, what) as fh:
-        try:
-            data = fh.read(max_bytes + 1)
+        try:  # what fstat says plus one byte, so a small file under a large cap allocates little; a file that
+            # grew since is read on to the cap
+            size = min(max_bytes, os.fstat(fh.fileno()).st_size)
+            data = fh.read(size + 1)
+            if len(data) > size:
+                data += fh.read(max_bytes + 1 - len(data))
         except OSError as exc:
             raise InputFileError(f"{os.fspath(path)}: cannot read the {what}: {exc.strerror or exc}") from None
     if len(data) > max_bytes:

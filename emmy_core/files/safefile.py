@@ -15,6 +15,7 @@ import errno
 import fcntl
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -183,13 +184,38 @@ def write_all(files: Iterable[tuple[Path, Callable[[], str | bytes]]]) -> list[P
     return [path for path, _, _ in staged]
 
 
+class FolderBusyError(FileWriteError):
+    """Another process held a folder's lock for longer than the caller would wait; nothing was changed."""
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
 @contextmanager
-def locked_folder(folder: Path) -> Iterator[None]:
+def locked_folder(folder: Path, wait_s: float | None = None,
+                  say: Callable[[str], None] | None = None, poll_s: float = 0.1) -> Iterator[None]:
     """An exclusive lock on a folder (flock on its descriptor) for a read-merge-write of a file in it,
-    so that two processes merging into one file never lose each other's rows."""
+    so that two processes merging into one file never lose each other's rows. When another process
+    holds it, `say` is told once, and after `wait_s` seconds (None: no bound) a `FolderBusyError` is
+    raised with nothing done: a hung holder stops the next caller with a message, not silence."""
     fd = os.open(folder, os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        if not _try_lock(fd):
+            if say is not None:
+                say(f"waiting for another process's lock on {shown(folder)} (a freeze refresh or a tune file's "
+                    "merge)")
+            deadline = None if wait_s is None else time.monotonic() + wait_s
+            while not _try_lock(fd):
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise FolderBusyError(
+                        f"{shown(folder)}: another process held its lock (a freeze refresh or a tune file's merge) "
+                        f"for the {wait_s:g} s this waits; nothing was changed: run again when it has ended")
+                time.sleep(poll_s)
         yield
     finally:
         os.close(fd)  # closing releases the lock

@@ -29,15 +29,20 @@ class RefreshReport:
     rows: int = 0
 
 
-def refresh_freeze(freeze_dir: Path | str, progress: Progress | None = None) -> RefreshReport:
-    """Imports the freeze and its tune files into a fresh database, re-freezes, then removes the tune files."""
+REFRESH_WAIT_S = 600.0  # how long a refresh waits for another one (or a tune file's merge) to let go of the folder
+
+
+def refresh_freeze(freeze_dir: Path | str, progress: Progress | None = None,
+                   wait_s: float = REFRESH_WAIT_S) -> RefreshReport:
+    """Imports the freeze and its tune files into a fresh database, re-freezes, then removes the tune files.
+    Waits up to `wait_s` for another process's lock on the folder (`FolderBusyError` after)."""
     d = Path(freeze_dir)
     if not d.is_dir():
         raise StoreError(f"{d} is not a folder")
     # one refresh of a folder at a time, from listing its files to removing the folded ones: two at once could
     # each fold a different set, and the slower one's freeze, renamed in last, would drop the other's rows
     # (the lock is the one a tune file's merge takes in its folder, so none is written half-way through either)
-    with locked_folder(d):
+    with locked_folder(d, wait_s, progress):
         folder = freeze_folder(d)
         freezes, tunes = folder.freezes, folder.tunes
         report = RefreshReport()

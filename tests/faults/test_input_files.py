@@ -44,6 +44,31 @@ def test_the_input_helper_refuses_a_file_over_its_cap_before_reading(tmp_path: P
     assert read_input(big, 4096) == b" " * 2048
 
 
+@pytest.mark.parametrize(("grows_by", "whole"), [(100, True), (5000, False)])
+def test_a_file_that_grows_after_it_is_checked_is_read_whole_under_the_cap_and_refused_past_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grows_by: int, whole: bool) -> None:
+    """The read is sized by the file's size when opened; bytes appended after that are still read (never
+    a silently cut file), up to the cap."""
+    from emmy_core.files import inputfile
+
+    path = tmp_path / "growing.json"
+    path.write_bytes(b"a" * 1000)
+    opened = inputfile.open_input
+
+    def open_then_grow(p: object, cap: int, what: str = "file"):  # type: ignore[no-untyped-def]
+        fh = opened(p, cap, what)  # type: ignore[arg-type]
+        with open(path, "ab") as w:
+            w.write(b"b" * grows_by)
+        return fh
+
+    monkeypatch.setattr(inputfile, "open_input", open_then_grow)
+    if whole:
+        assert read_input(path, 4096) == b"a" * 1000 + b"b" * grows_by
+    else:
+        with pytest.raises(InputFileError, match="grew past the cap of 4096"):
+            read_input(path, 4096)
+
+
 @pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
 def test_a_fifo_or_dev_zero_as_prior_artifact_is_refused_at_once(fifo: Path, special: str) -> None:
     path = str(fifo) if special == "fifo" else special

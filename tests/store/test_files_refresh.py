@@ -114,6 +114,21 @@ def test_two_refreshes_at_once_take_turns_so_a_tune_file_landing_between_them_ke
     assert '"median_us":10.0' in text and '"median_us":5.0' in text
 
 
+def test_a_refresh_waits_for_a_held_folder_only_as_long_as_it_says_and_then_changes_nothing(freezes: Path) -> None:
+    """A hung refresh (or merge) holding the folder's lock used to hold every later refresh without a word."""
+    from emmy_core.files.safefile import FolderBusyError, locked_folder
+
+    pending = tune(freezes / tune_file_name(H200.name, "20261130T010000Z"), 10.0)
+    before = {p.name: p.read_bytes() for p in freezes.iterdir()}
+    said: list[str] = []
+    with locked_folder(freezes):  # another process's lock: flock conflicts across open descriptions
+        with pytest.raises(FolderBusyError, match=r"held its lock .* for the 0.3 s this waits; nothing was changed"):
+            refresh_freeze(freezes, said.append, wait_s=0.3)
+    assert said and said[0].startswith("waiting for another process's lock on")
+    assert {p.name: p.read_bytes() for p in freezes.iterdir()} == before and pending.exists()
+    assert refresh_freeze(freezes).folded == [pending]  # once let go, the same refresh goes through
+
+
 def test_a_crash_before_the_freeze_is_written_loses_nothing(freezes: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     before = {p.name: p.read_bytes() for p in freezes.iterdir()}
     t1 = tune(freezes / tune_file_name(H200.name, "20261130T010000Z"), 10.0)
