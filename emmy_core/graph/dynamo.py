@@ -372,15 +372,15 @@ def matmul_flops(node: fx.Node) -> sympy.Expr | int | None:
         return None
     k = target_key(node)
     n_out = prod(shape_of(out)) if out.dim() else 1
-    if k is torch.addmm:
-        return 2 * n_out * sym_key(value(node.args[1]).shape[-1])
+    if k is torch.addmm or k is torch.baddbmm:  # the bias comes first: the inner size is the left factor's
+        return 2 * n_out * sym_key(value(node_arg(node, 1, "batch1" if k is torch.baddbmm else "mat1")).shape[-1])
     if k is F.scaled_dot_product_attention:
-        q, kk = value(node.args[0]), value(node.args[1])
+        q, kk = value(node_arg(node, 0, "query")), value(node_arg(node, 1, "key"))
         return 4 * prod(shape_of(q)) * sym_key(kk.shape[-2])
-    if k in (torch.conv1d, torch.conv2d, F.conv1d, F.conv2d):
-        w = value(node.args[1])
+    if k in (torch.conv1d, torch.conv2d, F.conv1d, F.conv2d):  # a model may pass the weight by keyword
+        w = value(node_arg(node, 1, "weight"))
         return 2 * n_out * prod(shape_of(w)[1:])
-    a = value(node.args[0])
+    a = value(node_arg(node, 0, "input"))
     return 2 * n_out * sym_key(a.shape[-1])
 
 

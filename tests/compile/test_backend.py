@@ -337,6 +337,33 @@ def test_attention_auto_leaves_decode_attention_to_torchs_kernel_and_rewrites_f3
         emmy_backend(attention="yes")
 
 
+def test_products_count_their_flops_whether_their_factors_come_by_position_or_by_keyword() -> None:
+    """transformers' Mamba calls `F.conv1d(x, weight=w, ...)`: the count read the weight by position and the
+    compile died with an IndexError. `baddbmm`'s inner size is its left factor's, not its bias's."""
+    torch.manual_seed(0)
+    w = torch.randn(8, 1, 3)
+
+    def conv(x: torch.Tensor) -> torch.Tensor:
+        return F.conv1d(x, weight=w, padding=2, groups=8)
+
+    def bmm_plus(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(bias, batch1=a, batch2=b)
+
+    x = torch.randn(2, 8, 7)
+    before = len(compile_reports())
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(conv, backend=emmy_backend(prior=False))(x), conv(x))
+    (report,) = _since(before)
+    assert report.matmul_flops == 2 * (2 * 8 * 9) * (1 * 3)  # output elements times a group's weight
+    bias, a, b = torch.randn(2, 3, 5), torch.randn(2, 3, 11), torch.randn(2, 11, 5)
+    before = len(compile_reports())
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(bmm_plus, backend=emmy_backend(prior=False))(bias, a, b),
+                                   bmm_plus(bias, a, b), rtol=1e-5, atol=1e-5)
+    (report,) = _since(before)
+    assert report.matmul_flops == 2 * (2 * 3 * 5) * 11
+
+
 def test_a_lifted_float_attribute_is_taken_at_its_value_and_a_changed_one_runs_as_torch() -> None:
     torch.manual_seed(0)
     m = Scaled().eval()
