@@ -18,7 +18,7 @@ partitioner does not take (`keep_slices_apart`), so its slices are judged as any
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -29,6 +29,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from torch.fx.passes.utils.fuser_utils import fuse_as_graphmodule, fuse_by_partitions
 
 from emmy_core.graph.dynamo import Refused, alias_only, is_compute, refusal, value
+from emmy_core.graph.effects import left_to_torch, segments
 
 PREFIX = "emmy_"
 MAX_ROUNDS = 64  # partitioning again after each refusal found late; a graph needing more goes to torch whole
@@ -82,21 +83,21 @@ def plan_partitions(gm: fx.GraphModule, trial: Callable[[fx.GraphModule], None],
     """The partition of `gm`; `trial(sub)` compiles a candidate group and raises `Refused` (or any error) if it cannot.
     `consts`: the symbolic floats Emmy takes at their compile-time value (`dynamo.refusal`)."""
     consts = consts or {}
-    refused: dict[str, str] = {}
+    refused: dict[str, str] = dict(left_to_torch(gm.graph.nodes))  # writes, their views, transform regions
     for n in gm.graph.nodes:
-        if is_compute(n):
+        if is_compute(n) and n.name not in refused:
             why = refusal(n, device, consts)
             if why is not None:
                 refused[n.name] = why
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    stretch = segments(gm.graph.nodes)
     for _ in range(MAX_ROUNDS):
         with slices_apart(gm):
             parts = CapabilityBasedPartitioner(gm, EmmySupport(refused, device, consts),
                                                allows_single_node_partition=True).propose_partitions()
         plan = PartitionPlan(torch_ops=dict(refused))
         again = False
-        for p in sorted(parts, key=lambda p: min(order[n] for n in p.nodes)):
-            nodes = sorted(p.nodes, key=order.__getitem__)
+        for nodes in sorted(split_at_writes([p.nodes for p in parts], order, stretch), key=lambda g: order[g[0]]):
             if all(alias_only(n) for n in nodes):
                 for n in nodes:
                     if is_compute(n):
@@ -125,6 +126,21 @@ def plan_partitions(gm: fx.GraphModule, trial: Callable[[fx.GraphModule], None],
             return plan
     plan = PartitionPlan(torch_ops={n.name: "partitioning did not settle" for n in gm.graph.nodes if is_compute(n)})
     return plan
+
+
+def split_at_writes(parts: list[Iterable[fx.Node]], order: Mapping[fx.Node, int],
+                    stretch: Mapping[fx.Node, int]) -> list[list[fx.Node]]:
+    """Each proposed group cut where an in-place write lies between its nodes (`effects.segments`), in graph
+    order: a group is one call at its last output's place, and one that spanned a write moved the write past
+    the readers after it. The pieces stay acyclic: graph order is a topological order, and each piece lies
+    wholly before the next."""
+    out: list[list[fx.Node]] = []
+    for p in parts:
+        pieces: dict[int, list[fx.Node]] = {}
+        for n in sorted(p, key=order.__getitem__):
+            pieces.setdefault(stretch[n], []).append(n)
+        out.extend(pieces.values())
+    return out
 
 
 def fuse(gm: fx.GraphModule, plan: PartitionPlan) -> list[str]:
