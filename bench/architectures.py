@@ -74,6 +74,19 @@ def _models() -> dict[str, Callable[[], torch.nn.Module]]:
             decoder_attention_heads=4, encoder_layers=2, decoder_layers=2, vocab_size=500, num_mel_bins=16,
             max_source_positions=64, max_target_positions=64, pad_token_id=0, bos_token_id=0, eos_token_id=0,
             decoder_start_token_id=0)).get_encoder(),
+        "deepseek_v3 (mla, moe)": lambda: T.DeepseekV3Model(cfg(  # keys filled through slices, in place
+            T.DeepseekV3Config, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+            num_attention_heads=4, num_key_value_heads=4, num_hidden_layers=2, first_k_dense_replace=1,
+            n_routed_experts=4, n_group=1, topk_group=1, num_experts_per_tok=2, n_shared_experts=1, q_lora_rank=32,
+            kv_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, vocab_size=500,
+            max_position_embeddings=256)),
+        "rwkv (setitem scan)": lambda: T.RwkvModel(T.RwkvConfig(hidden_size=64, attention_hidden_size=64,
+                                                               intermediate_size=128, num_hidden_layers=2,
+                                                               vocab_size=500, context_length=256)),
+        "mamba (vmap mask)": lambda: T.MambaModel(T.MambaConfig(hidden_size=64, state_size=8,
+                                                                         num_hidden_layers=2, vocab_size=500,
+                                                                         expand=2, conv_kernel=4,
+                                                                         use_mambapy=False)),
         "torch MultiheadAttention": lambda: _SelfAttention(),
     }
 
