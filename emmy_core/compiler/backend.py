@@ -168,7 +168,26 @@ class EmmyGroup(nn.Module):
         dtypes = {n.type.dtype for n in self.translated.graph.nodes if n.name in self.translated.graph.outputs}
         strides = all(g.stride() == w.stride() for name, g, w in zip(runner.layout.outputs, got, want, strict=False)
                       if name in views)
-        return check_outputs(got, want, "f16" if "f16" in dtypes else "bf16" if "bf16" in dtypes else "f32"), strides
+        dtype = "f16" if "f16" in dtypes else "bf16" if "bf16" in dtypes else "f32"
+        why = check_outputs(got, want, dtype)
+        if why is not None and dtype != "f32" and self._near_wider_reference(got, fresh, dtype):
+            why = None
+        return why, strides
+
+    def _near_wider_reference(self, got: Sequence[torch.Tensor], fresh: Sequence[Any], dtype: str) -> bool:
+        """Whether Emmy's 16-bit outputs are within the harness's tolerance of the same torch ops run on the
+        inputs widened to f32. torch rounds every intermediate of a 16-bit graph to 16 bits and Emmy keeps them
+        in f32, so a long group can differ from torch by more than the tolerance while being the closer of the
+        two to the exact answer (a bf16 post-norm decoder layer: Emmy 0.026 from the f32 answer, torch 0.142);
+        such a group stays on Emmy. Ops that refuse f32 inputs leave the verdict against torch standing."""
+        wide = [a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in fresh]
+        try:
+            with torch.no_grad():
+                ref = self.torch_sub(*wide)
+        except Exception:  # a graph that runs only at its own types: the verdict against torch stands
+            return False
+        ref = list(ref) if isinstance(ref, tuple | list) else [ref]
+        return len(ref) == len(got) and check_outputs(got, ref, dtype) is None
 
     @property
     def off(self) -> str | None:
