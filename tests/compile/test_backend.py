@@ -505,3 +505,33 @@ def test_a_16_bit_group_closer_to_the_exact_answer_than_torch_stays_on_emmy() ->
     assert sum(r.matmul_flops_on_emmy for r in reports) == sum(r.matmul_flops for r in reports) > 0
     assert check_outputs([got.float()], [exact], "bf16") is None  # the model's answer: within bf16's tolerance
     assert check_outputs([theirs.float()], [exact], "bf16") is None  # of the exact one, as torch's own is
+
+
+class WidenedAfterBf16Work(nn.Module):
+    """OLMo's MLP: a bf16 projection chain over a bf16 residual, the sum widened to f32 for the next norm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = nn.Linear(64, 128, bias=False)
+        self.up = nn.Linear(64, 128, bias=False)
+        self.down = nn.Linear(128, 64, bias=False)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        h = x.to(torch.bfloat16)
+        return (residual + self.down(F.silu(self.gate(h)) * self.up(h))).to(torch.float32)
+
+
+def test_an_f32_output_of_bf16_work_is_judged_at_bf16s_tolerance() -> None:
+    """The check took its tolerance from the outputs' type alone: OLMo's group, bf16 work widened to f32 at
+    the end, was held to f32's 1e-4 and handed back for a bf16 rounding (0.002)."""
+    torch.manual_seed(0)
+    module = WidenedAfterBf16Work().eval().to(torch.bfloat16)
+    before = len(compile_reports())
+    with torch.no_grad():
+        compiled = torch.compile(module, backend=emmy_backend(prior=False), dynamic=True)
+        for s in (7, 1, 33):
+            x, residual = torch.randn(2, s, 64), torch.randn(2, s, 64).to(torch.bfloat16)
+            torch.testing.assert_close(compiled(x, residual), module(x, residual), rtol=3e-2, atol=3e-2)
+    reports = _since(before)
+    assert not [n for r in reports for n in r.notes], [n for r in reports for n in r.notes]
+    assert sum(r.matmul_flops_on_emmy for r in reports) == sum(r.matmul_flops for r in reports) > 0
