@@ -32,7 +32,7 @@ from emmy_core.graph.dynamo import Refused, alias_only, is_compute, refusal, val
 from emmy_core.graph.effects import left_to_torch, segments
 
 PREFIX = "emmy_"
-MAX_ROUNDS = 64  # partitioning again after each refusal found late; a graph needing more goes to torch whole
+MAX_ROUNDS = 256  # partitioning again after the refusals found late in a round; a graph needing more goes to torch whole
 
 
 class EmmySupport(OperatorSupportBase):
@@ -91,41 +91,52 @@ def plan_partitions(gm: fx.GraphModule, trial: Callable[[fx.GraphModule], None],
                 refused[n.name] = why
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     stretch = segments(gm.graph.nodes)
+    passed: set[frozenset[str]] = set()  # groups whose trial passed: met again in a later round, not tried again
     for _ in range(MAX_ROUNDS):
         with slices_apart(gm):
             parts = CapabilityBasedPartitioner(gm, EmmySupport(refused, device, consts),
                                                allows_single_node_partition=True).propose_partitions()
         plan = PartitionPlan(torch_ops=dict(refused))
         again = False
+        # every group is tried in a round, and every refusal found is taken before partitioning again: a graph
+        # with a refusal in each of many groups (Swin's window sizes) settles in a few rounds, not one a group
         for nodes in sorted(split_at_writes([p.nodes for p in parts], order, stretch), key=lambda g: order[g[0]]):
             if all(alias_only(n) for n in nodes):
                 for n in nodes:
                     if is_compute(n):
                         plan.torch_ops[n.name] = "a view, no-op or conversion with no other Emmy kernel in its group"
                 continue
-            sub, _, _ = fuse_as_graphmodule(gm, nodes, "trial", always_return_tuple=True)
-            try:
-                trial(sub)
-            except Refused as exc:
-                refused[exc.node if exc.node in {n.name for n in nodes} else nodes[-1].name] = exc.reason
-                again = True
-                break
-            except Exception as exc:  # any refusal of the passes or lowering: hand its node back to torch
-                names = {n.name for n in nodes}
-                culprit = getattr(exc, "source", None)
-                why = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-                if culprit in names:
-                    refused[culprit] = getattr(exc, "reason", "") or why
-                else:
-                    for n in nodes:
-                        refused[n.name] = f"its group does not lower: {why}"
-                again = True
-                break
+            names = frozenset(n.name for n in nodes)
+            if names not in passed:
+                why = _trial_refusal(gm, nodes, trial)
+                if why:
+                    refused.update(why)
+                    again = True
+                    continue
+                passed.add(names)
             plan.groups.append(nodes)
         if not again:
             return plan
     plan = PartitionPlan(torch_ops={n.name: "partitioning did not settle" for n in gm.graph.nodes if is_compute(n)})
     return plan
+
+
+def _trial_refusal(gm: fx.GraphModule, nodes: list[fx.Node], trial: Callable[[fx.GraphModule], None]
+                   ) -> dict[str, str]:
+    """The nodes a group's trial compile hands to torch, with why (empty: the group compiles)."""
+    sub, _, _ = fuse_as_graphmodule(gm, nodes, "trial", always_return_tuple=True)
+    names = {n.name for n in nodes}
+    try:
+        trial(sub)
+    except Refused as exc:
+        return {exc.node if exc.node in names else nodes[-1].name: exc.reason}
+    except Exception as exc:  # any refusal of the passes or lowering: hand its node back to torch
+        culprit = getattr(exc, "source", None)
+        why = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        if culprit in names:
+            return {culprit: getattr(exc, "reason", "") or why}
+        return {n.name: f"its group does not lower: {why}" for n in nodes}
+    return {}
 
 
 def split_at_writes(parts: list[Iterable[fx.Node]], order: Mapping[fx.Node, int],

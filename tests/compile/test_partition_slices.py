@@ -59,3 +59,44 @@ def test_the_slice_marks_are_gone_after_proposing() -> None:
         marks = [n for n in gm.graph.nodes if n.target is keep_slices_apart]
         assert len(marks) == 1 and marks[0].args[0].name == "qkv"
     assert [n.name for n in gm.graph.nodes] == before
+
+
+class Chain(nn.Module):
+    """Seventy small groups, each a product and a relu, kept apart by a cumulative sum torch runs."""
+
+    def __init__(self, n: int = 70) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(4, 4) for _ in range(n))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = torch.cumsum(torch.relu(layer(x)), dim=0)
+        return x
+
+
+def test_every_refusal_a_round_finds_is_taken_so_many_groups_each_refusing_a_node_settle_in_two_rounds() -> None:
+    """Swin's window sizes are refused late (at the trial compile), one in each of many groups: taking one
+    refusal a round, the graph ran out of rounds and went to torch whole, its products with it."""
+    from emmy_core.graph.dynamo import Refused
+    from emmy_core.graph.partition import MAX_ROUNDS, plan_partitions
+
+    graphs: list[fx.GraphModule] = []
+
+    def keep(gm: fx.GraphModule, _: object) -> fx.GraphModule:
+        graphs.append(gm)
+        return gm
+
+    with torch.no_grad():
+        torch.compile(Chain(), backend=keep)(torch.randn(3, 4))
+    tried: list[frozenset[str]] = []
+
+    def trial(sub: fx.GraphModule) -> None:  # a late refusal: the relu of any group that holds one
+        tried.append(frozenset(n.name for n in sub.graph.nodes))
+        for n in sub.graph.nodes:
+            if n.op == "call_function" and n.target is torch.relu:
+                raise Refused(n.name, "refused when its group is compiled")
+
+    plan = plan_partitions(graphs[0], trial)
+    assert len(plan.groups) == 70 and all(len(g) == 1 for g in plan.groups)  # each product on its own
+    assert sum(why == "refused when its group is compiled" for why in plan.torch_ops.values()) == 70
+    assert len(tried) == 140 < MAX_ROUNDS * 70  # a round of 70 refusals, then 70 groups tried once each
