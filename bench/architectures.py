@@ -5,7 +5,8 @@ dynamic shapes, and run at three sequence lengths (7, 1 and 33; batch 2, 1 and 2
 or an image, a waveform or mel bins where the model reads one).
 The table prints, per architecture: whether it ran, the largest error against eager, the graphs
 Dynamo handed over, the share of matrix-product FLOPs on Emmy kernels, the ops torch ran, and the
-groups handed back to torch (with the first reason). This is the coverage question of a user
+groups handed back to torch (with the first reason); in bf16 or f16, also how far Emmy's answer and eager's
+are from the same weights run in f32 (eager's own rounding can be the larger: an expert choice it flips). This is the coverage question of a user
 bringing a model no one here wrote; the speed questions are `bench/compile.py`'s. Peak memory at the end.
 
 Run: .venv/bin/python bench/architectures.py [--dtype float32|bfloat16|float16] [--only mistral,gpt2] [--fallback inductor]
@@ -147,6 +148,10 @@ def main() -> int:
     for name, make in models.items():
         torch.manual_seed(0)
         module = make().eval().to(dtype)
+        wide = None
+        if dtype != torch.float32:  # the same weights in f32: how far each 16-bit answer is from the exact one
+            torch.manual_seed(0)
+            wide = make().eval()
         torch._dynamo.reset()
         before = len(_GRAPHS)
         t0 = time.perf_counter()
@@ -154,10 +159,15 @@ def main() -> int:
             with torch.no_grad():
                 compiled = torch.compile(module, backend=emmy_backend(prior=False, fallback=args.fallback),
                                          dynamic=True)
-                err = 0.0
+                err, ours_off, eager_off = 0.0, 0.0, 0.0
                 for batch, seq in ((2, 7), (1, 1), (2, 33)):
                     x = _input(name, batch, seq, dtype)
-                    err = max(err, float((_first(compiled(x)).float() - _first(module(x)).float()).abs().max()))
+                    got, want = _first(compiled(x)).float(), _first(module(x)).float()
+                    err = max(err, float((got - want).abs().max()))
+                    if wide is not None:
+                        exact = _first(wide(x.float() if x.is_floating_point() else x)).float()
+                        ours_off = max(ours_off, float((got - exact).abs().max()))
+                        eager_off = max(eager_off, float((want - exact).abs().max()))
         except Exception as exc:  # the point of the bench: say which architecture fails, and why
             lines = [ln for ln in str(exc).splitlines() if ln.strip()]
             print(f"  {name:<26}{'FAILED':<8} {type(exc).__name__}: {' | '.join(lines[:2])[:240]}")
@@ -169,8 +179,10 @@ def main() -> int:
         fell = sorted({f.op for r in reports for f in r.fell_back})
         notes = [n for r in reports for n in r.notes]
         share = f"{100 * on / total:.0f}%" if total else "-"
+        exactness = f"; from f32: emmy {ours_off:.2g}, eager {eager_off:.2g}" if wide is not None else ""
         print(f"  {name:<26}{'ok':<8}{err:>9.2g}{len(reports):>7}{share:>16}  {len(fell)} kinds of op; "
-              f"{len(notes)} handed back{': ' + notes[0][:110] if notes else ''} ({time.perf_counter() - t0:.0f} s)")
+              f"{len(notes)} handed back{': ' + notes[0][:110] if notes else ''}{exactness} "
+              f"({time.perf_counter() - t0:.0f} s)")
     print(f"{ran} of {len(models)} ran and matched eager within the error shown; peak memory "
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
     return 0 if ran == len(models) else 1
