@@ -39,6 +39,9 @@ BINARY: dict[object, str] = {
 UNARY: dict[object, str] = {
     operator.neg: "neg", torch.neg: "neg", "neg": "neg", torch.exp: "exp", "exp": "exp", torch.rsqrt: "rsqrt",
     "rsqrt": "rsqrt", torch.relu: "relu", F.relu: "relu", "relu": "relu", F.silu: "silu", F.gelu: "gelu",
+    torch.tanh: "tanh", F.tanh: "tanh", "tanh": "tanh", torch.sigmoid: "sigmoid", F.sigmoid: "sigmoid",
+    "sigmoid": "sigmoid", torch.sqrt: "sqrt", "sqrt": "sqrt", torch.abs: "abs", "abs": "abs", torch.log: "log",
+    "log": "log", torch.erf: "erf", "erf": "erf",
 }
 MATMUL: dict[object, str] = {torch.matmul: "matmul", operator.matmul: "matmul", torch.bmm: "matmul",
                              "matmul": "matmul", "bmm": "matmul"}

@@ -25,14 +25,14 @@ SOURCE_OPS = frozenset(
         "input", "param",
         "linear", "matmul",
         "add", "sub", "mul", "div", "neg", "pow",
-        "silu", "gelu", "relu", "exp", "rsqrt",
+        "silu", "gelu", "relu", "exp", "rsqrt", "tanh", "sigmoid", "sqrt", "abs", "log", "erf",
         "mean", "sum", "softmax", "rmsnorm", "layernorm",
         "reshape", "transpose", "permute",
         "half", "cat",
         "cast",
     }
 )
-UNARY_OPS = frozenset({"neg", "silu", "gelu", "relu", "exp", "rsqrt"})
+UNARY_OPS = frozenset({"neg", "silu", "gelu", "relu", "exp", "rsqrt", "tanh", "sigmoid", "sqrt", "abs", "log", "erf"})
 BINARY_OPS = frozenset({"add", "sub", "mul", "div", "pow"})
 ELEMENTWISE_OPS = UNARY_OPS | BINARY_OPS
 # the halves of the last axis: `half` (attr part 0 or 1) reads one half, `cat` joins two halves; they fuse into

@@ -19,7 +19,7 @@ from torch import nn
 
 from emmy_core.dtypes import model_dtypes_by_torch, torch_dtype
 from emmy_core.graph.errors import GraphError, UnsupportedOp
-from emmy_core.graph.ops import Dim, Node, TensorType, broadcast
+from emmy_core.graph.ops import UNARY_OPS, Dim, Node, TensorType, broadcast
 
 _DTYPES = model_dtypes_by_torch()
 
@@ -31,17 +31,19 @@ _FUNCTIONS: dict[object, str] = {
     torch.rsqrt: "rsqrt", torch.relu: "relu", torch.softmax: "softmax", torch.mean: "mean",
     torch.sum: "sum", torch.transpose: "transpose", torch.permute: "permute", torch.reshape: "reshape",
     F.silu: "silu", F.gelu: "gelu", F.relu: "relu", F.softmax: "softmax", F.linear: "linear",
-    F.rms_norm: "rmsnorm", F.layer_norm: "layernorm",
+    F.rms_norm: "rmsnorm", F.layer_norm: "layernorm", torch.tanh: "tanh", F.tanh: "tanh", torch.sigmoid: "sigmoid",
+    F.sigmoid: "sigmoid", torch.sqrt: "sqrt", torch.abs: "abs", torch.log: "log", torch.erf: "erf",
 }
 _METHODS: dict[str, str] = {
     "add": "add", "sub": "sub", "mul": "mul", "div": "div", "neg": "neg", "pow": "pow",
     "matmul": "matmul", "exp": "exp", "rsqrt": "rsqrt", "relu": "relu", "softmax": "softmax",
     "mean": "mean", "sum": "sum", "view": "reshape", "reshape": "reshape", "transpose": "transpose",
-    "permute": "permute",
+    "permute": "permute", "tanh": "tanh", "sigmoid": "sigmoid", "sqrt": "sqrt", "abs": "abs", "log": "log",
+    "erf": "erf",
 }
 _MODULES: dict[type, str] = {
     nn.Linear: "linear", nn.RMSNorm: "rmsnorm", nn.LayerNorm: "layernorm", nn.SiLU: "silu",
-    nn.GELU: "gelu", nn.ReLU: "relu", nn.Softmax: "softmax",
+    nn.GELU: "gelu", nn.ReLU: "relu", nn.Softmax: "softmax", nn.Tanh: "tanh", nn.Sigmoid: "sigmoid",
 }
 _ALIASES = frozenset({"contiguous"})
 
@@ -252,7 +254,7 @@ class Translator:
             return self._binary(n, op, args, kwargs, what, src)
         x = self.tensor(args[0], what, src)
         xt = self._type(x)
-        if op in ("neg", "exp", "rsqrt", "relu", "silu", "gelu"):
+        if op in UNARY_OPS:
             approximate = kwargs.pop("approximate", "none")
             kwargs.pop("inplace", None)
             _no_more(args[1:], kwargs, what, src)

@@ -23,7 +23,8 @@ from emmy_core.graph.errors import UnsupportedOp
 from emmy_core.graph.ops import ELEMENTWISE_OPS, HALF_OPS, Dim, Graph, Node, prune, toposort
 from emmy_core.graph.passes import Pass
 
-_FN = {"neg": "neg", "exp": "exp", "rsqrt": "rsqrt", "relu": "relu", "silu": "silu"}
+_FN = {"neg": "neg", "exp": "exp", "rsqrt": "rsqrt", "relu": "relu", "silu": "silu", "tanh": "tanh",
+       "sigmoid": "sigmoid", "sqrt": "sqrt", "abs": "abs", "log": "log", "erf": "erf"}
 _SYM = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
 
