@@ -309,7 +309,8 @@ class CBuilt:
             ptrs[[b.name for b in buffers].index(self._packed)] = b_tensor.data_ptr()
             nbytes = int(self._pack_bytes(dyn))
             static = not any(self.program.axis(a).dynamic for a in self.program.buffer(self._packed).shape)
-            key = (id(self), self._packed, b_tensor.data_ptr(), b_tensor._version, nbytes)
+            version = -1 if b_tensor.is_inference() else b_tensor._version  # inference tensors keep no counter
+            key = (id(self), self._packed, b_tensor.data_ptr(), version, nbytes)
             hit = packs.get(key) if packs is not None and static else None
             if hit is not None:
                 packed = hit[1]

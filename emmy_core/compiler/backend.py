@@ -44,6 +44,7 @@ from emmy_core.compiler.coverage import FellBack, GraphReport
 from emmy_core.compiler.launch import Launcher
 from emmy_core.compiler.memory import check_fits
 from emmy_core.compiler.runner import Runner, RunnerCache, output_views
+from emmy_core.compiler.weights import version_of
 from emmy_core.evidence.context import PriorArg, PriorUnavailableWarning, open_sources
 from emmy_core.evidence.freeze import FreezesArg
 from emmy_core.evidence.model import KernelPlan
@@ -234,7 +235,7 @@ class EmmyGroup(nn.Module):
             self.compiled.resolve(sizes)
             return self.torch_sub(*args)
         params = [args[pos] for _, pos in self.translated.params]
-        wkey = tuple((p._version, p.data_ptr()) for p in params)
+        wkey = tuple((version_of(p), p.data_ptr()) for p in params)
         runner = self._runners.get(text) if wkey == self._weights_key else None
         if runner is None:
             with self._building:  # one thread settles, builds and checks a size; the others then find it

@@ -8,6 +8,8 @@ data lives. `changes()` compares them on every call (a few attribute reads per w
 which paths were edited in place and which were replaced (`model.linear.weight = nn.Parameter(...)`,
 `p.data = ...`, or a submodule replaced). An edit made through `p.data` in place bypasses torch's
 version counter and cannot be seen this way (as for autograd): assign or edit the parameter itself.
+Inference tensors (made under `torch.inference_mode()`) have no version counter: they are followed by
+identity and storage only (`version_of`), so an in-place edit of one is not seen either.
 """
 
 from __future__ import annotations
@@ -73,13 +75,18 @@ class WeightWatch:
             t = (now.owner._parameters if now.is_param else now.owner._buffers).get(now.leaf)
             if t is None:
                 raise GraphError(f"parameter {w.path} is no longer in the module; compile the model again")
-            if t is w.tensor and t._version == w.version and t.data_ptr() == w.data_ptr:
+            if t is w.tensor and version_of(t) == w.version and t.data_ptr() == w.data_ptr:
                 continue
             replaced = t is not w.tensor or t.data_ptr() != w.data_ptr
-            self._items[i] = _Watched(w.path, now.chain, now.owner, now.leaf, now.is_param, t, t._version,
+            self._items[i] = _Watched(w.path, now.chain, now.owner, now.leaf, now.is_param, t, version_of(t),
                                       t.data_ptr())
             out.append(WeightChange(w.path, t.detach(), replaced))
         return out
+
+
+def version_of(t: torch.Tensor) -> int:
+    """`t._version`, or -1 for an inference tensor, which keeps no version counter (reading it raises)."""
+    return -1 if t.is_inference() else t._version
 
 
 def _resolve(root: nn.Module, path: str) -> _Watched | None:
@@ -97,7 +104,7 @@ def _resolve(root: nn.Module, path: str) -> _Watched | None:
     tensor = owner._parameters.get(leaf) if is_param else owner._buffers.get(leaf)
     if tensor is None:
         return None
-    return _Watched(path, tuple(chain), owner, leaf, is_param, tensor, tensor._version, tensor.data_ptr())
+    return _Watched(path, tuple(chain), owner, leaf, is_param, tensor, version_of(tensor), tensor.data_ptr())
 
 
 def check_same_kind(path: str, old: torch.Tensor, new: torch.Tensor) -> None:

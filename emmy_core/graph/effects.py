@@ -13,7 +13,8 @@ after those writes: only the graph's order does. Two things then keep the answer
   took before the write would not see it. Every view of a written tensor, and the chain of views from the
   write back to the tensor, is left to torch.
 
-Other calls kept for their effect are stretch boundaries too: a functorch transform's nesting
+Other calls kept for their effect are stretch boundaries too: a draw from torch's random generator (a
+group moving one draw past another swaps the numbers they get), a functorch transform's nesting
 (`torch.vmap` traced inline: `_vmap_increment_nesting` ... `_vmap_decrement_nesting`), an autocast or
 inference-mode region's entry and exit, `_set_grad_enabled`. Nodes inside a transform or autocast region
 are left to torch: they compute on batched (or autocast) tensors whose shapes (or types) the graph's
@@ -30,7 +31,7 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from emmy_core.graph.dynamo import ALIAS, PERMUTE, RESHAPE, target_key
+from emmy_core.graph.dynamo import ALIAS, PERMUTE, RESHAPE, target_key, value
 
 IN_REGION = "inside a vmap, grad or jvp transform or an autocast region: torch runs what it sees there"
 _OPENS = frozenset({"_vmap_increment_nesting", "_grad_increment_nesting", "_jvp_increment_nesting",
@@ -98,12 +99,34 @@ def _base(node: fx.Node) -> fx.Node:
     return node
 
 
+def _storage(node: object) -> int | None:
+    """The identity of the storage a node's tensor lives in, as Dynamo's fake values keep it (a view shares its
+    base's storage, a new tensor has its own); None where the node has no tensor value."""
+    v = value(node)
+    if not isinstance(v, torch.Tensor):
+        return None
+    try:
+        return int(v.untyped_storage()._cdata)
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return None
+
+
+def _aliases_an_operand(node: fx.Node, storage: int) -> bool:
+    """Whether `node` returns a view of (or itself as) one of its tensor operands: the same storage."""
+    operands = [*node.args, *node.kwargs.values()]
+    flat = [x for a in operands for x in (a if isinstance(a, tuple | list) else (a,))]
+    return any(isinstance(a, fx.Node) and _storage(a) == storage for a in flat)
+
+
 def left_to_torch(nodes: Iterable[fx.Node]) -> dict[str, str]:
     """What torch must run for the model's effects to stay its own: every in-place write, every view of a tensor
-    some node writes, every node inside a transform or autocast region (FX name -> why)."""
+    some node writes, every node inside a transform or autocast region (FX name -> why). A view is what shares
+    its operand's storage in Dynamo's fake values (`.T`, `.data`, `swapaxes`, `ravel`, `broadcast_to`, ...:
+    no list of view ops to keep complete); where a node has no fake value, the listed view ops are followed."""
     nodes = list(nodes)
     out: dict[str, str] = {}
     bases: set[fx.Node] = set()
+    storages: set[int] = set()
     depth = 0
     for n in nodes:
         if n.op == "call_function" and _name(n.target) in _OPENS | _CLOSES:
@@ -115,9 +138,15 @@ def left_to_torch(nodes: Iterable[fx.Node]) -> dict[str, str]:
             w = written(n)
             if w is not None:
                 bases.add(_base(w))
+                if (st := _storage(w)) is not None:
+                    storages.add(st)
+    for n in nodes:  # every view of a written storage, whatever op made it
+        st = _storage(n) if n.op in ("call_function", "call_method") else None
+        if st is not None and st in storages and _aliases_an_operand(n, st):
+            out.setdefault(n.name, WRITES_VIEW)
     todo = list(bases)
     seen = set(bases)
-    while todo:  # every view of a written tensor, at any depth
+    while todo:  # every listed view of a written tensor, at any depth (nodes without fake values)
         node = todo.pop()
         for user in node.users:
             if user not in seen and _is_view(user) and user.args and user.args[0] is node:
@@ -127,9 +156,32 @@ def left_to_torch(nodes: Iterable[fx.Node]) -> dict[str, str]:
     return out
 
 
+_RANDOM = frozenset({"rand", "randn", "rand_like", "randn_like", "randint", "randint_like", "randperm", "bernoulli",
+                     "multinomial", "normal", "poisson", "rrelu", "native_dropout"})
+_DROPOUTS = frozenset({"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"})
+
+
+def draws_random(node: fx.Node) -> bool:
+    """Whether `node` draws from torch's random generator: `rand*`, `bernoulli`, ..., or a dropout whose
+    `training` is not False (a dropout in eval is the identity, and every model calls one)."""
+    if node.op not in ("call_function", "call_method"):
+        return False
+    name = _name(node.target)
+    if name in _RANDOM:
+        return True
+    if name not in _DROPOUTS:
+        return False
+    try:
+        bound = inspect.signature(node.target).bind_partial(*node.args, **node.kwargs)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return True
+    return bound.arguments.get("training", True) is not False
+
+
 def kept_for_effect(node: fx.Node) -> bool:
-    """An in-place write, or a call that changes torch's state (a transform's nesting, autocast, grad mode)."""
-    return mutates(node) or (node.op == "call_function" and _name(node.target) in _BARRIERS)
+    """An in-place write, a draw from the random generator (two draws that trade places draw each other's
+    numbers), or a call that changes torch's state (a transform's nesting, autocast, grad mode)."""
+    return mutates(node) or draws_random(node) or (node.op == "call_function" and _name(node.target) in _BARRIERS)
 
 
 def segments(nodes: Iterable[fx.Node]) -> dict[fx.Node, int]:

@@ -173,3 +173,109 @@ def test_every_view_a_write_goes_through_and_every_view_of_the_written_tensor_is
     views = {str(n.target) for n in g.nodes if why.get(n.name) == WRITES_VIEW}
     assert {"view"} <= views and any("getitem" in str(n.target) for n in g.nodes if why.get(n.name) == WRITES_VIEW)
     assert not [n for n in g.nodes if n.op == "call_method" and n.target == "sum" and n.name in why]
+
+
+class WrittenThrough(nn.Module):
+    """A view of a buffer taken before a write that goes through a view no list of view ops had (`.T`, `.mT`,
+    `swapaxes`, `ravel`, `.data`): the earlier view must show the write."""
+
+    def __init__(self, through: str) -> None:
+        super().__init__()
+        self.a = nn.Linear(16, 16)
+        self.through = through
+
+    def forward(self, x: torch.Tensor, buf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = buf.transpose(1, 2)
+        z = y * 2.0
+        new = self.a(x)[0]
+        if self.through == "T":
+            buf[0].T[:, 0].copy_(new)
+        elif self.through == "mT":
+            buf.mT[0, :, 0].copy_(new)
+        elif self.through == "swapaxes":
+            torch.swapaxes(buf, 0, 1)[0, 0].copy_(new)
+        elif self.through == "ravel":
+            buf.ravel()[:16].copy_(new)
+        else:
+            buf.data[0, 0].copy_(new)
+        return y.sum(-1), z.sum(-1)
+
+
+@pytest.mark.parametrize("through", ["T", "mT", "swapaxes", "ravel", "data"])
+def test_a_view_is_known_by_its_storage_so_a_write_through_any_view_reaches_the_earlier_views(through: str) -> None:
+    torch.manual_seed(0)
+    module = WrittenThrough(through)
+    compiled = torch.compile(module, backend=emmy_backend(prior=False), dynamic=True)
+    x = torch.randn(1, 16)
+    with torch.no_grad():
+        for n in (3, 5):
+            buf = torch.randn(2, n, 16)
+            got, want = compiled(x, buf.clone()), module(x, buf.clone())
+            for g, w in zip(got, want, strict=True):
+                torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+class AliasedInputs(nn.Module):
+    """Two inputs that are one storage (a window of a buffer): a write into the buffer shows in the window."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor, buf: torch.Tensor, window: torch.Tensor) -> torch.Tensor:
+        y = window.transpose(1, 2) * 1.0
+        buf[:, 0] = self.a(x)
+        return window.transpose(1, 2).sum(-1) + y.sum(-1)
+
+
+def test_inputs_that_share_a_storage_see_each_others_writes() -> None:
+    torch.manual_seed(0)
+    module = AliasedInputs()
+    compiled = torch.compile(module, backend=emmy_backend(prior=False), dynamic=True)
+    with torch.no_grad():
+        for n in (3, 5):
+            x, ours, theirs = torch.randn(2, 16), torch.randn(2, 8, 16), None
+            theirs = ours.clone()
+            got, want = compiled(x, ours, ours[:, :n]), module(x, theirs, theirs[:, :n])
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(ours, theirs)
+
+
+class TwoDraws(nn.Module):
+    """A training-mode dropout of one product, then a second draw, then another product."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.l1 = nn.Linear(16, 16)
+        self.l2 = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        a = F.dropout(self.l1(x), 0.5, training=True)
+        noise = torch.rand_like(x)
+        return a, noise, self.l2(x)
+
+
+def test_draws_from_the_random_generator_keep_their_order_so_a_seed_gives_eagers_numbers() -> None:
+    """A group {l1, l2} placed at l2 moved the dropout after `rand_like`, which then drew the dropout's numbers."""
+    torch.manual_seed(0)
+    module = TwoDraws()
+    compiled = torch.compile(module, backend=emmy_backend(prior=False), dynamic=True)
+    with torch.no_grad():
+        for n in (3, 5):
+            x = torch.randn(n, 16)
+            torch.manual_seed(1)
+            got = compiled(x)
+            torch.manual_seed(1)
+            want = module(x)
+            for g, w in zip(got, want, strict=True):
+                torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_made_under_inference_mode_compiles_and_runs() -> None:
+    """Its parameters are inference tensors, which keep no version counter: reading one raised."""
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        module = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 16))
+        x = torch.randn(3, 16)
+        got = torch.compile(module, backend=emmy_backend(prior=False), dynamic=True)(x)
+        torch.testing.assert_close(got, module(x), rtol=1e-5, atol=1e-5)
