@@ -5,18 +5,23 @@ torch op; Emmy has no attention kernel, but it lowers what attention is made of.
 each such node (without dropout) by
 
     q    = q viewed as [..., Hk, r * L, D]           (grouped-query attention: r query heads a key head)
-    m    = attention_mask(q, k, attn_mask, is_causal, scale, r)   (torch runs it; masked only)
-    s    = q @ k^T (+ m)                             (a batched matmul, the mask its residual epilogue)
-    p    = softmax(s * scale)                        (the scale folded into the softmax kernel)
-    out  = p @ v                                     (viewed back as [..., H, L, D])
+    s    = q @ k^T                                   (a batched matmul)
+    p    = softmax(s * scale)                        (causal or no mask: the scale folded into the softmax kernel;
+                                                      causal, s + m first: m = attention_mask(...), 0 or -inf)
+    p    = softmax(s * scale + m), m, keep = masked_terms(q, k, attn_mask, is_causal, r)   (a mask given)
+    out  = p @ v  (times keep, a mask given)         (viewed back as [..., H, L, D])
 
-The mask is additive and already divided by the scale, so `softmax((q k^T + m/scale) * scale)` is
-`softmax(scale q k^T + m)`: torch's own definition (a causal mask keeps `j <= i`, aligned top-left, as
-torch's `is_causal` does; a boolean mask keeps True). It is materialised at the scores' full shape,
-because Emmy's elementwise kernels broadcast only rows and columns. Every node gets its fake value by
-running the op on its operands' fake values, so the partitioner and the translation read it like any
-node Dynamo made. The groups these nodes fall into are checked against torch at build time like any
-other, and a group handed back to torch computes the same decomposition with torch's ops.
+`softmax(scale q k^T + m)` is torch's own definition (a causal mask keeps `j <= i`, aligned top-left, as
+torch's `is_causal` does; a boolean mask keeps True; a float mask is added as it is, never divided by the
+scale: `finfo.min / scale` overflows to -inf). A query that may attend to nothing (every entry of its row
+masked -inf: a padded query of a left-padded batch) gets 0, as torch's attention gives it (its "safe
+softmax"), not the NaN of a softmax over -inf alone, which the next layer would spread over every position
+(0 probability times a NaN value): its mask row is made 0 and its output multiplied by `keep`, 0 there and 1
+elsewhere. The masks are made by torch at every call, at the scores' full shape, because Emmy's elementwise
+kernels broadcast only rows and columns. Every node gets its fake value by running the op on its operands'
+fake values, so the partitioner and the translation read it like any node Dynamo made. The groups these
+nodes fall into are checked against torch at build time like any other, and a group handed back to torch
+computes the same decomposition with torch's ops.
 
 Grouped-query attention stacks the r query heads that share a key head as rows of one product, instead of
 copying each key and value head r times: no copy, and products of r times as many rows (at decode, r rows
@@ -44,9 +49,10 @@ CACHED_MASK_BYTES = 16 << 20  # a causal mask up to this size is made once per s
 
 
 def attention_mask(q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor | None, is_causal: bool,
-                   scale: float, repeat: int = 1) -> torch.Tensor:
-    """The additive mask divided by `scale` (0 kept, -inf masked), contiguous at the scores' shape `[..., H, L, S]`;
-    with `repeat` query heads a key head, at the grouped scores' shape `[..., H / repeat, repeat * L, S]`.
+                   repeat: int = 1) -> torch.Tensor:
+    """The additive mask (0 kept, -inf masked, a float mask's own values added), contiguous at the scores' shape
+    `[..., H, L, S]`; with `repeat` query heads a key head, at the grouped scores' shape
+    `[..., H / repeat, repeat * L, S]`.
 
     A causal mask with no `attn_mask` depends on the shapes alone: up to `CACHED_MASK_BYTES` it is made once per
     shape and the same tensor returned at every call (it is only ever read: the scores' residual). Made afresh,
@@ -56,18 +62,43 @@ def attention_mask(q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor | N
         shape = (*q.shape[:-1], k.shape[-2])
         if q.element_size() * math.prod(shape) <= CACHED_MASK_BYTES:
             return _causal_mask(shape, q.dtype, q.device, repeat)
-    return _mask(q, k, attn_mask, is_causal, scale, repeat)
+    return _mask(q, k, attn_mask, is_causal, repeat)
+
+
+def masked_terms(q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor, is_causal: bool,
+                 repeat: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """`attention_mask` of a given mask with every row masked -inf throughout made 0, and `keep` at
+    `[..., rows, 1]`: 0 for those rows, 1 for the rest (the attention's output is multiplied by it, so a query
+    that may attend to nothing gets 0, as torch gives it, where a softmax over -inf alone gives NaN).
+
+    In 16 bits, a row whose largest entry is finite, not 0 and under 2**24 in size is shifted by it. torch adds
+    the mask to the scores in f32, so a row masked by a finite value throughout (-10000, `finfo(f16).min`)
+    keeps its scores; Emmy's scores pass between its kernels in 16 bits, where that value rounded them away. A
+    softmax does not change when its row is shifted, so the shift gives torch's answer. A larger value (as
+    `finfo(bf16).min`) rounds the scores away in f32 too, and is left as it is, as torch's is."""
+    m = _base(q, k, attn_mask, is_causal)  # at the mask's own broadcast shape: the rows are read before the spread
+    dead = (m == float("-inf")).all(-1, keepdim=True)
+    if m.dtype in (torch.float16, torch.bfloat16):
+        top = m.amax(-1, keepdim=True)
+        near = (top != 0) & (top.abs() < 2.0 ** 24)
+        m = torch.where(near, (m.float() - top.float()).to(m.dtype), m)
+    return _spread(m.masked_fill_(dead, 0.0), q, repeat), _spread((~dead).to(q.dtype), q, repeat)  # m is new here
 
 
 @functools.lru_cache(maxsize=4)
 def _causal_mask(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, repeat: int) -> torch.Tensor:
     with torch.inference_mode(False), torch.no_grad():  # a plain tensor, usable in any later mode
         q = torch.empty(*shape[:-1], 1, dtype=dtype, device=device)
-        return _mask(q, torch.empty(shape[-1], 1, dtype=dtype, device=device), None, True, 1.0, repeat)
+        return _mask(q, torch.empty(shape[-1], 1, dtype=dtype, device=device), None, True, repeat)
 
 
 def _mask(q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor | None, is_causal: bool,
-          scale: float, repeat: int) -> torch.Tensor:
+          repeat: int) -> torch.Tensor:
+    return _spread(_base(q, k, attn_mask, is_causal), q, repeat)
+
+
+def _base(q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
+    """The additive mask at the broadcast shape of `attn_mask` and `[L, S]` (not yet spread over the heads)."""
     length, source = q.shape[-2], k.shape[-2]
     if is_causal:  # -inf where j > i, in one op beside the copy (this runs on every call)
         m = torch.full((length, source), float("-inf"), dtype=q.dtype, device=q.device).triu(1)
@@ -77,8 +108,14 @@ def _mask(q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor | None, is_c
         if attn_mask.dtype == torch.bool:  # torch.where broadcasts a batched mask ([B, 1, L, S]) as SDPA does
             m = torch.where(attn_mask, m, torch.full((), float("-inf"), dtype=q.dtype, device=q.device))
         else:
-            m = m + attn_mask.to(q.dtype) / scale
-    m = m.expand(*q.shape[:-1], source)
+            m = m + attn_mask.to(q.dtype)
+    return m
+
+
+def _spread(m: torch.Tensor, q: torch.Tensor, repeat: int) -> torch.Tensor:
+    """`m` (its last axis the keys', or 1) made contiguous at the scores' shape, the `repeat` query heads of a key
+    head stacked as rows."""
+    m = m.expand(*q.shape[:-1], m.shape[-1])
     if repeat > 1:  # the flatten of the expanded view is the one copy
         m = m.unflatten(-3, (q.shape[-3] // repeat, repeat)).flatten(-3, -2)
     return m.contiguous()
@@ -96,12 +133,26 @@ DECODE = ("a decode step (one query position): its cache grows every step, and E
           "kernels at every new length (attention='auto'; attention=True rewrites it as Emmy's kernels)")
 
 
+TENSOR_MASK = ("a mask given as a tensor: torch's fused attention reads it as it is, where Emmy's decomposition "
+               "spreads it over every head and row at every call (attention='auto'; attention=True rewrites it as "
+               "Emmy's kernels)")
+
+
 def torch_wins(node: fx.Node) -> str | None:
     """Why torch's fused attention is expected to beat Emmy's decomposition for this attention node
     (`attention="auto"`), or None where Emmy's is expected to win: on a CPU a query of one position (a decode
-    step) is torch's; every other attention, and any attention elsewhere (no measurement yet), is Emmy's.
+    step), or a mask given as a tensor, is torch's; every other attention, and any attention elsewhere (no
+    measurement yet), is Emmy's.
 
-    Measured on this machine's CPU (AMD EPYC with AVX-512, 2 cores), untuned, torch's time over Emmy's:
+    A mask given as a tensor (a padded batch's): Emmy's decomposition makes it at the scores' full shape, finds
+    the queries it masks throughout, and multiplies their output by 0, at every call. On an Intel Xeon (AVX-512,
+    2 cores; `bench/attention.py --mask tensor --dims 64`) that took Emmy's attention from 0.63-0.73x torch's
+    to 0.52-0.58x, and a whole `transformers` Llama with a left-padded batch (hidden 256 and 1024) ran
+    4.30 ms and 79.0 ms with torch's attention against 4.77 ms and 82.6 ms with Emmy's.
+
+    The rest was measured on an AMD EPYC (AVX-512, 2 cores), untuned, torch's time over Emmy's. On the Xeon the
+    causal case loses too (0.67-0.81x at head dimension 64; the padded Llama above without its padding, 4.44 and
+    83.0 ms against 4.02 and 79.9 ms): the rule is one card's, and a choice measured per card would replace it.
     - `bench/attention.py` (causal grouped-query attention, 8 query heads, 2 key heads, B=1): f32 1.07-1.63x
       at head dimensions 64 and 128 (B=8: 1.07x), 0.95-1.16x at 32, 0.79-0.99x at 16 for lengths 128-512; f16
       2.8-3.4x. A mask given as a tensor, made at every call: 1.10x at 64, 0.77-0.91x at 16. At length 16 the
@@ -121,6 +172,8 @@ def torch_wins(node: fx.Node) -> str | None:
         return None
     if q.dim() >= 2 and isinstance(q.shape[-2], int) and q.shape[-2] == 1:
         return DECODE
+    if isinstance(_value(_arg(node, 3, "attn_mask", None)), torch.Tensor):
+        return TENSOR_MASK
     return None
 
 
@@ -210,10 +263,19 @@ def _rewrite(graph: fx.Graph, node: fx.Node, consts: dict[str, float]) -> bool:
         if repeat > 1:  # the query heads of one key head stacked as rows: [..., Hk, r * L, D], a view of q
             rows = add(torch.flatten, add(torch.unflatten, q, -3, (heads_k, repeat)), -3, -2)
         scores = add(torch.matmul, rows, add(torch.transpose, k, -2, -1))
-        if causal or mask is not None:
-            scores = add(operator.add, scores, add(attention_mask, q, k, mask, causal, the_scale, repeat))
-        probs = add(torch.softmax, add(operator.mul, scores, the_scale), -1)
+        keep = None
+        if mask is not None:  # torch's order: the mask added to the scaled scores, so it is never divided
+            terms = add(masked_terms, q, k, mask, causal, repeat)
+            keep = add(operator.getitem, terms, 1)
+            scores = add(operator.add, add(operator.mul, scores, the_scale), add(operator.getitem, terms, 0))
+            probs = add(torch.softmax, scores, -1)
+        else:
+            if causal:  # 0 or -inf: the scale folded into the softmax kernel
+                scores = add(operator.add, scores, add(attention_mask, q, k, None, causal, repeat))
+            probs = add(torch.softmax, add(operator.mul, scores, the_scale), -1)
         out = add(torch.matmul, probs, v)
+        if keep is not None:  # 0 for a query that may attend to nothing, as torch gives it
+            out = add(operator.mul, out, keep)
         if repeat > 1:  # back to [..., H, L, D]
             out = add(torch.flatten, add(torch.unflatten, out, -2, (repeat, -1)), -4, -3)
     node.replace_all_uses_with(out)

@@ -11,16 +11,16 @@ from emmy_core.graph.attention import attention_mask
 
 
 def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, repeat: int) -> torch.Tensor:
-    """softmax(q k^T scale + mask * scale) v, the grouped heads stacked as rows, computed with torch's ops."""
+    """softmax(q k^T scale + mask) v, the grouped heads stacked as rows, computed with torch's ops."""
     scale = q.shape[-1] ** -0.5
     rows = q.unflatten(-3, (k.shape[-3], repeat)).flatten(-3, -2)
-    return torch.softmax((rows @ k.transpose(-2, -1) + mask) * scale, -1) @ v
+    return torch.softmax(rows @ k.transpose(-2, -1) * scale + mask, -1) @ v
 
 
 def test_the_causal_mask_keeps_key_positions_up_to_the_querys_own_in_every_stacked_head() -> None:
     torch.manual_seed(0)
     q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
-    m = attention_mask(q, k, None, True, 8 ** -0.5, repeat=2)
+    m = attention_mask(q, k, None, True, repeat=2)
     assert m.shape == (2, 2, 10, 5) and m.is_contiguous()
     kept = torch.ones(5, 5, dtype=torch.bool).tril()
     for row in range(10):  # row r * 5 + i of a key head is query i of its r-th query head
@@ -32,25 +32,25 @@ def test_the_causal_mask_keeps_key_positions_up_to_the_querys_own_in_every_stack
 
 def test_a_causal_mask_is_made_once_per_shape_and_a_mask_given_as_a_tensor_at_every_call() -> None:
     q, k = torch.randn(1, 4, 6, 8), torch.randn(1, 2, 6, 8)
-    first = attention_mask(q, k, None, True, 0.3, repeat=2)
-    assert attention_mask(torch.randn(1, 4, 6, 8), torch.randn(1, 2, 6, 8), None, True, 0.7, 2) is first
-    assert attention_mask(torch.randn(1, 4, 7, 8), torch.randn(1, 2, 7, 8), None, True, 0.3, 2) is not first
+    first = attention_mask(q, k, None, True, repeat=2)
+    assert attention_mask(torch.randn(1, 4, 6, 8), torch.randn(1, 2, 6, 8), None, True, 2) is first
+    assert attention_mask(torch.randn(1, 4, 7, 8), torch.randn(1, 2, 7, 8), None, True, 2) is not first
     with torch.inference_mode():  # kept from inference mode, it is still a plain tensor
-        made = attention_mask(torch.randn(3, 4, 6, 8), torch.randn(3, 2, 6, 8), None, True, 0.3, 2)
+        made = attention_mask(torch.randn(3, 4, 6, 8), torch.randn(3, 2, 6, 8), None, True, 2)
     assert not made.is_inference()
     keep = torch.rand(1, 1, 6, 6) > 0.5
-    given = attention_mask(q, k, keep, True, 0.3, repeat=2)
-    assert attention_mask(q, k, keep, True, 0.3, repeat=2) is not given
-    torch.testing.assert_close(given, attention_mask(q, k, keep, True, 0.3, repeat=2))
+    given = attention_mask(q, k, keep, True, repeat=2)
+    assert attention_mask(q, k, keep, True, repeat=2) is not given
+    torch.testing.assert_close(given, attention_mask(q, k, keep, True, repeat=2))
 
 
 def test_a_causal_mask_over_the_size_limit_or_of_fake_tensors_is_never_kept(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     q, k = torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8)
     monkeypatch.setattr(attention, "CACHED_MASK_BYTES", 4 * 2 * 6 * 6 - 1)
-    assert attention_mask(q, k, None, True, 1.0) is not attention_mask(q, k, None, True, 1.0)
+    assert attention_mask(q, k, None, True) is not attention_mask(q, k, None, True)
     monkeypatch.undo()
     attention._causal_mask.cache_clear()
     with FakeTensorMode() as mode:
         fq, fk = mode.from_tensor(q), mode.from_tensor(k)
-        assert attention_mask(fq, fk, None, True, 1.0).shape == (1, 2, 6, 6)
+        assert attention_mask(fq, fk, None, True).shape == (1, 2, 6, 6)
     assert attention._causal_mask.cache_info().currsize == 0
