@@ -44,6 +44,7 @@ from emmy_core.compiler.coverage import FellBack, GraphReport
 from emmy_core.compiler.launch import Launcher
 from emmy_core.compiler.memory import check_fits
 from emmy_core.compiler.runner import Runner, RunnerCache, output_views
+from emmy_core.compiler.steps import steps_taken
 from emmy_core.compiler.weights import version_of
 from emmy_core.evidence.context import PriorArg, PriorUnavailableWarning, open_sources
 from emmy_core.evidence.freeze import FreezesArg
@@ -235,7 +236,7 @@ class EmmyGroup(nn.Module):
             self.compiled.resolve(sizes)
             return self.torch_sub(*args)
         params = [args[pos] for _, pos in self.translated.params]
-        wkey = tuple((version_of(p), p.data_ptr()) for p in params)
+        wkey = (steps_taken(), *((version_of(p), p.data_ptr()) for p in params))  # a fused optimizer bumps no version
         runner = self._runners.get(text) if wkey == self._weights_key else None
         if runner is None:
             with self._building:  # one thread settles, builds and checks a size; the others then find it
@@ -413,12 +414,18 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
             setattr(gm, sub_name, group)
             state.add(group)
         gm.recompile()
+        _drop_graphargs(gm, root=False)
         forward = gm.forward
         if fallback == "inductor" and build:
             forward = _inductor_around(gm, example_inputs, sources_of)
         _GRAPHS.append(state)
 
+        dropped: list[bool] = []
+
         def run(*args: Any) -> Any:
+            if not dropped:  # Dynamo is done with its graph's inputs by the first call
+                dropped.append(True)
+                _drop_graphargs(gm, root=True)
             state.saw(args)
             return forward(*args)
 
@@ -426,7 +433,25 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
         run.emmy_module = gm  # type: ignore[attr-defined]  # keeps its groups alive for Inductor's code
         return run
 
+    # Named as the registered backend it is (torch.compile takes a callable's name as its backend's): Dynamo then
+    # clears, once it compiled, the weak references its fake tensors keep to the real ones (the parameters among
+    # them), as for every registered backend; it keeps them for another callable, and torch.utils.swap_tensors
+    # refuses a tensor a weak reference points to
+    compile_fx.__name__ = "emmy"
     return compile_fx
+
+
+def _drop_graphargs(gm: fx.GraphModule, root: bool) -> None:
+    """Drops Dynamo's `grapharg` from the placeholders of every graph in `gm` (its groups' own, split from it,
+    carry copies), and from `gm`'s own where `root`. Each holds a weak reference to its input, a parameter among
+    them, and `torch.utils.swap_tensors` refuses a tensor any weak reference points to: with swapped parameters
+    (`torch.__future__.set_swap_module_params_on_conversion(True)`), `model.to(dtype)` and `load_state_dict`
+    failed after the first compiled call. Dynamo reads `gm`'s own after the backend returned, so those go at the
+    first call. The backend reads none of it after compile."""
+    for m in gm.modules():
+        if isinstance(m, fx.GraphModule) and (root or m is not gm):
+            for node in m.graph.find_nodes(op="placeholder"):
+                node.meta.pop("grapharg", None)
 
 
 def _copy(gm: fx.GraphModule) -> fx.GraphModule:

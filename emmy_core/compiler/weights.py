@@ -9,7 +9,9 @@ which paths were edited in place and which were replaced (`model.linear.weight =
 `p.data = ...`, or a submodule replaced). An edit made through `p.data` in place bypasses torch's
 version counter and cannot be seen this way (as for autograd): assign or edit the parameter itself.
 Inference tensors (made under `torch.inference_mode()`) have no version counter: they are followed by
-identity and storage only (`version_of`), so an in-place edit of one is not seen either.
+identity and storage only (`version_of`), so an in-place edit of one is not seen either. torch's fused
+optimizers write parameters without bumping their version: after any optimizer step (`steps.steps_taken`)
+every weight is read anew.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from emmy_core.compiler.steps import steps_taken
 from emmy_core.graph.errors import GraphError
 
 
@@ -47,6 +50,7 @@ class WeightWatch:
 
     def __init__(self, module: nn.Module, paths: Mapping[str, torch.Tensor]) -> None:
         self._root = module
+        self._steps = steps_taken()
         self._items: list[_Watched] = []
         for path in paths:
             found = _resolve(module, path)
@@ -66,8 +70,11 @@ class WeightWatch:
         return [w.tensor for w in self._items]
 
     def changes(self) -> list[WeightChange]:
-        """The weights edited or replaced since the last call (or since compile); each noted as seen."""
+        """The weights edited or replaced since the last call (or since compile); each noted as seen. After an
+        optimizer step, every weight (a fused step bumps no version counter)."""
         out: list[WeightChange] = []
+        steps = steps_taken()
+        stepped, self._steps = steps != self._steps, steps
         for i, w in enumerate(self._items):
             now = self._current(w)
             if now is None:
@@ -75,7 +82,7 @@ class WeightWatch:
             t = (now.owner._parameters if now.is_param else now.owner._buffers).get(now.leaf)
             if t is None:
                 raise GraphError(f"parameter {w.path} is no longer in the module; compile the model again")
-            if t is w.tensor and version_of(t) == w.version and t.data_ptr() == w.data_ptr:
+            if not stepped and t is w.tensor and version_of(t) == w.version and t.data_ptr() == w.data_ptr:
                 continue
             replaced = t is not w.tensor or t.data_ptr() != w.data_ptr
             self._items[i] = _Watched(w.path, now.chain, now.owner, now.leaf, now.is_param, t, version_of(t),

@@ -1,6 +1,8 @@
-"""A compiled model never runs on stale weights: an edit in place (torch's version counter), a replaced
-parameter, new data or a replaced submodule is taken in on the next call (a CPU matmul packs its weight
-again); a replacement of another shape or type is refused naming the parameter. Real builds, real packing."""
+"""A compiled model never runs on stale weights: an edit in place (torch's version counter), a fused optimizer's
+step (which bumps no version counter), a replaced parameter, new data or a replaced submodule is taken in on
+the next call (a CPU matmul packs its weight again); a replacement of another shape or type is refused naming
+the parameter. A compiled model holds no weak reference to a parameter, so torch can swap parameters. Real
+builds, real packing."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import torch
 from torch import nn
 
 import emmy_core
+from emmy_core.compiler.backend import emmy_backend
 from emmy_core.graph.errors import GraphError
 
 X = torch.randn(16, 64, generator=torch.Generator().manual_seed(0))
@@ -88,3 +91,46 @@ def test_a_parameter_removed_from_the_module_is_refused_naming_it() -> None:
     del model[0].bias
     with pytest.raises(GraphError, match=r"parameter 0\.bias is no longer in the module"):
         compiled(X)
+
+
+def _train_step(model: nn.Module, opt: torch.optim.Optimizer) -> None:
+    with torch.enable_grad():
+        model(X).pow(2).sum().backward()
+    opt.step()
+    opt.zero_grad()
+
+
+@pytest.mark.parametrize("optimizer", [torch.optim.AdamW, torch.optim.SGD])
+def test_a_fused_optimizers_step_which_bumps_no_version_counter_is_followed(optimizer: type) -> None:
+    model = _model()
+    compiled = _compiled(model)
+    opt = optimizer(model.parameters(), lr=0.1, fused=True)
+    version = model[0].weight._version
+    _train_step(model, opt)
+    assert model[0].weight._version == version  # the fused kernel wrote the weight and bumped nothing
+    assert _error(compiled, model) < 1e-3
+    torch._dynamo.reset()
+    model = _model()
+    backend = torch.compile(model, backend=emmy_backend(prior=False))
+    backend(X)
+    opt = optimizer(model.parameters(), lr=0.1, fused=True)
+    _train_step(model, opt)
+    assert float((backend(X) - model(X)).abs().max()) < 1e-3
+
+
+def test_parameters_swapped_by_to_and_load_state_dict_after_a_compiled_call() -> None:
+    torch._dynamo.reset()
+    model = _model()
+    backend = torch.compile(model, backend=emmy_backend(prior=False))
+    backend(X)
+    fresh = _model()
+    fresh[0].weight.add_(1.0)
+    swap = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:  # torch.utils.swap_tensors refuses a tensor a weak reference points to
+        model.load_state_dict(fresh.state_dict())
+        model.to(torch.float64)
+        model.to(torch.float32)
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(swap)
+    assert float((backend(X) - fresh(X)).abs().max()) < 1e-3
