@@ -25,7 +25,8 @@ computes the same decomposition with torch's ops.
 
 Grouped-query attention stacks the r query heads that share a key head as rows of one product, instead of
 copying each key and value head r times: no copy, and products of r times as many rows (at decode, r rows
-where there was one).
+where there was one). A key and value of one head broadcast over the query heads without `enable_gqa`
+(multi-query attention as Falcon writes it) is the same with one key head.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from emmy_core.graph.dynamo import LEFT_TO_TORCH
+from emmy_core.graph.dynamo import LEFT_TO_TORCH, sym_key
 
 SDPA = frozenset({F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention})
 
@@ -238,8 +239,9 @@ def _rewrite(graph: fx.Graph, node: fx.Node, consts: dict[str, float]) -> bool:
         return False
     if dropout not in (0, 0.0) or not isinstance(causal, bool) or not isinstance(gqa, bool):
         return False
+    head_dim = sym_key(qv.shape[-1])  # a size Dynamo writes as an exact floor division is its quotient
     if scale is None:
-        scale_value = float(qv.shape[-1]) ** -0.5 if isinstance(qv.shape[-1], int) else -1.0
+        scale_value = float(head_dim) ** -0.5 if isinstance(head_dim, int) else -1.0
     elif isinstance(scale, int | float) and not isinstance(scale, bool):
         scale_value = float(scale)
     elif isinstance(scale, fx.Node) and scale.name in consts:
@@ -248,9 +250,9 @@ def _rewrite(graph: fx.Graph, node: fx.Node, consts: dict[str, float]) -> bool:
         return False
     if scale_value <= 0 or (mask is not None and not isinstance(_value(mask), torch.Tensor)):
         return False
-    heads_q, heads_k = qv.shape[-3], kv.shape[-3]
+    heads_q, heads_k = sym_key(qv.shape[-3]), sym_key(kv.shape[-3])
     repeat = 1
-    if gqa and heads_q != heads_k:
+    if heads_q != heads_k and (gqa or heads_k == 1):  # a key head of 1 broadcast over the query heads is GQA too
         if not (isinstance(heads_q, int) and isinstance(heads_k, int)) or heads_q % heads_k:
             return False
         repeat = heads_q // heads_k

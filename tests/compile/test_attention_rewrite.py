@@ -1,9 +1,11 @@
-"""Attention rewritten as Emmy's kernels where a mask hides a query from every key, or masks by a finite value.
+"""Attention rewritten as Emmy's kernels where a mask hides a query from every key, or masks by a finite value,
+and where one key head is broadcast over every query head.
 
 torch's attention gives 0 for a query that may attend to nothing (a padded query of a left-padded batch); a
 softmax over -inf alone gives NaN, and the next layer spreads it over every position of the sequence (0
 probability times a NaN value). A finite mask (`finfo.min`, -10000) is added to the scaled scores, never
-divided by the scale, where it overflowed to -inf.
+divided by the scale, where it overflowed to -inf. Multi-query attention written as a key and value of one
+head (Falcon's `multi_query`, no `enable_gqa`) is grouped-query attention with one key head.
 """
 
 from __future__ import annotations
@@ -91,3 +93,20 @@ def test_attention_auto_leaves_attention_with_a_mask_given_as_a_tensor_to_torchs
     (report,) = compile_reports()[before:]
     assert report.matmul_flops_on_emmy == 0
     assert [f.reason for f in report.fell_back if "scaled_dot_product_attention" in f.op] == [TENSOR_MASK]
+
+
+def test_one_key_head_broadcast_over_the_query_heads_is_stacked_as_grouped_query_attention() -> None:
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 4, 7, 16), torch.randn(3, 1, 7, 16), torch.randn(3, 1, 7, 16)
+    keep = torch.rand(3, 1, 7, 7) > 0.3
+
+    def multi_query(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m)  # k and v broadcast, no enable_gqa
+
+    torch._dynamo.reset()
+    before = len(compile_reports())
+    with torch.no_grad():
+        got = torch.compile(multi_query, backend=emmy_backend(prior=False, attention=True))(q, k, v, keep)
+    torch.testing.assert_close(got, multi_query(q, k, v, keep), rtol=1e-5, atol=1e-5)
+    (report,) = compile_reports()[before:]
+    assert report.matmul_flops_on_emmy == report.matmul_flops > 0 and not report.notes, report
