@@ -356,7 +356,8 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
     `build=False` only partitions and settles forks at each size run, while torch computes (what `emmy explain`
     uses: the coverage and the record of a card this machine cannot run); `attention` says where
     `scaled_dot_product_attention` runs: `"auto"`, rewritten as Emmy's matmuls and softmax where those are
-    measured to win (`emmy_core.graph.attention.torch_wins`: on a CPU every attention but a decode step's)
+    measured to win (`emmy_core.graph.attention.torch_wins`: on a CPU every attention but a decode step's or
+    one under a mask given as a tensor)
     and torch's fused kernel elsewhere; `True`, always rewritten;
     `False`, always torch's. `fallback` says how the ops left to torch run: `eager`, one by one as torch
     runs them, or `inductor`, compiled by Inductor around the Emmy groups (`emmy_core.compiler.opaque`:
