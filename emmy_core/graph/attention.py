@@ -226,6 +226,13 @@ def node_adder(graph: fx.Graph, node: fx.Node, consts: Mapping[str, float]) -> C
     return add
 
 
+def _size(d: object) -> object:
+    """A size as an int where it is a number (one Dynamo writes as an exact floor division, `(4*s*((s**2)//s))//(s**2)`
+    where two sizes got one symbol, is its quotient), else its expression."""
+    key = sym_key(d)
+    return int(key) if getattr(key, "is_number", False) else key
+
+
 def _rewrite(graph: fx.Graph, node: fx.Node, consts: dict[str, float]) -> bool:
     """Replaces one attention node by its decomposition; False (nothing changed) where it does not apply."""
     q, k, v = node.args[:3]
@@ -239,7 +246,7 @@ def _rewrite(graph: fx.Graph, node: fx.Node, consts: dict[str, float]) -> bool:
         return False
     if dropout not in (0, 0.0) or not isinstance(causal, bool) or not isinstance(gqa, bool):
         return False
-    head_dim = sym_key(qv.shape[-1])  # a size Dynamo writes as an exact floor division is its quotient
+    head_dim = _size(qv.shape[-1])
     if scale is None:
         scale_value = float(head_dim) ** -0.5 if isinstance(head_dim, int) else -1.0
     elif isinstance(scale, int | float) and not isinstance(scale, bool):
@@ -250,7 +257,7 @@ def _rewrite(graph: fx.Graph, node: fx.Node, consts: dict[str, float]) -> bool:
         return False
     if scale_value <= 0 or (mask is not None and not isinstance(_value(mask), torch.Tensor)):
         return False
-    heads_q, heads_k = sym_key(qv.shape[-3]), sym_key(kv.shape[-3])
+    heads_q, heads_k = _size(qv.shape[-3]), _size(kv.shape[-3])
     repeat = 1
     if heads_q != heads_k and (gqa or heads_k == 1):  # a key head of 1 broadcast over the query heads is GQA too
         if not (isinstance(heads_q, int) and isinstance(heads_k, int)) or heads_q % heads_k:

@@ -5,7 +5,8 @@ torch's attention gives 0 for a query that may attend to nothing (a padded query
 softmax over -inf alone gives NaN, and the next layer spreads it over every position of the sequence (0
 probability times a NaN value). A finite mask (`finfo.min`, -10000) is added to the scaled scores, never
 divided by the scale, where it overflowed to -inf. Multi-query attention written as a key and value of one
-head (Falcon's `multi_query`, no `enable_gqa`) is grouped-query attention with one key head.
+head (Falcon's `multi_query`, no `enable_gqa`) is grouped-query attention with one key head. A head count
+Dynamo writes as an exact floor division (two sizes given one symbol) is its number.
 """
 
 from __future__ import annotations
@@ -110,3 +111,29 @@ def test_one_key_head_broadcast_over_the_query_heads_is_stacked_as_grouped_query
     torch.testing.assert_close(got, multi_query(q, k, v, keep), rtol=1e-5, atol=1e-5)
     (report,) = compile_reports()[before:]
     assert report.matmul_flops_on_emmy == report.matmul_flops > 0 and not report.notes, report
+
+
+class _Heads(torch.nn.Module):
+    """Heads inferred by -1 from a hidden size its weights fix, as `transformers` writes it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.proj = torch.nn.Embedding(50, 64), torch.nn.Linear(64, 64)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids)
+        q = self.proj(x).view(*x.shape[:-1], -1, 16).transpose(1, 2)
+        return F.scaled_dot_product_attention(q, q, q, is_causal=True)
+
+
+def test_heads_dynamo_writes_as_an_exact_floor_division_are_read_as_their_number() -> None:
+    torch.manual_seed(0)
+    model = _Heads().eval()
+    ids = torch.randint(0, 50, (8, 8))  # batch equal to length: Dynamo gives both one symbol
+    torch._dynamo.reset()
+    before = len(compile_reports())
+    with torch.no_grad():
+        got = torch.compile(model, backend=emmy_backend(prior=False), dynamic=True)(ids)
+        torch.testing.assert_close(got, model(ids), rtol=1e-5, atol=1e-5)
+    (report,) = compile_reports()[before:]
+    assert not [f for f in report.fell_back if "scaled_dot_product_attention" in f.op], report.fell_back
