@@ -41,6 +41,7 @@ from emmy_core.compiler.build import Builder, runnable_here
 from emmy_core.compiler.compare import as_exact_as_torch, check_outputs
 from emmy_core.compiler.compiled import Compiled, NoGradientsWarning, card_of
 from emmy_core.compiler.coverage import FellBack, GraphReport
+from emmy_core.compiler.handover import copy_graph, drop_graphargs, lifted_floats
 from emmy_core.compiler.launch import Launcher
 from emmy_core.compiler.memory import check_fits
 from emmy_core.compiler.runner import Runner, RunnerCache, output_views
@@ -331,22 +332,6 @@ def compile_reports() -> list[GraphReport]:
     return [g.report() for g in _GRAPHS]
 
 
-def lifted_floats(gm: fx.GraphModule, example_inputs: Sequence[Any], params: set[str]) -> dict[str, float]:
-    """`{node: value}` of each `.item()` of a 0-d float input that is no parameter: a float attribute of the
-    module (a norm's eps, attention's scale) that Dynamo passes as a tensor so a change needs no recompile.
-    Emmy's kernels take it as the constant it is now; `EmmyGroup` runs torch at a call where it differs."""
-    placeholders = dict(zip((n for n in gm.graph.nodes if n.op == "placeholder"), example_inputs, strict=False))
-    out: dict[str, float] = {}
-    for n in gm.graph.nodes:
-        if n.op != "call_method" or n.target != "item" or len(n.args) != 1:
-            continue
-        src = n.args[0]
-        ex = placeholders.get(src) if isinstance(src, fx.Node) else None
-        if isinstance(ex, torch.Tensor) and ex.dim() == 0 and ex.is_floating_point() and src.name not in params:
-            out[n.name] = float(ex.item())
-    return out
-
-
 def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_db: Path | str | None = None,
                  freezes: FreezesArg = None, prior: PriorArg = None, check: bool = True,
                  build: bool = True, attention: bool | str = "auto", fallback: str = "eager") -> Callable[..., Any]:
@@ -392,7 +377,7 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
 
         sources_of = [getattr(n, "_dynamo_source", None) for n in gm.graph.find_nodes(op="placeholder")]
         if fallback == "inductor":  # Inductor may ask Dynamo to trace the frame again: its graph stays as handed over
-            gm = _copy(gm)
+            gm = copy_graph(gm)
         consts = lifted_floats(gm, example_inputs, params)
         decompose_mha(gm, consts)  # nn.MultiheadAttention: its projections become Emmy's, its attention is as below
         if attention:
@@ -415,7 +400,7 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
             setattr(gm, sub_name, group)
             state.add(group)
         gm.recompile()
-        _drop_graphargs(gm, root=False)
+        drop_graphargs(gm, root=False)
         forward = gm.forward
         if fallback == "inductor" and build:
             forward = _inductor_around(gm, example_inputs, sources_of)
@@ -426,7 +411,7 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
         def run(*args: Any) -> Any:
             if not dropped:  # Dynamo is done with its graph's inputs by the first call
                 dropped.append(True)
-                _drop_graphargs(gm, root=True)
+                drop_graphargs(gm, root=True)
             state.saw(args)
             return forward(*args)
 
@@ -440,28 +425,6 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
     # refuses a tensor a weak reference points to
     compile_fx.__name__ = "emmy"
     return compile_fx
-
-
-def _drop_graphargs(gm: fx.GraphModule, root: bool) -> None:
-    """Drops Dynamo's `grapharg` from the placeholders of every graph in `gm` (its groups' own, split from it,
-    carry copies), and from `gm`'s own where `root`. Each holds a weak reference to its input, a parameter among
-    them, and `torch.utils.swap_tensors` refuses a tensor any weak reference points to: with swapped parameters
-    (`torch.__future__.set_swap_module_params_on_conversion(True)`), `model.to(dtype)` and `load_state_dict`
-    failed after the first compiled call. Dynamo reads `gm`'s own after the backend returned, so those go at the
-    first call. The backend reads none of it after compile."""
-    for m in gm.modules():
-        if isinstance(m, fx.GraphModule) and (root or m is not gm):
-            for node in m.graph.find_nodes(op="placeholder"):
-                node.meta.pop("grapharg", None)
-
-
-def _copy(gm: fx.GraphModule) -> fx.GraphModule:
-    """`gm` with a copy of its graph (the same submodules and attributes), to rewrite without touching `gm`."""
-    graph = fx.Graph()
-    graph.output(graph.graph_copy(gm.graph, {}))
-    copy = fx.GraphModule(gm, graph)
-    copy.meta = dict(gm.meta)
-    return copy
 
 
 def _inductor_around(gm: fx.GraphModule, example_inputs: Sequence[Any], sources: list[Any]) -> Callable[..., Any]:
