@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import itertools
 import os
 import tempfile
 import time
@@ -231,6 +232,28 @@ def aside_name(path: Path, label: str) -> Path:
         if not candidate.exists() and not Path(str(candidate) + ".wal").exists():
             return candidate
     raise FileWriteError(f"no free name beside {shown(path)} to move it aside to")
+
+
+def write_new(text: str | bytes, names: Iterable[Path]) -> Path:
+    """Writes `text` whole as a new file under the first of `names` that is free, never over a file: the
+    complete file is linked into place under a name that must not exist, so two writers at once get two
+    files. Returns the path written."""
+    names = iter(names)
+    first = next(names)
+    tmp = _stage(first, text)
+    try:
+        for target in itertools.chain([first], names):
+            try:
+                os.link(tmp, target)
+            except FileExistsError:
+                continue  # taken, or taken between a look and the link: the next name
+            except OSError as exc:
+                raise FileWriteError(f"cannot write {shown(target)}: {why(exc)}; nothing was written") from None
+            fsync_folder(target.parent)
+            return target
+        raise FileWriteError(f"no free name beside {shown(first)} to write to; nothing was written")
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 _RENAME_EXCHANGE = 2

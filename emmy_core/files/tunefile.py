@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from emmy_core.files.cardfile import TUNE_FORMAT, CardDocument, parse_card_document
@@ -28,8 +28,17 @@ from emmy_core.files.freeze import (
     card_file_slug,
     render_snapshot,
 )
-from emmy_core.files.safefile import FileWriteError, atomic_write_text, ensure_folder, locked_folder, shown
+from emmy_core.files.safefile import (
+    FileWriteError,
+    FolderBusyError,
+    atomic_write_text,
+    ensure_folder,
+    locked_folder,
+    shown,
+    write_new,
+)
 from emmy_core.files.sourcefile import SourceError, load_json_file
+from emmy_core.freezefolder.freeze_names import TUNE_NAME
 from emmy_core.ir import Kernel
 from emmy_core.store.batch import MEASUREMENT_COLUMNS, Batch, Prepared
 from emmy_core.store.errors import BatchError
@@ -149,28 +158,59 @@ def _same_description(path: Path, card: CardRow, found: CardRow) -> None:
         raise FileWriteError(f"refusing to write the tune's rows over {shown(path)}: {problem}")
 
 
+MERGE_WAIT_S = 300.0  # how long a tune waits for another process's lock on its tune file's folder
+
+
 def merge_into_tune_file(path: Path, *, card: CardRow, setting: str, kernels: Iterable[Kernel | str],
-                         measurements: Iterable[MeasurementRow]) -> Path:
+                         measurements: Iterable[MeasurementRow], wait_s: float | None = MERGE_WAIT_S,
+                         say: Callable[[str], None] | None = None) -> Path:
     """Writes the rows into the tune file at `path`: a new file, or merged (by the writer's rules: the
     better row of a key wins, a working row is never replaced by a failure) into an existing tune file
-    of the same card and setting. Anything else at `path` is refused before a byte is written."""
+    of the same card and setting. Anything else at `path` is refused before a byte is written.
+
+    The merge holds the folder's lock; another process holding it longer than `wait_s` seconds (`say` is
+    told once it waits) leaves `path` as it was, and the rows go whole into a tune file of their own beside
+    it (`unmerged_names`: a refresh folds it like any other) before `FolderBusyError` names that file."""
     path = Path(path)
     ensure_folder(path.parent)
     rows = list(measurements)
+    kernels = list(kernels)
     wrong = sorted({r.setting for r in rows} - {setting})
     if wrong:
         raise BatchError(f"{shown(path)}: a row of setting {wrong[0][:40]!r} in a tune of setting {setting!r}")
-    with locked_folder(path.parent):
-        old = read_own_tune_file(path, card.name, setting)
-        batch = Batch(str(path), list(kernels), [card], rows)
-        if old is not None:
-            _same_description(path, card, old.card)
-            batch = Batch(str(path), [*old.batch.kernels, *batch.kernels], [card],
-                          [*old.batch.measurements, *rows], list(old.batch.routing), list(old.batch.goldens))
-        p = batch.prepare()
-        if p.need_kernels:
-            raise BatchError(f"{shown(path)}: a tune file is self-contained, but kernel "
-                             f"{sorted(p.need_kernels)[0][:12]} is named and not given in kernels")
-        atomic_write_text(path, render_snapshot(snapshot_of_batch(p, card), TUNE_FORMAT))
+    try:
+        with locked_folder(path.parent, wait_s, say):
+            old = read_own_tune_file(path, card.name, setting)
+            batch = Batch(str(path), kernels, [card], rows)
+            if old is not None:
+                _same_description(path, card, old.card)
+                batch = Batch(str(path), [*old.batch.kernels, *batch.kernels], [card],
+                              [*old.batch.measurements, *rows], list(old.batch.routing), list(old.batch.goldens))
+            atomic_write_text(path, _render(path, batch, card))
+    except FolderBusyError as exc:
+        kept = write_new(_render(path, Batch(str(path), kernels, [card], rows), card), unmerged_names(path))
+        raise FolderBusyError(f"{exc}; the tune's {len(rows)} rows are whole in {shown(kept)}, a tune file of "
+                              "their own (a refresh folds it; `emmy db import` reads it)") from None
     return path
+
+
+def _render(path: Path, batch: Batch, card: CardRow) -> str:
+    p = batch.prepare()
+    if p.need_kernels:
+        raise BatchError(f"{shown(path)}: a tune file is self-contained, but kernel "
+                         f"{sorted(p.need_kernels)[0][:12]} is named and not given in kernels")
+    return render_snapshot(snapshot_of_batch(p, card), TUNE_FORMAT)
+
+
+def unmerged_names(path: Path) -> Iterator[Path]:
+    """Names for rows that could not be merged into `path`: beside a tune file named by the card
+    (`<slug>.tune-<stamp>.json`), `<slug>.tune-<stamp>-unmerged[-N].json`, still a tune file's name, so a
+    refresh folds it; beside any other name, `<stem>.unmerged[.N].json`."""
+    m = TUNE_NAME.match(path.name)
+    for n in range(1, 10_000):
+        extra = "" if n == 1 else f"-{n}"
+        if m is not None and len(m.group(2)) + len(extra) <= 55:
+            yield path.with_name(f"{m.group(1)}.tune-{m.group(2)}-unmerged{extra}.json")
+        else:
+            yield path.with_name(f"{path.stem}.unmerged{extra.replace('-', '.')}{path.suffix or '.json'}")
 

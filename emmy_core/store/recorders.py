@@ -9,6 +9,7 @@ a file that is not a tune file of its own card and setting (`tunefile.merge_into
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -72,9 +73,13 @@ class TuneFileRecorder:
     slash) to write `<card-slug>.tune-<stamp>.json` into. Given the card and setting, the target is
     checked at once (its folder made and written to, a file there read), so a tune that could not write
     its file is refused before it benches anything. An empty target is refused (it is not "here").
+    A merge waits `wait_s` seconds at most for another process's lock on the folder (`say` is told when
+    it waits; default: standard error); past that the rows so far go into a tune file of their own and
+    `FolderBusyError` names it (`tunefile.merge_into_tune_file`).
     """
 
-    def __init__(self, target: str | Path, card: Card | None = None, setting: str | None = None) -> None:
+    def __init__(self, target: str | Path, card: Card | None = None, setting: str | None = None,
+                 wait_s: float | None = None, say: Callable[[str], None] | None = None) -> None:
         from emmy_core.files.safefile import FileWriteError
         from emmy_core.files.tunefile import read_own_tune_file, tune_file_path
 
@@ -83,6 +88,8 @@ class TuneFileRecorder:
                                  "nothing was written")
         self.target = target
         self.setting = setting
+        self.wait_s = wait_s
+        self.say = say if say is not None else _to_stderr
         self.path: Path | None = None
         self.kernels: dict[str, Program] = {}
         self.rows: list[MeasurementRow] = []
@@ -109,8 +116,13 @@ class TuneFileRecorder:
             self.path = tune_file_path(self.target, card.name)
         self.kernels.setdefault(kernel_id(program), program)
         self.rows.extend(measurement_row(o) for o in recordable)
+        wait = {} if self.wait_s is None else {"wait_s": self.wait_s}
         merge_into_tune_file(self.path, card=CardRow.from_card(card), setting=setting,
-                             kernels=list(self.kernels.values()), measurements=self.rows)
+                             kernels=list(self.kernels.values()), measurements=self.rows, say=self.say, **wait)
+
+
+def _to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 def _check_writable_folder(folder: Path) -> None:

@@ -112,6 +112,40 @@ def test_tune_file_of_the_same_card_and_setting_is_merged_by_the_writers_rules(t
     assert o.ok and len(mem.measurements()) == 4
 
 
+def test_a_tune_files_merge_waits_for_a_held_folder_only_as_long_as_it_says_and_loses_no_row(
+        tmp_path: Path, card: Card) -> None:
+    """A hung process holding the folder's lock (a refresh, another tune's merge) held a tune at its next
+    kernel without a word, for ever; now it waits as long as it says, leaves the file as it was and keeps
+    every row so far whole in a tune file of its own, which the refresh folds like any other."""
+    from emmy_core.files.safefile import FolderBusyError, locked_folder
+    from emmy_core.files.tunefile import read_own_tune_file, tune_file_name
+    from emmy_core.freezefolder.freeze_names import TUNE_NAME
+
+    path = tmp_path / tune_file_name(card.name, "20261203T000000Z")
+    said: list[str] = []
+    rec = TuneFileRecorder(path, card, "deploy", wait_s=0.3, say=said.append)
+    rec.record_kernel(NORM, card, [outcome(card, {"unroll": 1}, 5.0)])
+    before = path.read_bytes()
+    kept = [path.with_name(f"{card_slug(card.name)}.tune-20261203T000000Z-unmerged{n}.json") for n in ("", "-2")]
+    with locked_folder(tmp_path):  # another process's lock: flock conflicts across open descriptions
+        for i, n in enumerate((2, 4)):
+            with pytest.raises(FolderBusyError, match=rf"held its lock .* for the 0.3 s this waits; nothing was "
+                                                      rf"changed.*rows are whole in .*{kept[i].name}"):
+                rec.record_kernel(NORM, card, [outcome(card, {"unroll": n}, 4.0)])
+    assert said and said[0].startswith("waiting for another process's lock on")
+    assert path.read_bytes() == before
+    assert set(rows_of(kept[0])) == {("deploy", '{"unroll": 1}'), ("deploy", '{"unroll": 2}')}
+    assert set(rows_of(kept[1])) == {("deploy", '{"unroll": 1}'), ("deploy", '{"unroll": 2}'),
+                                     ("deploy", '{"unroll": 4}')}
+    for k in kept:  # a tune file by name and content: the refresh folds it
+        m = TUNE_NAME.match(k.name)
+        assert m is not None and m.group(1) == card_slug(card.name)
+        assert read_own_tune_file(k, card.name, "deploy") is not None
+    rec.record_kernel(NORM, card, [outcome(card, {"unroll": 8}, 6.0)])  # once let go, the merge goes through
+    assert len(rows_of(path)) == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, kept[0].name, kept[1].name])
+
+
 @pytest.mark.parametrize("make", ["existing", "slash"])
 def test_tune_file_a_folder_gets_a_file_named_by_the_card(tmp_path: Path, card: Card, make: str) -> None:
     folder = tmp_path / "out"
