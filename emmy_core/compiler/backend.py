@@ -41,7 +41,7 @@ from emmy_core.compiler.build import Builder, runnable_here
 from emmy_core.compiler.compare import as_exact_as_torch, check_outputs
 from emmy_core.compiler.compiled import Compiled, NoGradientsWarning, card_of
 from emmy_core.compiler.coverage import FellBack, GraphReport
-from emmy_core.compiler.handover import copy_graph, drop_graphargs, lifted_floats
+from emmy_core.compiler.handover import copy_graph, drop_graphargs, lifted_floats, literal_sizes
 from emmy_core.compiler.launch import Launcher
 from emmy_core.compiler.memory import check_fits
 from emmy_core.compiler.runner import Runner, RunnerCache, output_views
@@ -378,6 +378,7 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
         sources_of = [getattr(n, "_dynamo_source", None) for n in gm.graph.find_nodes(op="placeholder")]
         if fallback == "inductor":  # Inductor may ask Dynamo to trace the frame again: its graph stays as handed over
             gm = copy_graph(gm)
+        literal_sizes(gm)
         consts = lifted_floats(gm, example_inputs, params)
         decompose_mha(gm, consts)  # nn.MultiheadAttention: its projections become Emmy's, its attention is as below
         if attention:

@@ -2,6 +2,8 @@
 
 - `lifted_floats`: the float attributes of the module (a norm's eps, attention's scale) Dynamo passes as 0-d
   tensors, at their values now;
+- `literal_sizes`: the sizes the graph computes that are numbers (where two sizes share one symbol), as
+  numbers;
 - `copy_graph`: a copy to rewrite where Dynamo's own graph must stay as handed over (Inductor may trace it again);
 - `drop_graphargs`: Dynamo's per-input metadata, which holds a weak reference to each input, dropped from the
   graphs the backend keeps.
@@ -30,6 +32,34 @@ def lifted_floats(gm: fx.GraphModule, example_inputs: Sequence[Any], params: set
         if isinstance(ex, torch.Tensor) and ex.dim() == 0 and ex.is_floating_point() and src.name not in params:
             out[n.name] = float(ex.item())
     return out
+
+
+def literal_sizes(gm: fx.GraphModule) -> int:
+    """Puts the number in place of each use of a size the graph computes that is a number whatever its symbols
+    (`sym_key`: its exact floor divisions divided out), and drops the computation where nothing else reads it;
+    returns how many sizes were numbers. Under `dynamic=True` with a batch equal to the length at the first
+    call, Dynamo gives both one symbol `s` and computes `x.shape[-1] // 2` as `(16*s**2//s**2)//2`: a rotary
+    embedding's halves then read as a dynamic slice, where a static graph has `x[..., :8]`."""
+    from emmy_core.graph.dynamo import sym_key
+
+    numbers: dict[fx.Node, int] = {}
+    for n in gm.graph.nodes:
+        ex = n.meta.get("example_value")
+        if n.op in ("call_function", "call_method") and isinstance(ex, torch.SymInt):
+            k = sym_key(ex)
+            if isinstance(k, int):
+                numbers[n] = k
+    if not numbers:
+        return 0
+    for n in gm.graph.nodes:
+        if n not in numbers:
+            n.args = fx.node.map_arg(n.args, lambda a: numbers.get(a, a))  # type: ignore[arg-type,return-value]
+            n.kwargs = fx.node.map_arg(n.kwargs, lambda a: numbers.get(a, a))  # type: ignore[arg-type,return-value]
+    for n in reversed(list(numbers)):
+        if not n.users:
+            gm.graph.erase_node(n)
+    gm.recompile()
+    return len(numbers)
 
 
 def drop_graphargs(gm: fx.GraphModule, root: bool) -> None:

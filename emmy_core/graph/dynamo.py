@@ -72,10 +72,11 @@ def value(node: object) -> Any:
 
 
 def sym_key(d: object) -> int | sympy.Expr:
-    """A size as an int, or as the sympy expression of a symbolic size (its exact floor divisions divided out)."""
+    """A size as an int, or as the sympy expression of a symbolic size (its exact floor divisions divided out:
+    a size that is then a number is that int)."""
     if isinstance(d, torch.SymInt):
-        expr = d.node.expr
-        return int(expr) if expr.is_number else exact_divisions(expr)
+        expr = d.node.expr if d.node.expr.is_number else exact_divisions(d.node.expr)
+        return int(expr) if expr.is_number else expr
     return int(d)  # type: ignore[call-overload]
 
 

@@ -4,6 +4,7 @@ symbol can be solved from (a convolution's output length); and one size written 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
 import pytest
@@ -93,3 +94,56 @@ def test_one_size_written_two_ways_by_an_exact_floor_division_is_one_axis_and_ru
     assert reports and all(r.matmul_flops_on_emmy > 0 for r in reports), [(r.fell_back, r.notes) for r in reports]
     assert all(not {"torch.linear", "operator.add"} & {f.op for f in r.fell_back} for r in reports), \
         [r.fell_back for r in reports]
+
+
+class SquareAttention(nn.Module):
+    """Scores and their product with the values, as an attention written out: batched products whose batch axis
+    (the batch) and rows (the length) get one symbol when they are equal at the first call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(H, H)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = self.proj(x).view(*x.shape[:-1], -1, 8).transpose(1, 2)
+        return (q @ q.transpose(-1, -2)).softmax(-1) @ q
+
+
+def test_one_symbol_for_a_products_batch_axis_and_its_rows_names_two_kernel_axes_each_bound_to_it() -> None:
+    """Batch equal to length at the first call gave a product over [s, 4, s, 8] two axes of one name, refused
+    ("batch axes must be distinct"), so its group fell back to torch: a tiny Llama's linears with it (86% of its
+    FLOPs on Emmy)."""
+    torch.manual_seed(0)
+    reports = _run_dynamic(SquareAttention(), ((torch.randn(n, n, H),) for n in (8, 5, 11)))
+    assert reports and all(r.matmul_flops_on_emmy == r.matmul_flops > 0 for r in reports), \
+        [(r.fell_back, r.notes) for r in reports]
+
+
+def test_a_transformers_llama_with_batch_equal_to_length_runs_wholly_on_emmy_under_dynamic_sizes() -> None:
+    """Its rotary embedding slices `x[..., : x.shape[-1] // 2]`, which Dynamo computes as `(16*s**2//s**2)//2`
+    where batch and length share a symbol: the slice is the number 8, as in a static graph."""
+    import transformers as T
+
+    torch.manual_seed(0)
+    cfg = T.LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2)
+    model = T.LlamaModel(cfg)
+
+    class Hidden(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.model(input_ids=ids).last_hidden_state
+
+    square = _run_dynamic(Hidden(), ((torch.randint(0, 100, (n, n)),) for n in (8, 5)))
+    assert square and all(r.matmul_flops_on_emmy == r.matmul_flops > 0 for r in square), \
+        [(r.fell_back, r.notes) for r in square]
+    torch._dynamo.reset()
+    (oblong,) = _run_dynamic(Hidden(), [(torch.randint(0, 100, (2, 8)),)])
+
+    def left(r: GraphReport) -> list[tuple[str, str]]:  # what torch runs, with the symbols' names taken out
+        return sorted((f.op, re.sub(r"\bd\d+\b", "d", f.reason)) for f in r.fell_back)
+
+    assert left(square[0]) == left(oblong)  # the rotary embedding's halves among what Emmy runs, as with two symbols
