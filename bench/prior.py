@@ -12,7 +12,9 @@ Four questions, each against a baseline measured in the same run:
   selected on the other cards, beside the rule's first option (the first configuration in the
   cache file's own order), a random pick's expectation, the most similar card's best and the
   transfer baseline (no model: per configuration the geomean of best/time over the other
-  cards of the same kernel); every blend weight on all cards; the spread over seeds;
+  cards of the same kernel), and the lookup's reach (the best of the other cards' own best and
+  own top 5 read on the held-out card: no ranking of other cards' measurements goes lower);
+  every blend weight on all cards; the spread over seeds;
 - unseen (`--unseen DIR [--unseen-cards FILE] [--unseen-card FILE=CARD ...]`): a prior fitted on every peer cache judged on Kernel
   Tuner caches of cards no peer file holds (Kernel Tuner's benchmark hub has the same kernels on the
   A100, MI250X, W7800, MI50, TITAN RTX and RTX 3060 Laptop; describe the cards the table lacks in a
@@ -57,11 +59,12 @@ from emmy_core.prior.fit import choice_figures, fit_dataset, select_choice
 from emmy_core.prior.ranking import DIVERSE_HEAD
 from emmy_core.prior.training import Params
 from emmy_core.prior.transfer import card_split, fork_baselines
+from emmy_core.ranking.baselines import lookup_reach
 from emmy_core.targets import Card
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ("top1", "top5", "first_slowdown", "random_slowdown", "similar_slowdown", "transfer_top1",
-           "transfer_top5", "tau", "pick_failed")
+           "transfer_top5", "reach_top1", "reach_top5", "tau", "pick_failed")
 
 
 def say(text: str) -> None:
@@ -173,7 +176,7 @@ def _cells(summary: dict[str, Any]) -> str:
 
 
 def _header(what: str) -> str:
-    short = ("top1", "top5", "first", "random", "simil", "trans1", "trans5", "tau", "failed")
+    short = ("top1", "top5", "first", "random", "simil", "trans1", "trans5", "reach1", "reach5", "tau", "failed")
     return f"  {what:<30} {'pools':>5} " + " ".join(f"{s:>6}" for s in short)
 
 
@@ -200,7 +203,7 @@ def bench_loco(dataset: Dataset, params: Params, seeds: Sequence[int]) -> None:
         t = time.monotonic()
         folds, held = card_split(dataset.forks, names, "measured", len(cards), seed, params)
         chosen = {c: select_choice([h for h in held if h.fork.card_name != c]) for c in cards}
-        figures = [{**h.figures(*chosen[h.fork.card_name]), "card": h.fork.card_name,
+        figures = [{**h.figures(*chosen[h.fork.card_name]), **reach(h.fork, dataset.forks), "card": h.fork.card_name,
                     "kernel": getattr(h.fork.kernel, "name", h.fork.kernel_id), "family": h.fork.family}
                    for h in held]
         overall[seed] = _summary(figures)
@@ -230,6 +233,16 @@ def bench_loco(dataset: Dataset, params: Params, seeds: Sequence[int]) -> None:
         f"spread {max(top1) - min(top1):.3f}); top5 {statistics.mean(top5):.3f} (min {min(top5):.3f}, max "
         f"{max(top5):.3f}, spread {max(top5) - min(top5):.3f}); transfer top1 {statistics.mean(tr):.3f}; "
         f"goal top1 <= 1.07, top5 <= 1.03, spread < 0.03")
+    last = next(reversed(overall.values()))
+    say(f"lookup reach (the best of the other cards' own best, and of their own top 5, read on the held-out card; "
+        f"seed-free): top1 {last['reach_top1']:.3f} over {last['reach_top1_pools']} pools, top5 "
+        f"{last['reach_top5']:.3f}. Below these, a pick must be better than every configuration another card found "
+        f"best: a prediction, not a lookup.")
+
+
+def reach(fork: Any, forks: Sequence[Any]) -> dict[str, float | None]:
+    """The lookup's reach on `fork` from the other cards of `forks` (`ranking.baselines.lookup_reach`)."""
+    return {"reach_top1": lookup_reach(fork, forks, 1), "reach_top5": lookup_reach(fork, forks, 5)}
 
 
 def pool_figures(prior: Any, forks: Sequence[Any], others: Sequence[Any]) -> list[dict[str, Any]]:
@@ -245,6 +258,7 @@ def pool_figures(prior: Any, forks: Sequence[Any], others: Sequence[Any]) -> lis
         f: dict[str, Any] = {"card": fork.card_name, "kernel": getattr(fork.kernel, "name", fork.kernel_id)}
         f.update(m.pool_metrics(scores, fork.times[mm], fork.ok[mm]))
         f.update(fork_baselines(fork, others))
+        f.update(reach(fork, others))
         figures.append(f)
     return figures
 
@@ -311,7 +325,8 @@ def bench_unseen(peer: Dataset, unseen: Path, cards_file: Path | None, params: P
     for f in figures:
         nan = float("nan")
         say(f"    {f['card'][:24]:<24} {f['kernel'][:22]:<22} top1 {f['top1']:.3f} top5 {f['top5'] or nan:.3f} "
-            f"transfer {f.get('transfer_top1') or nan:.3f} similar {f.get('similar_slowdown') or nan:.3f}")
+            f"transfer {f.get('transfer_top1') or nan:.3f} similar {f.get('similar_slowdown') or nan:.3f} "
+            f"reach {f.get('reach_top1') or nan:.3f}")
 
 
 def main() -> int:

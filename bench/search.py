@@ -26,7 +26,9 @@ of seed 0 gave budget-1 figures from 2.9 to 5.9). `--reuse` replays again on the
 runs a previous run left in `--out`. The `prior` strategy's pools carry each other card's times
 of the kernel as its evidence (`SearchPool.evidence`), as a new card's tune could read them.
 Targets: prior <= 1.02 at budget 8 (first step 1.05); at or below random at every budget and
-every Kernel Tuner strategy up to 32.
+every Kernel Tuner strategy up to 32. Beside them, the lookup's reach per budget b: the best of the
+other cards' own top b configurations, read on the held-out card (no search that measures only what
+other cards found best goes lower).
 
 Run: .venv/bin/python bench/search.py [--peer DIR] [--iterations 100] [--seeds 0,1,2] [--out _bench/search]
 (needs the bench extra: pip install -e .[bench])
@@ -59,6 +61,7 @@ from emmy_core.prior import load_prior
 from emmy_core.prior.dataset import Dataset
 from emmy_core.prior.fit import fit_dataset
 from emmy_core.prior.training import Params
+from emmy_core.ranking.baselines import lookup_reach
 from emmy_core.search.curves import (
     Runs,
     SearchCurves,
@@ -190,6 +193,16 @@ def kt_runs(files: Sequence[Path], pools: Sequence[tuple[str, FrozenPool]], stra
     return out
 
 
+def lookup_reach_curve(dataset: Dataset, budgets: Sequence[int]) -> dict[int, float]:
+    """Per budget b, the geomean over pools of the lookup's reach with b picks (`lookup_reach`); a pool whose
+    other cards' top b holds nothing that worked on it is left out."""
+    out = {}
+    for b in budgets:
+        values = [r for f in dataset.forks if (r := lookup_reach(f, dataset.forks, b)) is not None]
+        out[b] = float(np.exp(np.mean(np.log(values)))) if values else float("nan")
+    return out
+
+
 def check_targets(curves: SearchCurves) -> None:
     c = curves.curves
     if "prior" not in c:
@@ -226,13 +239,13 @@ def main() -> int:
     say(f"bench/search.py ({load()}); leave one card out, priors of {args.iterations} trees, seeds {seeds}")
     files = sorted(p for p in args.peer.iterdir() if p.name.endswith((".json", ".json.gz")))
     cached = args.out / "pools.json.gz"
+    with tempfile.TemporaryDirectory() as tmp:
+        dataset = peer_dataset(args.peer, Path(tmp))
+    say(f"peer data read: {len(dataset.forks)} pools in {time.monotonic() - t0:.0f} s")
     if args.reuse and cached.is_file():
         pools = pools_from_json(json.loads(gzip.decompress(cached.read_bytes())))  # written by this script
         say(f"reused {len(pools)} scored pools from {cached}")
     else:
-        with tempfile.TemporaryDirectory() as tmp:
-            dataset = peer_dataset(args.peer, Path(tmp))
-        say(f"peer data read: {len(dataset.forks)} pools in {time.monotonic() - t0:.0f} s")
         pools = loco_pools(dataset, file_order(files), args.iterations, 0)
         args.out.mkdir(parents=True, exist_ok=True)
         tmp_cache = cached.with_name(cached.name + ".tmp")
@@ -266,6 +279,10 @@ def main() -> int:
         say(f"kernel tuner {KT[name]} ({len(kseeds)} seeds per budget) in {time.monotonic() - t:.0f} s ({load()})")
     say(curves.markdown())
     check_targets(curves)
+    reach = lookup_reach_curve(dataset, BUDGETS)
+    say("lookup reach (the best of the other cards' own top b configurations, read on the held-out card: no "
+        "strategy that measures only what other cards found best goes lower): "
+        + ", ".join(f"budget {b} {r:.3f}" for b, r in reach.items()))
     args.out.mkdir(parents=True, exist_ok=True)
     say(f"wrote {write_curves(curves, args.out / 'curves.json')}")  # atomic; replaces only search curves
     for path in plot_curves(curves, args.out):

@@ -70,3 +70,25 @@ def most_similar_scores(fork: DatasetFork, others: Sequence[DatasetFork]) -> np.
     nearest = min(others, key=lambda o: (card_distance(fork.card, o.card), o.card_name))
     ratios = _ratios(nearest)
     return np.array([math.log(ratios[s]) if s in ratios else UNSEEN for s in fork.schedule_ids])
+
+
+def lookup_reach(fork: DatasetFork, others: Sequence[DatasetFork], k: int) -> float | None:
+    """The best any lookup can do on `fork` with `k` picks: the fork's best time over that of the fastest of
+    its measured members among every other card's own `k` fastest configurations, as a slowdown (>= 1). Not
+    a ranker: it reads the fork's own times, as an oracle choosing among the other cards' picks would, so it
+    bounds what ranking by other cards' measurements can reach (a prediction better than all of them is
+    needed to go lower). None where no other card's top `k` holds a member that worked on this fork."""
+    if k < 1:
+        raise ValueError(f"k={k}: a lookup picks one configuration at least")
+    if not fork.ok.any():
+        return None
+    index = {sid: i for i, sid in enumerate(fork.schedule_ids)}
+    best = float(np.min(fork.times[fork.ok]))
+    reached = math.inf
+    for other in same_kernel_elsewhere(fork, others):
+        ok = np.flatnonzero(other.ok)
+        for j in ok[np.argsort(other.times[ok], kind="stable")][:k]:
+            i = index.get(other.schedule_ids[j])
+            if i is not None and fork.ok[i]:
+                reached = min(reached, float(fork.times[i]))
+    return None if math.isinf(reached) else reached / best
