@@ -58,6 +58,10 @@ def info(file: Annotated[Path | None, typer.Option("--file", help="an artifact (
                + f": {pct(rk.get('vs_first'))} against {first_label(rk)}, {pct(rk.get('vs_ranker'))} against"
                f" the ranker alone, {pct(rk.get('vs_transfer_order'))} against the transfer order,"
                f" {pct(rk.get('vs_transfer_baseline'))} against the transfer baseline")
+    reach = rk.get("lookup_reach_top1")
+    if isinstance(reach, int | float):
+        typer.echo(f"  the lookup's reach there (the best of the other cards' own best on each pool, an oracle's pick): "
+                   f"top-1 {reach:.3f}; below it, a pick no other card found best")
     runner = rk.get("runner_up")
     if isinstance(runner, dict):
         typer.echo(f"  runner-up: {runner.get('mode')} ({runner.get('source')}, weight {runner.get('weight')}), "

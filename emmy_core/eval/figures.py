@@ -36,7 +36,8 @@ GOLDEN = ("golden_rank", "golden_rank_ties", "golden_plateau", "golden_picked")
 GOLDEN_BASELINES = ("first_golden_rank", "random_golden_rank", "similar_golden_rank", "similar_golden_rank_ties",
                     "transfer_golden_rank", "transfer_golden_rank_ties")
 MEASURED = ("tau", *(f"top{k}" for k in KS), "pick_failed")
-MEASURED_BASELINES = ("first_slowdown", "random_slowdown", "similar_slowdown", "transfer_top1", "transfer_top5")
+MEASURED_BASELINES = ("first_slowdown", "random_slowdown", "similar_slowdown", "transfer_top1", "transfer_top5",
+                      "reach_top1", "reach_top5")
 Figures = dict[str, float | None]
 
 

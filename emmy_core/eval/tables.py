@@ -107,6 +107,17 @@ def worst_pools(doc: Mapping[str, Any], figure: str, kind: str, k: int = WORST) 
                       left=2)
 
 
+def reach_line(doc: Mapping[str, Any]) -> str:
+    """The lookup's reach over every pool (`ranking.baselines.lookup_reach`), where another card measured one:
+    the best of the other cards' own picks, which a target below it asks a model to beat."""
+    mean = doc.get("mean", doc)
+    if not mean.get("reach_top1_pools"):
+        return ""
+    return (f"lookup reach: top-1 {counted(mean, 'reach_top1', 'x')}, top-5 {counted(mean, 'reach_top5', 'x')}: the "
+            "best of the other cards' own best (own top 5) read on each pool; below it, picks no other card "
+            "ranked that high.")
+
+
 GOLDEN_NOTE = ("rank: candidates the prior scored above the golden; with ties counted against it (a compile takes "
                "the first of equal scores); the plateau is the gap. Baselines rank by the rule's order, a random "
                "order, the most similar other card's measured order, and the transfer order.")
@@ -139,7 +150,7 @@ def report_text(doc: Mapping[str, Any]) -> str:
                      mean.get("measured_pools"), "no pool with enough measured members in this dataset",
                      lambda: [measured_table(doc), *([measured_table(doc, "by_family", "family")]
                                                      if doc.get("by_family") else []),
-                              MEASURED_NOTE, "\nworst pools (top-1):",
+                              MEASURED_NOTE, *([reach_line(doc)] if reach_line(doc) else []), "\nworst pools (top-1):",
                               worst_pools(doc, "top1", "x")])
         extern = [r for r in doc["per_pool"] if r.get("extern")]
         if extern and not doc.get("extern_order"):
@@ -223,6 +234,7 @@ def fit_text(report: Mapping[str, Any]) -> str:
            "card ranked from a model fitted without it, its transfer features from the other cards only"]
     if report.get("split") == "card":
         out += [measured_table(report), measured_table(report, "by_family", "family")]
+        out += [reach_line(report)] if reach_line(report) else []
     choices = ", ".join(f"{c['source']} {c['weight']:.2f}: {fmt(c.get('top1'), 'x')}" for c in rk.get("candidates", []))
 
     def pct(v: object) -> str:

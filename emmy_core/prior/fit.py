@@ -88,7 +88,8 @@ Progress = Callable[[str], None]
 FITS_DIR = Path("_tune") / "fits"
 BARE_MODELS = [name == RANKER for name in NO_EVIDENCE]  # which no-evidence choices are fitted (the ranker)
 HEADLINE_FIGURES = ("top1", "top5", "tau", "pick_failed", "first_slowdown", "random_slowdown",
-                    "similar_slowdown", "transfer_top1", "transfer_top5", "golden_rank", "golden_rank_ties")
+                    "similar_slowdown", "transfer_top1", "transfer_top5", "reach_top1", "reach_top5", "golden_rank",
+                    "golden_rank_ties")
 
 
 @dataclass(frozen=True)
@@ -285,7 +286,8 @@ def choose_ranking(held: Sequence[Held], kernel_held: Sequence[Held] = ()) -> di
             "top1": chosen["top1"], "top5": spread["spread" if head else "plain"],
             "candidates": [{k: v for k, v in r.items() if k not in ("per_pool", "model")} for r in rows],
             "refused": refused,
-            "transfer_baseline_top1": base.get("transfer_top1"), "vs_first": margin(first["top1"]),
+            "transfer_baseline_top1": base.get("transfer_top1"), "lookup_reach_top1": base.get("reach_top1"),
+            "vs_first": margin(first["top1"]),
             "vs_ranker": margin(alone["top1"]), "vs_transfer_order": margin(order["top1"]),
             "vs_transfer_baseline": margin(base.get("transfer_top1")),
             "runner_up": None if runner is None else {"mode": runner["mode"], "source": runner["source"],

@@ -73,11 +73,11 @@ def most_similar_scores(fork: DatasetFork, others: Sequence[DatasetFork]) -> np.
 
 
 def lookup_reach(fork: DatasetFork, others: Sequence[DatasetFork], k: int) -> float | None:
-    """The best any lookup can do on `fork` with `k` picks: the fork's best time over that of the fastest of
-    its measured members among every other card's own `k` fastest configurations, as a slowdown (>= 1). Not
-    a ranker: it reads the fork's own times, as an oracle choosing among the other cards' picks would, so it
-    bounds what ranking by other cards' measurements can reach (a prediction better than all of them is
-    needed to go lower). None where no other card's top `k` holds a member that worked on this fork."""
+    """The best a lookup of other cards' own picks does on `fork` with `k` of them: the fork's best time over
+    that of the fastest of its members among every other card's own `k` fastest configurations, as a slowdown
+    (>= 1). Not a ranker: it reads the fork's own times, as an oracle choosing among the other cards' own picks
+    would. Going lower takes a configuration no other card ranked that high (with one other card, the
+    transfer order's top `k` are its picks). None where no other card's top `k` worked on this fork."""
     if k < 1:
         raise ValueError(f"k={k}: a lookup picks one configuration at least")
     if not fork.ok.any():

@@ -5,6 +5,8 @@ Golden view (the whole pool): the rank each baseline gives the golden (`<name>_g
 against it `<name>_golden_rank_ties`; the first option's order has no ties). Measured view (the measured
 members): the first option's slowdown (a failed pick replaced along its order), the most similar card's
 top-1 and the transfer baseline's top-1 and top-5. A ranker with no preference (random) is its expectation.
+Beside them, the lookup's reach (`baselines.lookup_reach`, `reach_top1` and `reach_top5`): the best of the other
+cards' own best (top 5) read on this card, an oracle's figure: below it, a pick no other card ranked that high.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from emmy_core.prior import metrics
+from emmy_core.ranking.baselines import lookup_reach
 from emmy_core.ranking.rankers import BASELINES, RankContext
 
 Figures = dict[str, float | None]
@@ -64,4 +67,6 @@ def measured_baselines(context: RankContext) -> Figures:
         scores = ranker.rank(context, m)
         if scores is not None:
             out.update(MEASURED[ranker.name](scores, times, ok))
+    for k in (1, 5):  # the lookup's reach: what no ranking of the other cards' measurements goes below
+        out[f"reach_top{k}"] = lookup_reach(fork, context.elsewhere, k)
     return out

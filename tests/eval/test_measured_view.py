@@ -95,5 +95,7 @@ def test_the_measured_view_on_the_peer_data_reports_every_card(peer_store: PeerS
     for key, summary in doc["by_card"].items():
         assert summary["measured_pools"] >= 1 and summary["top1_pools"] == summary["measured_pools"], key
         assert summary["similar_slowdown_pools"] >= 1 and summary["transfer_top1_pools"] >= 1, key
+        assert summary["reach_top1_pools"] >= 1 and 1.0 <= summary["reach_top5"] <= summary["reach_top1"], key
         assert f"| {key}" in report.markdown()
     assert doc["mean"]["measured_pools"] == len(doc["per_pool"]) == doc["forks"]
+    assert f"lookup reach: top-1 {doc['mean']['reach_top1']:.3f} ({doc['mean']['reach_top1_pools']})" in report.markdown()

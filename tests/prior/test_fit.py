@@ -119,6 +119,9 @@ def test_emmy_fit_writes_and_emmy_prior_info_reads(freeze_export: Path, tmp_path
     shipped = json.loads(out.read_text())["ranking"]  # which ranking won on the card split, and by how much
     assert f"ranking of a card the fit never saw: {shipped['mode']}" in info.output
     assert "against the rule's first option" in info.output and "runner-up:" in info.output
+    reach = shipped["lookup_reach_top1"]  # what a lookup of the other cards' bests reaches, where any measured
+    assert (f"top-1 {reach:.3f}; below it, a pick no other card found best" in info.output) \
+        if reach is not None else "the lookup's reach" not in info.output
     assert (f"the top {shipped['diverse']} places of the shipped order go to candidates that differ" if shipped["diverse"]
             else "the top of the shipped order is not spread over knob values (its held-out top-5") in info.output
     for r in shipped["refused"]:  # every choice with a lower top-1 the selection refused, and why, in both

@@ -1,6 +1,5 @@
 """The lookup's reach: the best that picks taken from other cards' own fastest configurations can do on a
-card, which bounds what ranking by other cards' measurements (the transfer baseline, the transfer features)
-can reach, and so says when a target on an unseen card needs a prediction beyond every other card's best."""
+card, and so when a target on an unseen card needs a configuration no other card ranked that high."""
 
 from __future__ import annotations
 
