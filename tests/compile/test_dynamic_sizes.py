@@ -147,3 +147,27 @@ def test_a_transformers_llama_with_batch_equal_to_length_runs_wholly_on_emmy_und
         return sorted((f.op, re.sub(r"\bd\d+\b", "d", f.reason)) for f in r.fell_back)
 
     assert left(square[0]) == left(oblong)  # the rotary embedding's halves among what Emmy runs, as with two symbols
+
+
+class RotaryScale(nn.Module):
+    """A projection times a rotary table read at the positions, [1, 1, L, D] against [B, H, L, D] (Llama's cos), and
+    one plus a learned position row, [1, L, D] against [B, L, D] (GPT-2's position embedding)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, y: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.proj(x) * cos), torch.relu(self.proj(y) + pos)
+
+
+def test_a_length_of_one_at_the_first_call_keeps_a_rotary_table_and_a_position_row_on_emmy() -> None:
+    """Dynamo makes a length of 1 the constant 1 (every decode step has one): an operand [1, 1, 1, D] against
+    [B, H, 1, D] was refused ("Emmy broadcasts rows and columns") where [1, 1, L, D] ran on Emmy, so a rotary
+    decoder's first graph at length 1 left its rotary products and halves to torch."""
+    torch.manual_seed(0)
+    calls = [(torch.randn(b, 4, n, 16), torch.randn(1, 1, n, 16), torch.randn(b, n, 16), torch.randn(1, n, 16))
+             for b, n in ((2, 1), (3, 1), (2, 5))]
+    reports = _run_dynamic(RotaryScale(), calls)
+    assert reports and all(not r.fell_back and r.matmul_flops_on_emmy == r.matmul_flops > 0 for r in reports), \
+        [r.fell_back for r in reports]

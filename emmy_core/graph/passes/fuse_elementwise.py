@@ -39,9 +39,9 @@ def bcast_kind(shape: tuple[Dim, ...], out: tuple[Dim, ...]) -> str | None:
     """How an input of `shape` broadcasts to `out`: full, col, row, or None when none of them."""
     if shape == out:
         return "full"
-    if shape == out[-1:] or (len(shape) < len(out) and all(d == 1 for d in shape[:-1]) and
+    if shape == out[-1:] or (len(shape) <= len(out) and all(d == 1 for d in shape[:-1]) and
                              shape[-1:] == out[-1:]):
-        return "col"
+        return "col"  # [C], [1, C] or [1, 1, 1, C] against [..., C] (a rotary's cos at length 1)
     if len(shape) == len(out) and shape[-1] == 1 and shape[:-1] == out[:-1]:
         return "row"
     lead = 0
