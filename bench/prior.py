@@ -21,9 +21,12 @@ Four questions, each against a baseline measured in the same run:
   card file), beside the baselines read from the peer caches alone;
 - cpu: the installed prior (fitted on the freeze's CPU) on pools this machine measured with
   `emmy tune` (a tuning database, `--cpu-db`), the same figures, the freeze's card as the
-  other card of the baselines.
+  other card of the baselines; then (`--recheck ROUNDS`, default 21) the prior's pick, the first
+  option and the tune's fastest row of each pool timed again here, interleaved, which is what the
+  verdict "at or below the first option" is read on (a tune's single timings are noisy).
 
 Run: .venv/bin/python bench/prior.py [--only score,fit,loco,cpu] [--seeds 0,1,2] [--peer DIR] [--cpu-db PATH]
+     [--recheck 21]
      [--unseen DIR --unseen-cards FILE [--unseen-card FILE=CARD ...]]
 Fill the CPU database first, e.g. for m in "llama_block B=1,S=128" "mlp B=8,S=256"; do set -- $m;
 .venv/bin/emmy tune --model $1 --shape $2 --budget 24 --db _data/cpu.db; done
@@ -257,7 +260,7 @@ def pool_figures(prior: Any, forks: Sequence[Any], others: Sequence[Any]) -> lis
     return figures
 
 
-def bench_cpu(cpu_db: Path, prior_path: Path | None) -> None:
+def bench_cpu(cpu_db: Path, prior_path: Path | None, recheck_rounds: int = 0) -> None:
     from emmy_core.freezefolder.freeze_names import freeze_folder
     from emmy_core.store.export import export_db
     from emmy_core.store.importer import import_db
@@ -285,6 +288,47 @@ def bench_cpu(cpu_db: Path, prior_path: Path | None) -> None:
     for f in figures:
         say(f"    {f['kernel'][:44]:<44} top1 {f['top1']:.3f} top5 {f['top5'] or float('nan'):.3f} "
             f"first {f.get('first_slowdown') or float('nan'):.3f} transfer {f.get('transfer_top1') or float('nan'):.3f}")
+    if recheck_rounds:
+        recheck(prior, here.forks, recheck_rounds)
+
+
+def recheck(prior: Any, forks: Sequence[Any], rounds: int) -> None:
+    """The prior's pick, the rule's first option and the tune's fastest row of each pool, built and timed again
+    here interleaved (`rounds` rounds, medians): a tune times its candidates one after another, so a noisy
+    spell on a shared machine can favour or penalise any of the three, and the verdict (the prior at or below
+    the first option) is read on these times instead. Each pool's figures are over the fastest of the three."""
+    import torch
+
+    from emmy_core.codegen.c import CBackend
+    from emmy_core.compiler.compare import interleaved_medians
+    from emmy_core.dtypes import torch_dtype
+    from emmy_core.ir.sizes import extents
+
+    be, ratios = CBackend(), {"prior": [], "first": [], "fastest row": []}
+    say(f"cpu, timed again: the prior's pick, the first option and the tune's fastest row, interleaved, {rounds} rounds")
+    for f in forks:
+        m = np.flatnonzero(f.measured & f.ok)
+        if len(m) < 2 or f.first is None or not f.ok[f.first]:
+            continue
+        scores = np.asarray(prior.score(f.kernel, f.sizes, f.card, f.setting, [f.knobs[i] for i in m], ordered=True))
+        chosen = {"prior": int(m[int(np.argmax(scores))]), "first": f.first,
+                  "fastest row": int(m[int(np.argmin(f.times[m]))])}
+        dyn = {k: int(v) for k, v in (kv.split("=") for kv in f.sizes.split(","))} if f.sizes else {}
+        ext, gen = extents(f.kernel, dyn), torch.Generator().manual_seed(0)
+        bufs = {b.name: (torch.randn([ext[a] for a in b.shape], generator=gen) if b.role == "in"
+                         else torch.empty([ext[a] for a in b.shape])).to(torch_dtype(b.dtype)) for b in f.kernel.buffers}
+        fns = {k: be.timed_launch(be.build(f.kernel, dict(f.knobs[i]), f.setting), bufs, dyn) for k, i in chosen.items()}
+        t, failed = interleaved_medians(fns, (), rounds)
+        if failed:
+            say(f"    {f.kernel.name[:44]:<44} not timed: {failed}")
+            continue
+        lo = min(t.values())
+        for k in ratios:
+            ratios[k].append(t[k] / lo)
+        say(f"    {f.kernel.name[:44]:<44} " + " ".join(f"{k} {t[k] / lo:.3f}" for k in ratios) + f" ({lo:.0f} us)")
+    if ratios["prior"]:
+        say("  geomean over " + f"{len(ratios['prior'])} pools: " + ", ".join(
+            f"{k} {float(np.exp(np.mean(np.log(v)))):.3f}" for k, v in ratios.items()))
 
 
 def bench_unseen(peer: Dataset, unseen: Path, cards_file: Path | None, params: Params,
@@ -330,6 +374,8 @@ def main() -> int:
     ap.add_argument("--peer", type=Path, default=ROOT.parent / "shared" / "peer")
     ap.add_argument("--cpu-db", type=Path, default=ROOT / "_data" / "cpu.db")
     ap.add_argument("--cpu-prior", type=Path, default=None, help="artifact for the cpu question (default: installed)")
+    ap.add_argument("--recheck", type=int, default=21, metavar="ROUNDS",
+                    help="cpu: time the prior's pick, the first option and the fastest row again, interleaved (0: not)")
     ap.add_argument("--repeats", type=int, default=50)
     ap.add_argument("--unseen", type=Path, default=None,
                     help="Kernel Tuner caches of cards no peer file holds (the unseen question; not run without)")
@@ -364,7 +410,7 @@ def main() -> int:
             if "unseen" in only and args.unseen is not None:
                 bench_unseen(dataset, args.unseen, args.unseen_cards, params, card_of)
     if "cpu" in only:
-        bench_cpu(args.cpu_db, args.cpu_prior)
+        bench_cpu(args.cpu_db, args.cpu_prior, args.recheck)
     say(f"done; peak {peak_mb():.0f} MB ({load()})")
     return 0
 
