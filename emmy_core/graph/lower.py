@@ -98,10 +98,6 @@ def _static(d: Dim, node: Node, what: str) -> int:
     return d
 
 
-def _bdim(d: Dim, hints: dict[str, int]) -> int | BDim:
-    return d if isinstance(d, int) else BDim(d, hints[d])
-
-
 def _fresh(d: str, taken: list[str]) -> str:
     """`d` as a kernel axis's name, or `d_2`, `d_3`, ... where the kernel already has an axis of that name: a
     graph size given one symbol for two of a product's axes (`dynamic=True` where batch and length are
@@ -134,12 +130,14 @@ def _lower_matmul(n: Node, index: dict[str, Node], hints: dict[str, int]) -> Ker
         if b.shape[:-2] != batch:
             raise UnsupportedOp("matmul", n.source, f"batch axes {a.shape[:-2]} and {b.shape[:-2]} differ")
         dims = (*batch, a.shape[-2], n.type.shape[-1], a.shape[-1])
-        bd = []
+        bd: list[int | BDim] = []
         for d in dims:
-            name = _fresh(d, [a for a, _ in axes]) if isinstance(d, str) else d
-            if isinstance(d, str):
-                axes.append((name, (d,)))  # one graph size may be two kernel axes (batch equal to length)
-            bd.append(_bdim(d, hints) if name == d else BDim(name, hints[d]))  # type: ignore[arg-type]
+            if isinstance(d, int):
+                bd.append(d)
+                continue
+            name = _fresh(d, [named for named, _ in axes])  # one graph size may be two kernel axes
+            axes.append((name, (d,)))
+            bd.append(BDim(name, hints[d]))
         prog = builders.matmul(bd[-3], bd[-2], bd[-1], dtype=dtype, epilogue=epilogue, batch=tuple(bd[:-3]),
                                b_transposed=bt)
     reads = ["a", "b"] + [{"bias": "bias", "residual": "residual", "mul": "gate"}[s] for s in epilogue
