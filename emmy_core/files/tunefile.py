@@ -38,7 +38,6 @@ from emmy_core.files.safefile import (
     write_new,
 )
 from emmy_core.files.sourcefile import SourceError, load_json_file
-from emmy_core.freezefolder.freeze_names import TUNE_NAME
 from emmy_core.ir import Kernel
 from emmy_core.store.batch import MEASUREMENT_COLUMNS, Batch, Prepared
 from emmy_core.store.errors import BatchError
@@ -188,7 +187,7 @@ def merge_into_tune_file(path: Path, *, card: CardRow, setting: str, kernels: It
                               [*old.batch.measurements, *rows], list(old.batch.routing), list(old.batch.goldens))
             atomic_write_text(path, _render(path, batch, card))
     except FolderBusyError as exc:
-        kept = write_new(_render(path, Batch(str(path), kernels, [card], rows), card), unmerged_names(path))
+        kept = write_new(_render(path, Batch(str(path), kernels, [card], rows), card), unmerged_names(path, card.name))
         raise FolderBusyError(f"{exc}; the tune's {len(rows)} rows are whole in {shown(kept)}, a tune file of "
                               "their own (a refresh folds it; `emmy db import` reads it)") from None
     return path
@@ -202,15 +201,15 @@ def _render(path: Path, batch: Batch, card: CardRow) -> str:
     return render_snapshot(snapshot_of_batch(p, card), TUNE_FORMAT)
 
 
-def unmerged_names(path: Path) -> Iterator[Path]:
+def unmerged_names(path: Path, card: str) -> Iterator[Path]:
     """Names for rows that could not be merged into `path`: beside a tune file named by the card
-    (`<slug>.tune-<stamp>.json`), `<slug>.tune-<stamp>-unmerged[-N].json`, still a tune file's name, so a
-    refresh folds it; beside any other name, `<stem>.unmerged[.N].json`."""
-    m = TUNE_NAME.match(path.name)
+    (`tune_file_name`: `<slug>.tune-<stamp>.json`), `<slug>.tune-<stamp>-unmerged[-N].json`, still a tune
+    file's name, so a refresh folds it; beside any other name, `<stem>.unmerged[.N].json`."""
+    prefix, name = f"{card_file_slug(card)}.tune-", path.name
+    stamp = name[len(prefix):-len(".json")] if name.startswith(prefix) and name.endswith(".json") else None
     for n in range(1, 10_000):
         extra = "" if n == 1 else f"-{n}"
-        if m is not None and len(m.group(2)) + len(extra) <= 55:
-            yield path.with_name(f"{m.group(1)}.tune-{m.group(2)}-unmerged{extra}.json")
+        if stamp and re.fullmatch(r"[0-9A-Za-z-]{1,40}", stamp):
+            yield path.with_name(f"{prefix}{stamp}-unmerged{extra}.json")
         else:
             yield path.with_name(f"{path.stem}.unmerged{extra.replace('-', '.')}{path.suffix or '.json'}")
-
