@@ -42,8 +42,11 @@ def test_the_shipped_prior_reproduces_from_the_committed_freeze_with_its_recorde
     assert again["model"] == shipped["model"], "the same freeze and seed must fit the same trees"
     for key, curve in shipped["calibration"].items():
         assert np.allclose([again["calibration"][key][c] for c in "abc"], [curve[c] for c in "abc"], atol=1e-9)
-    if content_of(again) == content_of(shipped):  # the same prior: installing it changed no byte
-        assert target.read_bytes() == shipped_bytes
+    for field in ("metrics", "ranking", "transfer", "format"):  # every figure a fit records, none missing or new
+        assert again[field] == shipped[field], f"the shipped prior's {field} is not what this code fits: " \
+            "run `emmy fit --install` and commit emmy_core/prior/installed.json"
+    assert content_of(again) == content_of(shipped)
+    assert target.read_bytes() == shipped_bytes, "installing the same prior must change no byte of it"
 
 
 def test_reinstalling_a_prior_of_the_same_trees_and_metrics_changes_no_byte(tmp_path: Path) -> None:
