@@ -144,9 +144,12 @@ def search(dataset: Annotated[str, typer.Argument(help="dataset export folder (e
 
     def numbers(text: str, what: str) -> list[int]:
         try:
-            return [int(x, 10) for x in text.split(",") if x.strip()]
+            values = [int(x, 10) for x in text.split(",") if x.strip()]
         except ValueError:
             fail(f"{what} {text[:60]!r}: give comma-separated whole numbers")
+        if not values:
+            fail(f"{what} {text[:60]!r}: give at least one whole number (comma-separated)")
+        return values
 
     progress = progress_printer()
     try:

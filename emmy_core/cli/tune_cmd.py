@@ -223,17 +223,22 @@ def tune(
 
     if db is not None and tune_file is not None:
         fail("give --db or --tune-file, not both")
+    if strategy is not None and strategy not in STRATEGIES:  # the options are checked before the model is
+        fail(f"--strategy {strategy[:40]!r}: known strategies: {', '.join(STRATEGIES)}")  # captured (seconds)
+    per_kernel = parse_budget(budget)
+    from emmy_core.store import StoreError
+
+    if tune_file is None:
+        try:
+            check_db_target(db)  # a database that cannot take the rows is refused before anything is measured
+        except StoreError as exc:
+            fail(f"--db: {exc}; nothing was measured")
     the_card = local_card_named(card)
     _, units = model_at(model, shape, dtype, setting, inputs, the_card)
-    if strategy is not None and strategy not in STRATEGIES:
-        fail(f"--strategy {strategy[:40]!r}: known strategies: {', '.join(STRATEGIES)}")
-    per_kernel = parse_budget(budget)
     chooser, plan = None, tune_plan(units, the_card, None, seed)
     if per_kernel is not None:
         chooser, strategy = search_chooser(strategy, the_card, setting, per_kernel, seed)
         plan = [(u, []) for u in units]
-    from emmy_core.store import StoreError
-
     recorder: Any
     if tune_file is not None:
         try:
@@ -241,10 +246,6 @@ def tune(
         except StoreError as exc:
             fail(str(exc))
     else:
-        try:
-            check_db_target(db)  # a database that cannot take the rows is refused before anything is measured
-        except StoreError as exc:
-            fail(f"--db: {exc}; nothing was measured")
         recorder = db_recorder(db, f"tune {model} {shape}")
     config = BenchConfig(setting=setting, source="tune", timeout_s=timeout, spread_limit=spread_limit, seed=seed,
                          progress=progress, max_busy=max_busy)

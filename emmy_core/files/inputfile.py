@@ -21,7 +21,8 @@ class InputFileError(StoreError, ValueError):
     """An input file that cannot be read as one: the message names the file and says why."""
 
 
-def _kind(mode: int) -> str:
+def kind_of_mode(mode: int) -> str:
+    """What a file of this `st_mode` is, in words (for a refusal that names it)."""
     if stat.S_ISDIR(mode):
         return "a folder"
     if stat.S_ISFIFO(mode):
@@ -51,7 +52,7 @@ def open_input(path: os.PathLike[str] | str, max_bytes: int, what: str = "file")
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise InputFileError(f"{name}: is {_kind(st.st_mode)}, not a regular file: refused unread (a {what} "
+            raise InputFileError(f"{name}: is {kind_of_mode(st.st_mode)}, not a regular file: refused unread (a {what} "
                                  "must be a regular file)")
         if st.st_size > max_bytes:
             raise InputFileError(f"{name}: is {st.st_size} bytes, over the cap of {max_bytes} for a {what}: "

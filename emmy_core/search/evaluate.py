@@ -26,13 +26,16 @@ def evaluate_search(dataset_dir: Any, prior_path: Any | None, strategies: Sequen
     if not strategies:
         raise ValueError(f"no search strategy given; known: {', '.join(STRATEGIES)}")
     if not seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
-        raise ValueError(f"seeds must be one or more whole numbers, not {list(seeds) or 'none'}")
+        raise ValueError(f"seeds must be one or more whole numbers, not {list(seeds)}" if seeds else
+                         "seeds: none given; give one or more whole numbers")
     unknown = [s for s in strategies if s not in STRATEGIES]
     if unknown:
         raise ValueError(f"unknown strategies {', '.join(unknown)}; known: {', '.join(STRATEGIES)}")
     bad = [b for b in budgets if isinstance(b, bool) or not isinstance(b, int) or b < 1]
-    if bad or not budgets:
-        raise ValueError(f"budgets must be positive whole numbers of measurements, not {bad or 'none'}")
+    if not budgets:
+        raise ValueError("budgets: none given; give one or more positive whole numbers of measurements")
+    if bad:
+        raise ValueError(f"budgets must be positive whole numbers of measurements, not {bad}")
     prior = load_prior(prior_path) if prior_path is not None else load_installed_prior()
     dataset = read_dataset(dataset_dir, cards_file)
     pools = frozen_pools(dataset, prior, extern_order)

@@ -36,7 +36,7 @@ from emmy_core.knobs.vocab import (
     schedule_id,
 )
 from emmy_core.store.batch import knob_target_problem
-from emmy_core.store.connect import DEFAULT_LOCK_TIMEOUT, connect, translated
+from emmy_core.store.connect import DEFAULT_LOCK_TIMEOUT, connect, refuse_unusable, translated
 from emmy_core.store.errors import StoreError
 from emmy_core.store.rows import PLACEHOLDER_US
 from emmy_core.store.schema import TABLE_NAMES
@@ -188,6 +188,7 @@ def _check_malformed(con: Any, report: CheckReport) -> None:
 def check_db(path: Path | str, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> CheckReport:
     """Checks the store file at `path` (read-only; any version) and returns the counts per kind."""
     path = Path(path)
+    refuse_unusable(path)
     if not path.is_file():
         raise StoreError(f"no store at {path}")
     started = time.perf_counter()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -56,11 +57,38 @@ def _not_duckdb(path: Path) -> bool:
     return len(head) > 0 and head[_MAGIC_AT:] != _MAGIC
 
 
+def refuse_unusable(path: Path | str) -> None:
+    """Refuses (StoreError naming the file and what it is) a store path a reader or a writer cannot use: a
+    FIFO, a device, a socket, a folder, a link to nothing, or such a thing as its write-ahead log `<path>.wal`.
+
+    DuckDB would block for ever on a FIFO and read a device without end; readers and writers both come
+    here before DuckDB sees the path, so a write refuses exactly what a read refuses. An absent path passes
+    (a writer makes a new store; a reader says there is no store)."""
+    from emmy_core.files.inputfile import kind_of_mode
+    from emmy_core.files.safefile import shown
+
+    for p, role in ((Path(path), ""), (Path(f"{path}.wal"), "its write-ahead log ")):
+        try:
+            mode = os.stat(p).st_mode
+        except FileNotFoundError:
+            if p.is_symlink():
+                raise StoreError(f"{shown(path)}: {role}{shown(p)} is a link to nothing: not a store file; refused "
+                                 "unopened") from None
+            continue
+        except OSError as exc:
+            raise StoreError(f"{shown(path)}: cannot look at {role}{shown(p)}: {exc.strerror or exc}") from None
+        if not stat.S_ISREG(mode):
+            raise StoreError(f"{shown(path)}: {role}{shown(p) + ' ' if role else ''}is {kind_of_mode(mode)}, not a "
+                             "store file (an Emmy store is one regular DuckDB file): refused unopened")
+
+
 def connect(path: Path, *, read_only: bool, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> Any:
     """A DuckDB connection to `path`, waiting a bounded time for another process's lock; never installs or
-    loads an extension, and refuses a file that is not a DuckDB database."""
+    loads an extension, and refuses a file that is not a DuckDB database, or not a regular file at all
+    (`refuse_unusable`)."""
     import duckdb
 
+    refuse_unusable(path)
     if _not_duckdb(Path(path)):
         raise StoreError(f"cannot open {path}: not a DuckDB database file (an Emmy store is one)")
     deadline = time.monotonic() + max(0.0, lock_timeout)

@@ -18,7 +18,7 @@ from typing import Any
 from emmy_core.files.safefile import ensure_folder
 from emmy_core.graph.forks import ForkKey
 from emmy_core.store.batch import MEASUREMENT_COLUMNS, Prepared
-from emmy_core.store.connect import DEFAULT_LOCK_TIMEOUT, connect, first_line, translated
+from emmy_core.store.connect import DEFAULT_LOCK_TIMEOUT, connect, first_line, refuse_unusable, translated
 from emmy_core.store.errors import BatchError, StoreError, VersionMismatchError, bounded
 from emmy_core.store.interface import MeasurementStore
 from emmy_core.store.rows import (
@@ -124,6 +124,7 @@ class DuckStore(MeasurementStore):
         self.mode = mode
         self.label = str(self.path)
         self.moved_aside: Path | None = None
+        refuse_unusable(self.path)  # a FIFO or a device: refused by name, by a writer as by a reader
         if mode == "w":
             ensure_folder(self.path.parent)
         elif not self.path.is_file():
