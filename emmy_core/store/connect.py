@@ -78,7 +78,7 @@ def refuse_unusable(path: Path | str) -> None:
         except OSError as exc:
             raise StoreError(f"{shown(path)}: cannot look at {role}{shown(p)}: {exc.strerror or exc}") from None
         if not stat.S_ISREG(mode):
-            raise StoreError(f"{shown(path)}: {role}{shown(p) + ' ' if role else ''}is {kind_of_mode(mode)}, not a "
+            raise StoreError(f"{shown(path)}: {role + shown(p) if role else 'it'} is {kind_of_mode(mode)}, not a "
                              "store file (an Emmy store is one regular DuckDB file): refused unopened")
 
 
