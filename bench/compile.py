@@ -192,7 +192,7 @@ def models_vs_torch(args: argparse.Namespace) -> None:
                 t0 = time.perf_counter()
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    compiled = emmy_core.compile(module, x, tuning_db=db, torch_ops="refuse")
+                    compiled = emmy_core.compile(module, x, tuning_db=db, torch_ops="refuse").one_graph
                 compile_s = time.perf_counter() - t0
                 result = compare(compiled, module, x, repeats=args.repeats, inductor=not args.no_inductor)
                 med = result.medians_us

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-_LAZY = ("compile", "compile_reports", "explain", "Compiled", "CompiledGraphs", "StrictEvidenceError",
+_LAZY = ("compile", "compile_reports", "explain", "Compiled", "CompiledModel", "StrictEvidenceError",
          "PriorUnavailableWarning", "TooLarge", "tune_module")
 
 

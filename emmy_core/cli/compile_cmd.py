@@ -94,7 +94,7 @@ def compile_command(
     module, inputs_fn = model_and_inputs(model, dtype, inputs)
     try:
         compiled = emmy_compile(module, inputs_fn(SMALL), card=card, setting=setting, tuning_db=db, freezes=freezes,
-                                prior=chosen_prior, strict_evidence=strict_evidence, torch_ops="refuse")
+                                prior=chosen_prior, strict_evidence=strict_evidence, torch_ops="refuse").one_graph
         compiled.prepare(sizes) if compiled.builder is not None else compiled.resolve(sizes)
     except StrictEvidenceError as exc:
         typer.echo(str(exc), err=True)

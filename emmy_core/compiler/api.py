@@ -1,7 +1,7 @@
 """The two entry points of the compiler: `compile` (a model on generated kernels: by default through the emmy
 Dynamo backend, torch running what Emmy does not lower; with `torch_ops="refuse"` the strict one-graph
-path) and `explain` (resolve only, one graph). `CompiledGraphs` (`graphs.py`) and `Compiled`
-(`compiled.py`) are what they return."""
+path) and `explain` (resolve only, one graph). `compile` returns a `CompiledModel` (`graphs.py`) on either path,
+its mode the path; `explain` the one-graph `Compiled` (`compiled.py`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from emmy_core.compiler.compiled import Compiled, check_arguments, prepare
-from emmy_core.compiler.graphs import CompiledGraphs, compile_graphs
+from emmy_core.compiler.graphs import MODES, CompiledModel, compile_graphs
 from emmy_core.evidence.context import PriorArg
 from emmy_core.evidence.freeze import FreezesArg
 from emmy_core.targets.card import Card
@@ -20,17 +20,19 @@ from emmy_core.targets.card import Card
 
 def compile(module: nn.Module, example_inputs: Sequence[torch.Tensor], *, card: str | Card = "local",
             setting: str = "deploy", strict_evidence: bool = False, tuning_db: Path | str | None = None,
-            freezes: FreezesArg = None, prior: PriorArg = None, torch_ops: str = "run") -> CompiledGraphs | Compiled:
-    """Compiles `module` for `card` (default: this machine's) from its example inputs.
+            freezes: FreezesArg = None, prior: PriorArg = None, torch_ops: str = "run") -> CompiledModel:
+    """Compiles `module` for `card` (default: this machine's) from its example inputs: a `CompiledModel`, called
+    exactly like the module (positional and keyword arguments, training, `generate` through `forward`), whose
+    mode is the path taken (`.torch_ops`) and whose resolution is read the same way on both (`records()`,
+    `record`, `explain()`).
 
     `torch_ops="run"` (the default) compiles it through the emmy Dynamo backend, the path of
-    `torch.compile(module, backend="emmy")` (`CompiledGraphs`, see `graphs.py`): groups of the ops Emmy
-    lowers run on Emmy kernels, every other op runs as torch (`explain()` names it and why), sizes are
-    Dynamo's symbolic shapes, each group is built and checked against torch when a size first runs.
-    `torch_ops="refuse"` is the strict mode: the whole module on Emmy kernels as one graph with named
-    dynamic axes `B` and `S` (`Compiled`: `resolve`, `layout`, one `record`), or a refusal naming the op and
-    model line Emmy does not lower; `strict_evidence=True` (a fork past the measured tiers is an error)
-    applies only there, since it settles every fork at compile.
+    `torch.compile(module, backend="emmy")`: groups of the ops Emmy lowers run on Emmy kernels, every other
+    op runs as torch (`explain()` names it and why), sizes are Dynamo's symbolic shapes, each group is built
+    and checked against torch when a size first runs. `torch_ops="refuse"` is the one-graph mode: the whole
+    module on Emmy kernels as one graph with named dynamic axes `B` and `S` (`resolve`, `prepare`, `layout`,
+    `one_graph`), or a refusal naming the op and model line Emmy does not lower; `strict_evidence=True` (a
+    fork past the measured tiers is an error) applies only there, since it settles every fork at compile.
 
     Every fork is settled by the best evidence: the freeze's goldens (`freezes=`, `$EMMY_FREEZES`
     or the freeze shipped with the package), the local tuning database (`tuning_db=`,
@@ -48,7 +50,7 @@ def compile(module: nn.Module, example_inputs: Sequence[torch.Tensor], *, card: 
                             "run: pass torch_ops='refuse' with it")
         return compile_graphs(module, example_inputs, card=card, setting=setting, tuning_db=tuning_db,
                               freezes=freezes, prior=prior)
-    if torch_ops != "refuse":
+    if torch_ops not in MODES:
         raise TypeError(f"torch_ops= must be 'run' (the default: torch runs what Emmy does not lower) or 'refuse' "
                         f"(one graph all on Emmy kernels), got {str(torch_ops)[:40]!r}")
     compiled, sizes = prepare(module, example_inputs, card, setting, strict_evidence=strict_evidence,
@@ -57,7 +59,7 @@ def compile(module: nn.Module, example_inputs: Sequence[torch.Tensor], *, card: 
         compiled.prepare(sizes)
     else:
         compiled.resolve(sizes)
-    return compiled
+    return CompiledModel(module, compiled.card, setting, one_graph=compiled)
 
 
 def explain(module: nn.Module, example_inputs: Sequence[torch.Tensor], sizes: Mapping[str, int] | str | None = None,

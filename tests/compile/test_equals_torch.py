@@ -60,8 +60,8 @@ def _compile(module: nn.Module, example: tuple[torch.Tensor, ...], **kw):  # typ
     kw.setdefault("prior", False)
     kw.setdefault("freezes", [])
     kw.setdefault("tuning_db", "/nonexistent/emmy-test.db")
-    kw.setdefault("torch_ops", "refuse")  # the one-graph path these rules are about
-    return emmy_core.compile(module, example, **kw)
+    kw.setdefault("torch_ops", "refuse")  # the one-graph mode these rules are about
+    return emmy_core.compile(module, example, **kw).one_graph
 
 
 def _assert_equal(got: object, want: object, dtype: torch.dtype) -> None:

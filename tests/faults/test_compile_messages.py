@@ -229,7 +229,7 @@ def test_layout_refuses_a_size_that_is_not_a_positive_whole_number(compiled: emm
         compiled.resolve(sizes)
 
 
-def test_a_call_that_torch_would_track_gradients_for_warns_once_that_emmy_computes_none() -> None:
+def test_a_call_that_torch_tracks_gradients_for_runs_as_torch_and_warns_once_that_emmy_computes_none() -> None:
     model = Lin()
     compiled = emmy_core.compile(model, (X,), prior=False, torch_ops="refuse")
     with warnings.catch_warnings(record=True) as caught:
@@ -238,12 +238,13 @@ def test_a_call_that_torch_would_track_gradients_for_warns_once_that_emmy_comput
         compiled(X)
     mine = [w for w in caught if issubclass(w.category, NoGradientsWarning)]
     assert len(mine) == 1 and "Emmy computes no gradients" in str(mine[0].message)
-    assert not out.requires_grad
+    assert "torch ran it" in str(mine[0].message)
+    assert out.requires_grad and compiled.torch_calls == 2  # torch's answer, with its gradients
     quiet = emmy_core.compile(Lin(), (X,), prior=False, torch_ops="refuse")
     with warnings.catch_warnings(record=True) as caught, torch.no_grad():
         warnings.simplefilter("always")
         quiet(X)
-    assert not [w for w in caught if issubclass(w.category, NoGradientsWarning)]
+    assert not [w for w in caught if issubclass(w.category, NoGradientsWarning)] and quiet.torch_calls == 0
 
 
 def test_a_model_whose_forward_raises_or_calls_sys_exit_is_refused_naming_the_model_and_what_forward_did() -> None:
