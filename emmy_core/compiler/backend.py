@@ -285,6 +285,11 @@ class GraphState:
                     self.binders.append((size.node.expr, pos, d))
         self.last: dict[sympy.Symbol, int] = {}
         self.calls = 0
+        self.torch_calls = 0  # calls of the graph in which torch ran one of its live groups (a unit with `calls`)
+
+    def group_torch_calls(self) -> int:
+        """Group calls torch ran, over every group of this graph (a call of the graph runs each group once)."""
+        return sum(g.torch_calls for g in self.groups)
 
     def add(self, group: EmmyGroup) -> None:
         self.groups.append(group.status)
@@ -321,7 +326,7 @@ class GraphState:
         return GraphReport(self.name, len(self.ops), sum(1 for n, _ in self.ops if n in live), sum(flops.values()),
                            sum(v for n, v in flops.items() if n in live), {str(s): v for s, v in self.last.items()},
                            tuple(fell), tuple(self.notes), len(self.groups), self.built, self.calls,
-                           sum(g.torch_calls for g in self.groups if g.off is None))
+                           self.torch_calls)
 
 
 _GRAPHS: list[GraphState] = []  # every graph the backend compiled in this process, for compile_reports()
@@ -414,7 +419,11 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
                 dropped.append(True)
                 drop_graphargs(gm, root=True)
             state.saw(args)
-            return forward(*args)
+            before = state.group_torch_calls()
+            out = forward(*args)
+            if state.group_torch_calls() != before:  # counted per call of the graph, as `calls` is
+                state.torch_calls += 1
+            return out
 
         run.emmy_graph = state  # type: ignore[attr-defined]
         run.emmy_module = gm  # type: ignore[attr-defined]  # keeps its groups alive for Inductor's code

@@ -36,7 +36,7 @@ class GraphReport:
     groups: int  # groups compiled to Emmy graphs (live or handed back)
     built: bool = True  # False: resolved only (explain); the ops "on Emmy" are the ones planned for it
     calls: int = 0  # calls of the graph
-    torch_calls: int = 0  # calls of its live groups that torch ran instead (autograd on, a size of 0, ...)
+    torch_calls: int = 0  # of those calls, the ones in which torch ran a live group (autograd on, a size of 0, ...)
 
     @property
     def flops_share(self) -> float | None:
@@ -62,7 +62,7 @@ def render_reports(reports: Sequence[GraphReport]) -> str:
                      f"matmul FLOPs on Emmy {r.matmul_flops_on_emmy}/{r.matmul_flops} ({share})")
         lines += [f"  torch {f.op} ({f.node}): {f.reason}" for f in r.fell_back]
         if r.torch_calls:
-            lines.append(f"  torch ran {r.torch_calls} group call(s) in {r.calls} call(s) of the graph: gradients "
+            lines.append(f"  torch ran Emmy's groups in {r.torch_calls} of {r.calls} call(s) of the graph: gradients "
                          "tracked (call under torch.no_grad()), a size of 0 or a changed attribute")
         lines += [f"  note: {n}" for n in r.notes]
     total = sum(r.matmul_flops for r in reports)

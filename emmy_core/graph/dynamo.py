@@ -56,9 +56,14 @@ PERMUTE = frozenset({"transpose", torch.transpose, "permute", torch.permute})
 ALIAS = frozenset({"contiguous", "to", "float", "half", "bfloat16", "type_as", F.dropout, "clone", torch.clone})
 # the aliases that may change the data type: between float types they are Emmy `cast`s (`cast_problem`)
 CASTS = frozenset({"to", "float", "half", "bfloat16", "type_as"})
-# what counts toward `matmul_flops`: every matrix product, whoever runs it
-FLOP_OPS = frozenset({F.linear, torch.addmm, torch.baddbmm, F.scaled_dot_product_attention, torch.conv1d,
-                      torch.conv2d, F.conv1d, F.conv2d, *MATMUL})
+# what counts toward `matmul_flops`: every matrix product, whoever runs it, as a function or a Tensor method
+# (a grouped product, a mixture of experts', is also known by name: a library's own op, as `transformers`' fallback)
+GROUPED_MM = frozenset(f for f in (getattr(F, "grouped_mm", None), getattr(torch, "_grouped_mm", None)) if f)
+ADD_PRODUCTS = frozenset({torch.addmm, torch.baddbmm, torch.addbmm, torch.addmv, "addmm", "baddbmm", "addbmm",
+                          "addmv"})  # the bias first, then the two factors
+CONVS = frozenset({torch.conv1d, torch.conv2d, torch.conv3d, F.conv1d, F.conv2d, F.conv3d})
+FLOP_OPS = frozenset({F.linear, F.scaled_dot_product_attention, F.multi_head_attention_forward, torch.einsum,
+                      torch.mm, "mm", torch.mv, "mv", "__matmul__", *ADD_PRODUCTS, *CONVS, *GROUPED_MM, *MATMUL})
 
 
 LEFT_TO_TORCH = "emmy_left_to_torch"  # node.meta key: why a rewrite left the node to torch (`refusal` reports it)
@@ -368,24 +373,103 @@ def alias_only(node: fx.Node) -> bool:
 
 
 def matmul_flops(node: fx.Node) -> sympy.Expr | int | None:
-    """Multiply-add FLOPs (2 per MAC) of a matrix product node, over Dynamo's symbols; None for others."""
-    if node.op not in ("call_function", "call_method") or target_key(node) not in FLOP_OPS:
+    """Multiply-add FLOPs (2 per MAC) of a matrix product node, over Dynamo's symbols; None for others.
+
+    Every product counts, as a function or a Tensor method: linear, matmul, mm, bmm, mv and their `add` forms,
+    convolutions, attention (and `nn.MultiheadAttention`'s functional form, its projections with it), `einsum`
+    of two or more operands, and a grouped product (`grouped_mm`: a mixture of experts' tokens times their
+    expert's weight)."""
+    if node.op not in ("call_function", "call_method"):
         return None
+    k = target_key(node)
+    grouped = k in GROUPED_MM or _named_grouped_mm(k)
+    if k not in FLOP_OPS and not grouped:
+        return None
+    if k is F.multi_head_attention_forward:
+        return _mha_flops(node)
     out = value(node)
     if not isinstance(out, torch.Tensor):
         return None
-    k = target_key(node)
     n_out = prod(shape_of(out)) if out.dim() else 1
-    if k is torch.addmm or k is torch.baddbmm:  # the bias comes first: the inner size is the left factor's
-        return 2 * n_out * sym_key(value(node_arg(node, 1, "batch1" if k is torch.baddbmm else "mat1")).shape[-1])
+    if k is torch.einsum:
+        return _einsum_flops(node)
+    if k in ADD_PRODUCTS:  # the bias comes first: the inner size is the left factor's
+        left = value(node_arg(node, 1, "batch1" if k in (torch.baddbmm, torch.addbmm, "baddbmm", "addbmm")
+                              else "mat" if k in (torch.addmv, "addmv") else "mat1"))
+        if k in (torch.addbmm, "addbmm"):  # the batch is summed over: each batch entry's product counts
+            return 2 * n_out * sym_key(left.shape[0]) * sym_key(left.shape[-1])
+        return 2 * n_out * sym_key(left.shape[-1])
     if k is F.scaled_dot_product_attention:
         q, kk = value(node_arg(node, 0, "query")), value(node_arg(node, 1, "key"))
         return 4 * prod(shape_of(q)) * sym_key(kk.shape[-2])
-    if k in (torch.conv1d, torch.conv2d, F.conv1d, F.conv2d):  # a model may pass the weight by keyword
+    if k in CONVS:  # a model may pass the weight by keyword
         w = value(node_arg(node, 1, "weight"))
         return 2 * n_out * prod(shape_of(w)[1:])
-    a = value(node_arg(node, 0, "input"))
+    a = value(node_arg(node, 0, "input" if not grouped else "mat_a"))
+    if not isinstance(a, torch.Tensor):  # a library's grouped op names its operands its own way
+        a = value(node.args[0]) if node.args else None
+    if not isinstance(a, torch.Tensor):
+        return None
     return 2 * n_out * sym_key(a.shape[-1])
+
+
+def _named_grouped_mm(k: object) -> bool:
+    """A registered op (torch.ops.ns.name) of a grouped matrix product, by name: not its backward."""
+    if not isinstance(k, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
+        return False
+    name = str(k)
+    return "grouped_mm" in name and "backward" not in name
+
+
+def _einsum_flops(node: fx.Node) -> int | sympy.Expr | None:
+    """An einsum's products, contracted left to right as torch does without opt_einsum: each pair's every index
+    (2 per MAC); None for one operand (a transpose or a reduction, no product)."""
+    args = list(node.args) or list(node.kwargs.values())
+    equation = args[0] if args else None
+    ops = args[1:]
+    if len(ops) == 1 and isinstance(ops[0], list | tuple):
+        ops = list(ops[0])
+    tensors = [value(o) for o in ops]
+    if not isinstance(equation, str) or len(tensors) < 2 or not all(isinstance(t, torch.Tensor) for t in tensors):
+        return None
+    lhs, _, rhs = equation.replace(" ", "").partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(tensors):
+        return None
+    sizes: dict[str, int | sympy.Expr] = {}
+    subscripts: list[str] = []
+    for term, t in zip(terms, tensors, strict=True):
+        if "..." in term:  # the ellipsis's axes as letters of their own, aligned from the right
+            extra = t.dim() - (len(term) - 3)
+            term = term.replace("...", "".join(chr(0x100 + extra - i) for i in range(extra, 0, -1)))
+        if len(term) != t.dim():
+            return None
+        for letter, d in zip(term, t.shape, strict=True):
+            size = sym_key(d)
+            if size != 1 or letter not in sizes:
+                sizes[letter] = size
+        subscripts.append(term)
+    out = set(rhs) if "->" in equation else {c for c in sizes if sum(s.count(c) for s in subscripts) == 1}
+    total: int | sympy.Expr = 0
+    left = subscripts[0]
+    for i, right in enumerate(subscripts[1:], start=1):
+        later = out.union(*(set(s) for s in subscripts[i + 1:]))
+        both = set(left) | set(right)
+        total += 2 * prod(sizes[c] for c in both)
+        left = "".join(sorted(c for c in both if c in later))
+    return total
+
+
+def _mha_flops(node: fx.Node) -> int | sympy.Expr | None:
+    """`F.multi_head_attention_forward`'s products: the query, key, value and output projections and attention's
+    two products, at the query's [L, B, E] and the key's [S, B, E] (an unbatched one [L, E])."""
+    q, kk = value(node_arg(node, 0, "query")), value(node_arg(node, 1, "key"))
+    if not (isinstance(q, torch.Tensor) and isinstance(kk, torch.Tensor)):
+        return None
+    e = sym_key(q.shape[-1])
+    rows_q = prod(shape_of(q)[:-1])
+    rows_k = prod(shape_of(kk)[:-1])
+    return 2 * e * e * (2 * rows_q + 2 * rows_k) + 4 * rows_q * sym_key(kk.shape[0]) * e
 
 
 class Refused(Exception):
