@@ -11,8 +11,17 @@ name it. `decompose_mha` replaces each such node of an evaluation (no dropout) b
                reads a boolean mask; a 3-D attn_mask is [B * H, L, S])
     out      = scaled_dot_product_attention(q, k, v, mask)              (need_weights=False)
                or p = softmax(q k^T * scale + mask), out = p v          (need_weights=True: p is returned,
-                                                                          averaged over heads by default)
+                                                                          averaged over heads by default;
+                                                                          and eager's fast path, below)
     out      = the output projection of the heads joined, [L, B, E]
+
+A query whose every key is masked gets what eager `nn.MultiheadAttention` gives it, so compiling never changes
+a model's answer: NaN where eager computes a softmax over -inf alone (need_weights=True, and its fast path:
+self-attention, batch_first, evaluation without gradients, which runs `torch._native_multi_head_attention`), 0
+where eager runs `scaled_dot_product_attention` (need_weights=False otherwise). Dynamo traces the functional
+form even where eager takes the fast path, and marks it: torch then makes the output contiguous after its
+transpose back to batch first ("keep the traced slowpath layout aligned with eager fastpath"), which is how
+`eager_fast_path` knows it.
 
 The attention this makes is then decomposed, or left to torch's fused kernel, as any other
 (`emmy_core.graph.attention`). A node with bias_k or bias_v, add_zero_attn, static keys or values, an
@@ -81,6 +90,22 @@ def why_not(node: fx.Node) -> str | None:
     return None
 
 
+def eager_fast_path(node: fx.Node) -> bool:
+    """Whether eager `nn.MultiheadAttention` would have run this call on its fast path, which Dynamo's trace
+    replaced by the functional form: self-attention whose output, transposed back to batch first, is made
+    contiguous (the mark torch's `forward` leaves where only tracing kept it off the fast path)."""
+    a = _args(node)
+    if a["need_weights"] or not (a["query"] is a["key"] is a["value"]):
+        return False
+    for user in node.users:
+        if user.target is operator.getitem and user.args[1] == 0:
+            for t in user.users:
+                if t.op == "call_method" and t.target == "transpose" and \
+                        any(c.op == "call_method" and c.target == "contiguous" for c in t.users):
+                    return True
+    return False
+
+
 def decompose_mha(gm: fx.GraphModule, consts: Mapping[str, float]) -> list[str]:
     """Rewrites every multi-head attention node of `gm` it can (in place), and marks the others with their reason
     for the report; the names of the nodes rewritten."""
@@ -142,13 +167,14 @@ def _rewrite(graph: fx.Graph, node: fx.Node, consts: Mapping[str, float]) -> Non
             padding = add(torch.unsqueeze, add(torch.unsqueeze, additive(a["key_padding_mask"]), 1), 1)
             mask = padding if mask is None else add(operator.add, mask, padding)
         weights = None
-        if a["need_weights"]:
+        if a["need_weights"] or eager_fast_path(node):  # a softmax over -inf alone is NaN, as eager's is
             scores = add(operator.mul, add(torch.matmul, q, add(torch.transpose, k, -2, -1)), hd ** -0.5)
             if mask is not None:
                 scores = add(operator.add, scores, mask)
             probs = add(torch.softmax, scores, -1)
             out = add(torch.matmul, probs, v)
-            weights = add(torch.mean, probs, 1) if a["average_attn_weights"] else probs
+            if a["need_weights"]:
+                weights = add(torch.mean, probs, 1) if a["average_attn_weights"] else probs
         else:
             out = add(F.scaled_dot_product_attention, q, k, v, attn_mask=mask)
         out = add(torch.flatten, add(torch.permute, out, (2, 0, 1, 3)), -2)  # [L, B, E]

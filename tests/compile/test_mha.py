@@ -72,3 +72,23 @@ def test_multihead_attention_it_does_not_rewrite_is_named_in_the_report_with_its
         torch.testing.assert_close(c(x, x, x)[0], m(x, x, x)[0])
     fell = [f for r in compile_reports()[before:] for f in r.fell_back if "multi_head_attention" in f.op]
     assert fell and all("training" in f.reason for f in fell), fell
+
+
+@pytest.mark.parametrize("attention", ["auto", True])
+@pytest.mark.parametrize("need_weights", [True, False])
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_a_query_whose_every_key_is_padded_gets_eagers_answer_nan_or_zero(batch_first: bool, need_weights: bool,
+                                                                           attention: bool | str) -> None:
+    """#45 item 9: eager gives NaN on its fast path (self-attention, batch first, no weights asked) and under
+    need_weights=True, 0 where it runs scaled_dot_product_attention; Emmy gave 0 on the fast path."""
+    torch.manual_seed(0)
+    m = nn.MultiheadAttention(E, 2, batch_first=batch_first).eval()
+    x = torch.randn(2, 5, E) if batch_first else torch.randn(5, 2, E)
+    padding = torch.zeros(2, 5, dtype=torch.bool)
+    padding[1] = True  # the second sequence hides every key
+    with torch.no_grad():
+        want, _ = m(x, x, x, key_padding_mask=padding, need_weights=need_weights)
+        compiled = torch.compile(m, backend=emmy_backend(prior=False, attention=attention))
+        got, _ = compiled(x, x, x, key_padding_mask=padding, need_weights=need_weights)
+    assert torch.equal(got.isnan(), want.isnan())
+    torch.testing.assert_close(got.nan_to_num(), want.nan_to_num(), rtol=1e-5, atol=1e-5)
