@@ -38,7 +38,7 @@ from emmy_core.codegen.backend import BuildError
 from emmy_core.codegen.c_emit import Emitter, affine_c, independent
 from emmy_core.codegen.c_epilogue import EpilogueRuns, emit_epilogue, epilogue_runs, prefetch_tile
 from emmy_core.codegen.c_expr import C_TYPES, HALF_RUNS, axis_c, buffer_c, cast_c, var_c
-from emmy_core.codegen.c_micro import ELEMENT_BITS, MicroGeometry, micro_geometry, micro_kernel_c
+from emmy_core.codegen.c_micro import ELEMENT_BITS, MicroGeometry, dot_problem, micro_geometry, micro_kernel_c
 from emmy_core.codegen.c_schedule import CSchedule
 from emmy_core.ir.errors import IRError
 from emmy_core.ir.family import MatmulShape, classify
@@ -153,6 +153,9 @@ def _packers(em: Emitter, plan: MatmulPlan, g: MicroGeometry) -> None:
     em.declare(_converter("em_cvt_b", b_src, acc))
     sa, sb = C_TYPES[a_src], C_TYPES[b_src]
     direct = a_src == acc
+    if g.dot != "fma":
+        _dot_packers(em, plan, g)
+        return
     em.declare("\n".join([
         "/* rows [0, avail) of A (row stride lda), k [0, kc), into M_r-row panels; rows up to `rows` are zero */",
         f"static void em_pack_a(const {sa} *restrict em_a, int64_t em_lda, int64_t em_avail, int64_t em_rows,",
@@ -209,6 +212,63 @@ def _packers(em: Emitter, plan: MatmulPlan, g: MicroGeometry) -> None:
         "}"]))
 
 
+def _dot_packers(em: Emitter, plan: MatmulPlan, g: MicroGeometry) -> None:
+    """The packing functions of the dot-product paths (bf16 A and B, copied as their bits):
+
+    - dpbf16: A `[M_r-row panel][k/2][M_r][2]`, B `[k/2][N_r][2]`, k padded to a pair;
+    - amx: A `[M_r-row panel][M_r][k padded to 32]` (rows of a tile), B `[k/2][N_r][2]` padded to 32 k.
+    Rows, columns and k past the operand are zeros (a zero product adds nothing)."""
+    a = g.k_align
+    if g.dot == "amx":
+        a_dst = f"em_ap + (em_r / {g.mr}) * em_kp * {g.mr} + (em_r % {g.mr}) * em_kp"
+        a_put = "em_d[em_k]"
+    else:
+        a_dst = f"em_ap + (em_r / {g.mr}) * em_kp * {g.mr} + (em_r % {g.mr}) * 2"
+        a_put = f"em_d[(em_k >> 1) * {2 * g.mr} + (em_k & 1)]"
+    em.declare("\n".join([
+        f"/* rows [0, avail) of A (row stride lda), k [0, kc) padded to {a}, into M_r-row bf16 panels; rows up to "
+        "`rows` are zero */",
+        "static void em_pack_a(const uint16_t *restrict em_a, int64_t em_lda, int64_t em_avail, int64_t em_rows,",
+        "                      int64_t em_kc, uint16_t *restrict em_ap, float *restrict em_tmp) {",
+        "  (void)em_tmp;",
+        f"  const int64_t em_kp = (em_kc + {a - 1}) / {a} * {a};",
+        "  for (int64_t em_r = 0; em_r < em_rows; ++em_r) {",
+        f"    uint16_t *restrict em_d = {a_dst};",
+        "    const uint16_t *restrict em_s = em_a + em_r * em_lda;",
+        "    const int em_real = em_r < em_avail;",
+        f"    for (int64_t em_k = 0; em_k < em_kp; ++em_k) {a_put} = em_real && em_k < em_kc ? em_s[em_k] : 0;",
+        "  }",
+        "}"]))
+    put = f"em_bp[((em_k >> 1) * {g.nr} + em_c) * 2 + (em_k & 1)]"
+    if plan.shape.b_transposed:  # b[.., n, k]: a column's run along k lands on every other value of a row pair
+        body = [f"  for (int64_t em_c = 0; em_c < {g.nr}; ++em_c) {{",
+                "    const uint16_t *restrict em_s = em_b + (em_n0 + em_c) * em_kn;",
+                f"    for (int64_t em_k = 0; em_k < em_kp; ++em_k) {put} = em_c < em_cols && em_k < em_kn ? "
+                "em_s[em_k] : 0;",
+                "  }"]
+    else:  # b[.., k, n]: a row's run along n
+        body = ["  for (int64_t em_k = 0; em_k < em_kp; ++em_k) {",
+                "    const uint16_t *restrict em_s = em_b + em_k * em_nn + em_n0;",
+                f"    for (int64_t em_c = 0; em_c < {g.nr}; ++em_c) {put} = em_c < em_cols && em_k < em_kn ? "
+                "em_s[em_c] : 0;",
+                "  }"]
+    em.declare("\n".join([
+        f"/* one panel (columns [n0, n0 + N_r), every k padded to {a}) of one batch of B, k pairs interleaved */",
+        "static void em_pack_b(const uint16_t *restrict em_b, int64_t em_nn, int64_t em_kn, int64_t em_n0,",
+        "                      uint16_t *restrict em_bp, float *restrict em_tmp) {",
+        f"  const int64_t em_cols = em_min64({g.nr}, em_nn - em_n0);",
+        f"  const int64_t em_kp = (em_kn + {a - 1}) / {a} * {a};",
+        "  (void)em_tmp;",
+        *body,
+        "}"]))
+
+
+def _kpad(k: str, g: MicroGeometry) -> str:
+    """The C expression of depth `k` padded as the packed panels pad it (`MicroGeometry.k_align`)."""
+    a = g.k_align
+    return k if a == 1 else f"(({k} + {a - 1}) / {a} * {a})"
+
+
 def _pack_all_b(em: Emitter, plan: MatmulPlan, g: MicroGeometry, dst: str) -> None:
     """Lines packing every panel of every batch of B into `dst` (inside or outside a parallel region)."""
     shape = plan.shape
@@ -226,7 +286,7 @@ def _pack_all_b(em: Emitter, plan: MatmulPlan, g: MicroGeometry, dst: str) -> No
     with em.block("for (int64_t em_p = 0; em_p < em_np; ++em_p)"):
         em.line("if (!em_btmp) continue;")
         em.line(f"em_pack_b({buffer_c(shape.b)} + em_g * {nk} * {nn}, {nn}, {nk}, em_p * {g.nr}, "
-                f"{dst} + (em_g * em_np + em_p) * {nk} * {g.nr}, em_btmp);")
+                f"{dst} + (em_g * em_np + em_p) * {_kpad(nk, g)} * {g.nr}, em_btmp);")
     em.line("free(em_btmp);")
 
 
@@ -238,7 +298,7 @@ def _common_lines(em: Emitter, plan: MatmulPlan, g: MicroGeometry) -> None:
 
 
 def _packed_bytes(plan: MatmulPlan, g: MicroGeometry) -> str:
-    return (f"(int64_t)sizeof({g.b_type}) * em_nbatch * em_np * {axis_c(plan.shape.k)} * {g.nr}"
+    return (f"(int64_t)sizeof({g.b_type}) * em_nbatch * em_np * {_kpad(axis_c(plan.shape.k), g)} * {g.nr}"
             f" + {ALIGN}")
 
 
@@ -290,11 +350,12 @@ def _fail(em: Emitter) -> None:
 def _block_body(em: Emitter, plan: MatmulPlan, bl: Blocking, runs: EpilogueRuns) -> None:
     """One block of rows [em_m0, em_me) x columns [em_n0, em_ne): every pass, micro-kernel and epilogue."""
     shape, g = plan.shape, bl.micro
-    at = C_TYPES[plan.red.dtype]
+    at, pt = C_TYPES[plan.red.dtype], g.a_type
     nm, nk = axis_c(shape.m), axis_c(shape.k)
     nn = axis_c(shape.n)
     with em.block(f"for (int64_t em_pc = em_kb; em_pc < em_ke; em_pc += {bl.kc})"):
         em.line(f"const int64_t em_kc = em_min64({bl.kc}, em_ke - em_pc);")
+        em.line(f"const int64_t em_kcp = {_kpad('em_kc', g)};")
         em.line("const int em_first = em_pc == em_kb, em_last = em_pc + em_kc >= em_ke;")
         if g.pack_a:
             with em.block("if (em_apk[0] != em_bi || em_apk[1] != em_m0 || em_apk[2] != em_pc || "
@@ -305,13 +366,13 @@ def _block_body(em: Emitter, plan: MatmulPlan, bl: Blocking, runs: EpilogueRuns)
                 em.line("em_apk[0] = em_bi; em_apk[1] = em_m0; em_apk[2] = em_pc; em_apk[3] = em_kc;")
         with em.block(f"for (int64_t em_jr = em_n0; em_jr < em_ne; em_jr += {g.nr})"):
             if g.pack_b:
-                em.line(f"const {g.b_type} *em_bp = em_B + ((em_bi * em_np + em_jr / {g.nr}) * {nk} + em_pc) * "
-                        f"{g.nr};")
+                em.line(f"const {g.b_type} *em_bp = em_B + ((em_bi * em_np + em_jr / {g.nr}) * {_kpad(nk, g)} + "
+                        f"em_pc) * {g.nr};")
             else:  # row-major B read where it lies: row k of this batch, columns from em_jr
                 em.line(f"const {at} *em_bp = {buffer_c(shape.b)} + (em_bi * {nk} + em_pc) * {nn} + em_jr;")
             with em.block(f"for (int64_t em_ir = em_m0; em_ir < em_me; em_ir += {g.mr})"):
                 if g.pack_a:
-                    em.line(f"const {at} *em_ap1 = em_ap + (em_ir - em_m0) / {g.mr} * em_kc * {g.mr};")
+                    em.line(f"const {pt} *em_ap1 = em_ap + (em_ir - em_m0) / {g.mr} * em_kcp * {g.mr};")
                 else:  # rows of A read where they lie
                     em.line(f"const {at} *em_ap1 = {buffer_c(shape.a)} + (em_bi * {nm} + em_ir) * {nk} + em_pc;")
                 em.line(f"const int64_t em_ra = em_min64({g.mr}, {nm} - em_ir);")
@@ -360,7 +421,11 @@ def emit_matmul(em: Emitter) -> bool:
     shape, s = plan.shape, em.sched
     bl = blocking(em, plan)
     g = bl.micro
-    problem = in_place_problem(em.program, plan, g)
+    problem = in_place_problem(em.program, plan, g) or dot_problem(
+        g, em.program.buffer(shape.a).dtype, em.program.buffer(shape.b).dtype, shape.window is not None)
+    k_ext = em.program.axis(shape.k).extent
+    if problem is None and bl.kc % g.k_align and (k_ext is None or k_ext > bl.kc):
+        problem = f"dot={g.dot} needs tile_k a multiple of {g.k_align} where the depth takes several passes"
     if problem is not None:
         raise BuildError(f"{em.program.name}: {problem}")
     runs = epilogue_runs(em.program, plan.shape)
@@ -387,6 +452,10 @@ def emit_matmul(em: Emitter) -> bool:
             em.line("if (!em_own) return 1;")
             em.line("em_B = em_own;")
         em.line(f"const int em_multipass = {k_len} > {bl.kc};")
+        if g.dot == "amx":
+            with em.block("if (!em_amx_permitted())"):  # the OS refused AMX tile data to this process
+                em.line("free(em_own);")
+                em.line("return 1;")
         blocks = f"({nm} + {bl.mc - 1}) / {bl.mc}" if s.par_axis == "m" else f"({nn} + {bl.nc - 1}) / {bl.nc}"
         if em.parallel:  # a team no larger than its blocks, unless it packs B first (which all of it shares)
             units = " * ".join([*(f"({axis_c(a)})" for _, a in outer), f"({blocks})"])
@@ -394,9 +463,12 @@ def emit_matmul(em: Emitter) -> bool:
         with em.block(""):
             with em.block("if (em_own)"):
                 _pack_all_b(em, plan, g, "em_own")
+            if g.dot == "amx":
+                em.line("em_amx_start();")
+            pt = g.a_type
             if g.pack_a:
-                em.line(f"{at} *em_ap = ({at} *)aligned_alloc({ALIGN}, sizeof({at}) * "
-                        f"{_round_up(bl.mc * bl.kc, 16)});")
+                em.line(f"{pt} *em_ap = ({pt} *)aligned_alloc({ALIGN}, sizeof({pt}) * "
+                        f"{_round_up(bl.mc * _round_up(bl.kc, g.k_align), 32)});")
                 em.line(f"{at} *em_atmp = ({at} *)malloc(sizeof({at}) * {bl.kc});")
             else:  # A read in place: no panels (two empty allocations keep the checks and frees below)
                 em.line(f"{at} *em_ap = ({at} *)malloc(1), *em_atmp = ({at} *)malloc(1);")
@@ -434,6 +506,8 @@ def emit_matmul(em: Emitter) -> bool:
                         em.line(f"const int64_t em_me = em_min64(em_m0 + {bl.mc}, {nm});")
                         _block_body(em, plan, bl, runs)
             em.line("free(em_ap); free(em_atmp); free(em_cw);")
+            if g.dot == "amx":
+                em.line("em_amx_end();")
         em.line("free(em_own);")
     return True
 

@@ -45,11 +45,22 @@ class MicroGeometry:
     pack_b: bool = True  # B from N_r-column panels; else rows of B read in place (row stride em_ldb)
     prefetch: int = 0  # k steps ahead the A and B streams are prefetched (0: none)
     b_half: str | None = None  # "f16" / "bf16": the packed B panels keep B's 16-bit values, widened as loaded
+    dot: str = "fma"  # fma | dpbf16 | amx: the multiply instructions (`c_schedule`'s `dot`)
 
     @property
     def b_type(self) -> str:
         """The C type of a packed B panel's values."""
-        return "uint16_t" if self.b_half else C_TYPES[self.acc]
+        return "uint16_t" if self.b_half or self.dot != "fma" else C_TYPES[self.acc]
+
+    @property
+    def a_type(self) -> str:
+        """The C type of a packed A panel's values: bf16 bits for the dot-product paths, else the accumulator's."""
+        return "uint16_t" if self.dot != "fma" else C_TYPES[self.acc]
+
+    @property
+    def k_align(self) -> int:
+        """What the packed panels pad k to: a pair (dpbf16), a tile's 32 (amx), else nothing (1)."""
+        return DOT_K_ALIGN[self.dot]
 
     @property
     def register_bytes(self) -> int:
@@ -62,8 +73,34 @@ def micro_geometry(s: CSchedule, acc: str, b_dtype: str | None = None) -> MicroG
     bits = ELEMENT_BITS[acc]
     width = min(s.simd or LEGACY_SIMD_BITS, s.vec * bits)
     lanes = max(1, width // bits)
-    half = b_dtype if b_dtype in HALF_LOADS and acc == "f32" and s.pack_b else None
-    return MicroGeometry(acc, s.unroll, s.vec, lanes, s.vec // lanes, s.pack_a, s.pack_b, s.prefetch, half)
+    dot = s.dot
+    half = b_dtype if b_dtype in HALF_LOADS and acc == "f32" and s.pack_b and dot == "fma" else None
+    rows = s.unroll * AMX_TILE if dot == "amx" else s.unroll  # amx: `unroll` counts 16-row tiles
+    return MicroGeometry(acc, rows, s.vec, lanes, max(1, s.vec // lanes), s.pack_a, s.pack_b, s.prefetch, half,
+                         dot)
+
+
+DOT_K_ALIGN = {"fma": 1, "dpbf16": 2, "amx": 32}
+AMX_TILE = 16  # rows of an AMX tile, and f32 columns of a C tile (64 bytes)
+AMX_K = 32  # bf16 values along k one A tile row holds (64 bytes)
+
+
+def dot_problem(g: MicroGeometry, a_dtype: str, b_dtype: str, windowed: bool) -> str | None:
+    """Why the schedule's `dot` cannot build this matmul, or None (fma always can)."""
+    if g.dot == "fma":
+        return None
+    if (a_dtype, b_dtype, g.acc) != ("bf16", "bf16", "f32"):
+        return f"dot={g.dot} needs bf16 A and B accumulating in f32, not {a_dtype} x {b_dtype} into {g.acc}"
+    if not (g.pack_a and g.pack_b):
+        return f"dot={g.dot} needs both operands packed (pack_a and pack_b true)"
+    if windowed:
+        return f"dot={g.dot} does not take a reduction window"
+    if g.dot == "dpbf16" and (g.lanes != 16 or g.nr % 16):
+        return f"dot=dpbf16 needs 512-bit registers (simd 512) and vec a multiple of 16, not vec={g.nr}"
+    if g.dot == "amx" and (g.mr not in (16, 32) or g.nr not in (16, 32)):
+        return (f"dot=amx needs one or two tiles of 16 rows (unroll 1 or 2) and 16 or 32 columns (vec), not "
+                f"{g.mr} x {g.nr}")
+    return None
 
 
 # (16-bit type, lanes) -> (the macro that enables it, the load of `lanes` values widened to f32 into `d` from `p`)
@@ -129,6 +166,120 @@ def _broadcast(g: MicroGeometry, value: str) -> str:
     return "(em_vec){" + ", ".join([value] * g.lanes) + "}"
 
 
+def _dpbf16_kernel_c(g: MicroGeometry) -> str:
+    """`em_micro` on AVX512-BF16: per pair of k steps, `vpr` registers of B (16 columns x 2 k each) and a
+    32-bit broadcast of each row's A pair, multiplied and added into f32 by `vdpbf16ps`.
+
+    A's panel is `[k/2][M_r][2]` bf16, B's `[k/2][N_r][2]` (pairs of k interleaved per column), both padded
+    with zeros to an even depth: a padded pair adds 0 x 0."""
+    acc = [[f"em_c{r}_{q}" for q in range(g.vpr)] for r in range(g.mr)]
+    out = [f"/* micro-kernel: {g.mr} x {g.nr} f32 accumulators in {g.mr * g.vpr} registers; bf16 pairs along k "
+           "by vdpbf16ps (AVX512-BF16), A and B packed pair-interleaved */",
+           "#if !defined(__AVX512BF16__)",
+           '#error "dot=dpbf16 needs a build for AVX512-BF16"',
+           "#endif",
+           "static void em_micro(int64_t em_kc, const uint16_t *restrict em_ap, int64_t em_lda, int64_t em_ra,",
+           "                     const uint16_t *restrict em_bp, int64_t em_ldb, const float *em_ci, int64_t em_ldi,",
+           "                     float *em_co, int64_t em_ldo) {",
+           "  (void)em_lda; (void)em_ra; (void)em_ldb;",
+           "  __m512 " + ", ".join(v for row in acc for v in row) + ";",
+           "  if (em_ci) {"]
+    for r in range(g.mr):
+        out.append("    " + " ".join(f"{acc[r][q]} = _mm512_loadu_ps(em_ci + {r} * em_ldi + {q * 16});"
+                                     for q in range(g.vpr)))
+    out.append("  } else {")
+    for r in range(g.mr):
+        out.append("    " + " ".join(f"{v} = _mm512_setzero_ps();" for v in acc[r]))
+    out += ["  }",
+            "  const int64_t em_pairs = (em_kc + 1) / 2;",
+            "  for (int64_t em_p = 0; em_p < em_pairs; ++em_p) {",
+            f"    const uint16_t *restrict em_b = em_bp + em_p * {2 * g.nr};",
+            f"    const uint16_t *restrict em_a = em_ap + em_p * {2 * g.mr};"]
+    if g.prefetch:
+        out += [f"    __builtin_prefetch(em_b + {g.prefetch * 2 * g.nr + q}, 0, 3);" for q in range(0, 2 * g.nr, 32)]
+        out.append(f"    __builtin_prefetch(em_a + {g.prefetch * 2 * g.mr}, 0, 3);")
+    out.append("    __m512bh " + ", ".join(f"em_b{q}" for q in range(g.vpr)) + ";")
+    for q in range(g.vpr):
+        out.append(f"    em_b{q} = (__m512bh)_mm512_loadu_si512((const void *)(em_b + {32 * q}));")
+    for r in range(g.mr):
+        fmas = " ".join(f"{acc[r][q]} = _mm512_dpbf16_ps({acc[r][q]}, em_x, em_b{q});" for q in range(g.vpr))
+        out.append(f"    {{ uint32_t em_w; memcpy(&em_w, em_a + {2 * r}, 4); "
+                   f"const __m512bh em_x = (__m512bh)_mm512_set1_epi32((int)em_w); {fmas} }}")
+    out.append("  }")
+    for r in range(g.mr):
+        out.append("  " + " ".join(f"_mm512_storeu_ps(em_co + {r} * em_ldo + {q * 16}, {acc[r][q]});"
+                                   for q in range(g.vpr)))
+    out.append("}")
+    return "\n".join(out)
+
+
+def _amx_kernel_c(g: MicroGeometry) -> str:
+    """`em_micro` on AMX-BF16: (M_r / 16) x (N_r / 16) f32 tiles, per 32 steps of k one A tile per 16 rows
+    and one B tile per 16 columns, multiplied by `tdpbf16ps`; `em_amx_start` (each thread, before its first
+    tile) loads the tile configuration, `em_amx_end` releases it.
+
+    A's panel is `M_r` rows of the pass's depth padded to a multiple of 32 (row-major bf16), B's is
+    `[k/2][N_r][2]` (the tile layout: a B tile is 16 rows of k pairs by 16 columns); zeros pad both."""
+    ti, tj = g.mr // AMX_TILE, g.nr // AMX_TILE
+    c_tiles = [[i * tj + j for j in range(tj)] for i in range(ti)]
+    a_tiles = [ti * tj + i for i in range(ti)]
+    b_tiles = [ti * tj + ti + j for j in range(tj)]
+    n_tiles = ti * tj + ti + tj
+    out = [f"/* micro-kernel: {g.mr} x {g.nr} f32 accumulators in {ti * tj} AMX tiles; bf16 16 x 32 tiles of A "
+           "and 16 x (16 pairs) of B by tdpbf16ps (AMX-BF16) */",
+           "#if !defined(__AMX_TILE__) || !defined(__AMX_BF16__)",
+           '#error "dot=amx needs a build for AMX-TILE and AMX-BF16"',
+           "#endif",
+           "#include <sys/syscall.h>",
+           "#include <unistd.h>",
+           "/* the OS's permission for AMX tile data (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): once */",
+           "static int em_amx_permitted(void) {",
+           "  static int em_state = 0; /* 0 unknown, 1 granted, -1 refused */",
+           "  int em_s = __atomic_load_n(&em_state, __ATOMIC_ACQUIRE);",
+           "  if (em_s == 0) {",
+           "    em_s = syscall(SYS_arch_prctl, 0x1023, 18) == 0 ? 1 : -1;",
+           "    __atomic_store_n(&em_state, em_s, __ATOMIC_RELEASE);",
+           "  }",
+           "  return em_s > 0;",
+           "}",
+           "static void em_amx_start(void) {",
+           "  unsigned char em_cfg[64] __attribute__((aligned(64)));",
+           "  memset(em_cfg, 0, sizeof em_cfg);",
+           "  em_cfg[0] = 1; /* palette 1 */",
+           f"  for (int em_t = 0; em_t < {n_tiles}; ++em_t) {{ em_cfg[16 + 2 * em_t] = 64; em_cfg[48 + em_t] = 16; }}",
+           "  _tile_loadconfig(em_cfg);",
+           "}",
+           "static void em_amx_end(void) { _tile_release(); }",
+           "static void em_micro(int64_t em_kc, const uint16_t *restrict em_ap, int64_t em_lda, int64_t em_ra,",
+           "                     const uint16_t *restrict em_bp, int64_t em_ldb, const float *em_ci, int64_t em_ldi,",
+           "                     float *em_co, int64_t em_ldo) {",
+           "  (void)em_lda; (void)em_ra; (void)em_ldb;",
+           f"  const int64_t em_kp = (em_kc + {AMX_K - 1}) / {AMX_K} * {AMX_K};",
+           "  if (em_ci) {"]
+    for i in range(ti):
+        for j in range(tj):
+            out.append(f"    _tile_loadd({c_tiles[i][j]}, em_ci + {16 * i} * em_ldi + {16 * j}, em_ldi * 4);")
+    out.append("  } else {")
+    for i in range(ti):
+        for j in range(tj):
+            out.append(f"    _tile_zero({c_tiles[i][j]});")
+    out += ["  }",
+            f"  for (int64_t em_k = 0; em_k < em_kp; em_k += {AMX_K}) {{"]
+    for i in range(ti):
+        out.append(f"    _tile_loadd({a_tiles[i]}, em_ap + {16 * i} * em_kp + em_k, em_kp * 2);")
+    for j in range(tj):
+        out.append(f"    _tile_loadd({b_tiles[j]}, em_bp + em_k * {g.nr} + {32 * j}, {4 * g.nr});")
+    for i in range(ti):
+        for j in range(tj):
+            out.append(f"    _tile_dpbf16ps({c_tiles[i][j]}, {a_tiles[i]}, {b_tiles[j]});")
+    out.append("  }")
+    for i in range(ti):
+        for j in range(tj):
+            out.append(f"  _tile_stored({c_tiles[i][j]}, em_co + {16 * i} * em_ldo + {16 * j}, em_ldo * 4);")
+    out.append("}")
+    return "\n".join(out)
+
+
 def micro_kernel_c(g: MicroGeometry) -> str:
     """C declarations of the micro-kernel: its vector type, multiply-add and `em_micro` function.
 
@@ -136,7 +287,12 @@ def micro_kernel_c(g: MicroGeometry) -> str:
     is read in place (row r of the tile at `ap + r * lda`, k contiguous; rows from `ra` on, past
     the matrix, repeat its last row, whose sums the epilogue never stores), `ldb` only when B is
     (row k at `bp + k * ldb`, the tile's columns contiguous); packed panels step by M_r and N_r.
+    `dot` other than fma writes the dot-product kernels above (bf16 panels, f32 tiles).
     """
+    if g.dot == "dpbf16":
+        return _dpbf16_kernel_c(g)
+    if g.dot == "amx":
+        return _amx_kernel_c(g)
     t = C_TYPES[g.acc]
     vec_type = (f"typedef {t} em_vec;" if g.lanes == 1 else
                 f"typedef {t} em_vec __attribute__((vector_size({g.register_bytes})));")

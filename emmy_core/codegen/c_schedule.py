@@ -22,7 +22,16 @@ A knob the kernel's family does not use is ignored; a missing one takes its defa
   - `prefetch` 0: how many k steps ahead the micro-kernel prefetches its B and A streams
     (0: none, the hardware prefetcher alone);
   - `prefetch_c` false: true prefetches the rows of a tile's output and epilogue operands
-    (a residual, a gate) before the k loop of its last pass, so the epilogue finds them in cache.
+    (a residual, a gate) before the k loop of its last pass, so the epilogue finds them in cache;
+  - `dot` "fma": the micro-kernel's multiply instructions. "fma" widens the operands to the
+    accumulator type and issues one fused multiply-add per k; "dpbf16" (AVX512-BF16) multiplies
+    bf16 pairs along k into f32 (`vdpbf16ps`, A and B packed pair-interleaved, `simd` 512);
+    "amx" (AMX-BF16) multiplies 16 x 32 bf16 tiles into 16 x 16 f32 ones (`tdpbf16ps`; `unroll`
+    then counts 16-row tiles, 1 or 2, `vec` is 16 or 32, K_c a multiple of 32, B packed once in
+    the tile layout). Both need bf16 A and B
+    accumulating in f32, packed, with no reduction window; they add a pair's products before
+    the running sum and flush subnormals, so unlike the other knobs they change result bits
+    (within the bf16 tolerance).
 - row reductions and elementwise chains: `vec` 1 is the `simdlen` of `#pragma omp simd` on
   innermost independent loops and row reductions (1: no simd pragma, so a reduction adds
   in sequential order; above 1 a float row reduction is a simd reduction, reassociated);
@@ -45,7 +54,7 @@ from emmy_core.knobs.vocab import SCHEDULE_KNOBS, knobs_problem
 DEFAULTS: dict[str, int | str | None] = {"tile_m": 32, "tile_n": 64, "tile_k": 256, "vec": 1, "unroll": 1,
                                          "threads": None, "simd": None, "par_axis": "m",
                                          "pack_a": True, "pack_b": True, "prefetch": 0,
-                                         "prefetch_c": False}
+                                         "prefetch_c": False, "dot": "fma"}
 LEGACY_SIMD_BITS = 512  # the widest single vector variable when `simd` is not decided
 
 
@@ -63,6 +72,7 @@ class CSchedule:
     pack_b: bool
     prefetch: int
     prefetch_c: bool
+    dot: str
 
 
 def schedule_of(knobs: dict[str, object]) -> CSchedule:

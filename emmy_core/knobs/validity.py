@@ -12,7 +12,9 @@ extents, a vector width that divides the tile it runs over; for a matmul, regist
 wider than the card's SIMD width (`simd`: a build for an instruction set the card lacks)
 and a micro-kernel whose accumulators, B row and broadcast fit the card's vector
 registers (more would spill every step); an operand read in place (`pack_a` / `pack_b`
-false) only where the generator can (`in_place_problem`).
+false) only where the generator can (`in_place_problem`); multiply instructions (`dot`) other
+than fma only on a card whose probe lists them (`tensor_cores`: `avx512_bf16` for dpbf16,
+`amx_bf16` for amx) and only where the generator can use them (`dot_problem`).
 A limit that only a build can reveal is found by the build: the option is blocked and
 the fork resolved again (DESIGN 4).
 """
@@ -124,8 +126,41 @@ def _cpu_problem(v: KernelView, card: Card, k: dict[str, object]) -> str | None:
                 return p
         if tn % vec:
             return f"vec={vec} does not divide tile_n={tn}"
-        return _micro_problem(v, card, k) or in_place_problem(v, k)
+        return dot_problem(v, card, k) or _micro_problem(v, card, k) or in_place_problem(v, k)
     return _within("vec", vec, v.cap("row" if v.family == "row" else "inner"), "innermost")
+
+
+# `dot` -> the card instruction it needs, and the depth a pass (tile_k) must be a multiple of
+DOT_NEEDS = {"dpbf16": ("avx512_bf16", 2), "amx": ("amx_bf16", 32)}
+
+
+def dot_problem(v: KernelView, card: Card, k: dict[str, object]) -> str | None:
+    """A matmul's `dot` the card or the generator cannot use: an instruction the card's probe did not find,
+    operands other than bf16 into f32, an operand read in place, a reduction window, or a micro-kernel or
+    pass depth the instruction's layout does not take (as `c_micro.dot_problem` refuses them)."""
+    dot = k.get("dot", "fma")
+    if dot == "fma":
+        return None
+    assert isinstance(dot, str) and isinstance(v.shape, MatmulShape)
+    need, depth = DOT_NEEDS[dot]
+    if need not in card.tensor_cores:
+        return f"dot={dot} needs {need}, which {card.name} does not list (its probe found none or no OS permission)"
+    if (v.operand_dtype, v.b_bytes, v.shape.acc_dtype) != ("bf16", 2, "f32"):
+        return f"dot={dot} needs bf16 A and B accumulating in f32, not {v.operand_dtype} into {v.shape.acc_dtype}"
+    if k.get("pack_a") is False or k.get("pack_b") is False:
+        return f"dot={dot} needs both operands packed"
+    if v.shape.window is not None:
+        return f"dot={dot} does not take a reduction window"
+    vec, unroll, tk = k["vec"], k["unroll"], k["tile_k"]
+    assert isinstance(vec, int) and isinstance(unroll, int) and isinstance(tk, int)
+    if dot == "dpbf16" and (k.get("simd") != 512 or vec % 16):
+        return f"dot=dpbf16 needs simd=512 and vec a multiple of 16, not simd={k.get('simd')} vec={vec}"
+    if dot == "amx" and (unroll not in (1, 2) or vec not in (16, 32)):
+        return f"dot=amx needs unroll 1 or 2 (16-row tiles) and vec 16 or 32, not unroll={unroll} vec={vec}"
+    cap_k = v.cap("k")
+    if tk % depth and (cap_k is None or tk < cap_k):
+        return f"dot={dot} needs tile_k a multiple of {depth} where the depth takes several passes, not {tk}"
+    return None
 
 
 def registers_needed(mr: int, vec: int, lanes: int) -> int:
@@ -144,6 +179,8 @@ def _micro_problem(v: KernelView, card: Card, k: dict[str, object]) -> str | Non
             return f"simd={simd} needs {simd}-bit vector registers; {card.name} has {card_bits}-bit ones"
     vec, unroll = k["vec"], k["unroll"]
     assert isinstance(vec, int) and isinstance(unroll, int)
+    if k.get("dot") == "amx":  # the accumulators are AMX tiles (at most 2 x 2 of them, 8 tiles in all)
+        return None
     width = min(simd if isinstance(simd, int) else card_bits, vec * v.compute_bits)
     lanes = max(1, width // v.compute_bits)
     need, have = registers_needed(unroll, vec, lanes), register_count(card.arch, card_bits)

@@ -63,6 +63,10 @@ TENSOR_CORE_INSTRUCTIONS = ("none", "mma_m16n8k16", "wgmma_m64n64k16", "wgmma_m6
                             "mma_m16n8k8", "mfma_16x16x16", "wmma_16x16x16", "wgmma_m64n8k16",
                             "wgmma_m64n16k16", "wgmma_m64n32k16", "wgmma_m64n256k16")
 
+# The CPU matmul's multiply instructions (knob `dot`; appended only). Which a CPU card offers is in its
+# `tensor_cores` (emmy_core.targets.cpu: `avx512_bf16`, `amx_bf16`); "fma" needs none.
+CPU_DOT_INSTRUCTIONS = ("fma", "dpbf16", "amx")
+
 SCHEDULE_KNOBS: dict[str, KnobSpec] = {
     k.name: k
     for k in (
@@ -100,6 +104,12 @@ SCHEDULE_KNOBS: dict[str, KnobSpec] = {
            doc="k steps ahead a matmul micro-kernel prefetches its A and B streams (0: none)"),
         _k("prefetch_c", "cpu", "bool",
            doc="whether a matmul prefetches each tile's output and epilogue operand rows before its k loop"),
+        # appended: which instructions a matmul's micro-kernel multiplies with (bf16 operands only beside fma)
+        _k("dot", "cpu", "enum", choices=CPU_DOT_INSTRUCTIONS,
+           doc="the instructions a matmul micro-kernel multiplies with: fma (operands widened to the "
+               "accumulator, one fused multiply-add per k), dpbf16 (AVX512-BF16 vdpbf16ps on pairs along k, bf16 "
+               "A and B packed pair-interleaved), amx (AMX-BF16 tdpbf16ps on 16 x 32 tiles, B packed in the tile "
+               "layout); valid only on a card whose probe found the instruction (`Card.tensor_cores`)"),
     )
 }
 

@@ -59,7 +59,7 @@ class Card:
     target: str  # cuda | cpu
     arch: str  # hopper, ampere, ada, turing, cdna2, rdna2, rdna3; x86_64 / aarch64 for CPUs
     compute_capability: str  # "9.0" (NVIDIA), "gfx90a" (AMD), "" for CPUs
-    tensor_cores: tuple[str, ...]  # tensor-core instructions the architecture offers
+    tensor_cores: tuple[str, ...]  # tensor-core instructions the architecture offers (a CPU: its matrix instructions)
     source: str  # where the numbers come from
     sms: int | None = None
     warp_size: int | None = None

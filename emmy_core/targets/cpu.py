@@ -1,8 +1,19 @@
 """The CPU probe: what this machine's CPU is, read from /proc/cpuinfo, sysfs and lscpu.
 
 The parse functions are pure (text in, values out) and tested on sample text; `probe_cpu`
-reads the machine and `probe_isa` its instruction-set features (FMA, F16C, AVX-512 BF16,
-vector registers), which the card's numeric description leaves out.
+reads the machine and `probe_isa` its instruction-set features (FMA, F16C, vector registers,
+the matrix and dot-product instructions), which the card's numeric description leaves out.
+
+The matrix and dot-product instructions a matmul's micro-kernel may use (`CPU_MATRIX_INSTRUCTIONS`:
+AVX512-BF16's `vdpbf16ps`, AVX512-FP16, AVX-VNNI, AMX's tiles, BF16 and INT8) are
+the card's `tensor_cores`, as a GPU's tensor-core instructions are: facts of the description that the
+knob `dot` is checked against (`emmy_core.knobs.validity`), not of the name. AMX counts only where
+the OS lets this process use tile data (`amx_permission`: Linux's `arch_prctl(ARCH_REQ_XCOMP_PERM,
+XFEATURE_XTILEDATA)`), since a kernel without that permission dies on its first tile instruction.
+They stay out of the name on purpose: the name keys every measurement, freeze and tune file, so
+adding them would rename every card of a machine that has them (this Xeon's shipped freeze among
+them) and orphan what was measured under the old name; the instructions themselves change no
+existing option's result, only which options exist.
 
 A CPU card's name is part of every measurement key, so it separates everything that changes
 which configuration wins, and stays recognisable (`card_name`):
@@ -26,6 +37,8 @@ readers of freeze and tune files check (`emmy_core.targets.sameness`).
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import platform
 import re
@@ -158,6 +171,50 @@ def card_name(model: str, microarch: str | None, isa: str, cores: int) -> str:
     return " ".join(parts)
 
 
+# The CPU's matrix and dot-product instructions a card may list (its `tensor_cores`), by their
+# /proc/cpuinfo flag names, in this order; the AMX ones only with the OS's permission for tile data.
+CPU_MATRIX_INSTRUCTIONS = ("avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
+AMX_INSTRUCTIONS = ("amx_tile", "amx_bf16", "amx_int8")
+# Linux's arch_prctl (x86_64 syscall 158): ask for, then read, the permission to use AMX tile data.
+_SYS_ARCH_PRCTL = 158
+_ARCH_GET_XCOMP_PERM = 0x1022
+_ARCH_REQ_XCOMP_PERM = 0x1023
+_XFEATURE_XTILEDATA = 18
+
+
+def matrix_instructions(flags: str, amx_permitted: bool) -> tuple[str, ...]:
+    """The matrix and dot-product instructions a flags line names (`CPU_MATRIX_INSTRUCTIONS` order); the AMX
+    ones only when `amx_permitted` (the OS lets the process use tile data) and the CPU has tiles."""
+    words = set(flags.split())
+    words |= {"avx512_bf16"} if "avx512bf16" in words else set()
+    out = []
+    for name in CPU_MATRIX_INSTRUCTIONS:
+        if name in words and (name not in AMX_INSTRUCTIONS or (amx_permitted and "amx_tile" in words)):
+            out.append(name)
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=1)
+def amx_permission() -> bool:
+    """Whether this process may use AMX tile data: asks Linux once (`arch_prctl(ARCH_REQ_XCOMP_PERM,
+    XFEATURE_XTILEDATA)`) and reads the permission back (`ARCH_GET_XCOMP_PERM`). The grant is the process's
+    for good (it lets the kernel save tile state on signals); False off Linux x86_64, on a kernel before 5.16,
+    or where the call is refused."""
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        syscall = libc.syscall
+        syscall.restype = ctypes.c_long
+        syscall(ctypes.c_long(_SYS_ARCH_PRCTL), ctypes.c_long(_ARCH_REQ_XCOMP_PERM), ctypes.c_long(_XFEATURE_XTILEDATA))
+        granted = ctypes.c_uint64(0)
+        if syscall(ctypes.c_long(_SYS_ARCH_PRCTL), ctypes.c_long(_ARCH_GET_XCOMP_PERM), ctypes.byref(granted)) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    return bool(granted.value >> _XFEATURE_XTILEDATA & 1)
+
+
 @dataclass(frozen=True)
 class IsaFeatures:
     """What the instruction set offers generated code, read from the CPU's flags.
@@ -170,16 +227,30 @@ class IsaFeatures:
     simd_bits: int
     fma: bool
     f16c: bool  # f16 <-> f32 conversions in hardware (x86 F16C; Arm's are part of its SIMD)
-    avx512bf16: bool  # f32 -> bf16 conversion in hardware (not used: it flushes subnormals)
+    avx512bf16: bool  # vdpbf16ps (bf16 pairs into f32: `dot=dpbf16`); its f32 -> bf16 conversion flushes subnormals
     vector_registers: int
+    avx512fp16: bool = False  # f16 arithmetic in 512-bit registers (vfmadd*ph)
+    avx_vnni: bool = False  # int8 / int16 dot products in 256-bit registers (VEX)
+    amx_tile: bool = False  # AMX tile registers (the CPU's flag; usable only with the OS's permission)
+    amx_bf16: bool = False  # tdpbf16ps: bf16 16 x 32 tiles into f32 16 x 16 ones (`dot=amx`)
+    amx_int8: bool = False  # tdpb*d: int8 tiles into int32
+    amx_permitted: bool = False  # the OS lets this process use tile data (`amx_permission`)
+
+    @property
+    def matrix(self) -> tuple[str, ...]:
+        """The matrix and dot-product instructions usable here (`matrix_instructions`): the card's `tensor_cores`."""
+        flags = {"avx512_bf16": self.avx512bf16, "avx512_fp16": self.avx512fp16, "avx_vnni": self.avx_vnni,
+                 "amx_tile": self.amx_tile, "amx_bf16": self.amx_bf16, "amx_int8": self.amx_int8}
+        return matrix_instructions(" ".join(k for k, v in flags.items() if v), self.amx_permitted)
 
     def f32_flops_per_cycle(self) -> int:
         """Nominal f32 flops one core issues per cycle: two vector pipes, an FMA counting two."""
         return 2 * (2 if self.fma else 1) * self.simd_bits // 32
 
 
-def isa_features(flags: str, machine: str = "x86_64") -> IsaFeatures:
-    """The features in a flags line of /proc/cpuinfo (`flags` on x86, `Features` on Arm)."""
+def isa_features(flags: str, machine: str = "x86_64", amx_permitted: bool = False) -> IsaFeatures:
+    """The features in a flags line of /proc/cpuinfo (`flags` on x86, `Features` on Arm); `amx_permitted`
+    is the OS's side of AMX (`amx_permission`), which no flags line says."""
     words = set(flags.split())
     bits = simd_bits(flags, machine)
     arm = machine in ("aarch64", "arm64") or "asimd" in words
@@ -189,6 +260,9 @@ def isa_features(flags: str, machine: str = "x86_64") -> IsaFeatures:
         f16c="f16c" in words or arm,
         avx512bf16="avx512_bf16" in words or "avx512bf16" in words,
         vector_registers=register_count(machine if not arm else "aarch64", bits),
+        avx512fp16="avx512_fp16" in words, avx_vnni="avx_vnni" in words, amx_tile="amx_tile" in words,
+        amx_bf16="amx_bf16" in words, amx_int8="amx_int8" in words,
+        amx_permitted=amx_permitted and "amx_tile" in words,
     )
 
 
@@ -288,9 +362,9 @@ def frequency_mhz(max_freq_khz: str | None, model: str | None, info: dict[str, s
 
 
 def cpu_card(name: str, cores: int, caches: dict[str, float], simd: int, freq: float | None,
-             machine: str) -> Card:
-    """A CPU card from probed values, named by `card_name`."""
-    return Card(name=name, target="cpu", arch=machine, compute_capability="", tensor_cores=(),
+             machine: str, matrix: tuple[str, ...] = ()) -> Card:
+    """A CPU card from probed values, named by `card_name`; `matrix` its matrix instructions (`tensor_cores`)."""
+    return Card(name=name, target="cpu", arch=machine, compute_capability="", tensor_cores=tuple(matrix),
                 source="probed from /proc/cpuinfo, sysfs caches and lscpu", cores=cores,
                 l1d_kib=caches.get("l1d_kib"), l2_kib=caches.get("l2_kib"), l3_kib=caches.get("l3_kib"),
                 simd_bits=simd, freq_mhz=freq)
@@ -321,9 +395,11 @@ def usable_cores() -> int:
 
 
 def probe_isa() -> IsaFeatures:
-    """This machine's instruction-set features (the first processor's flags)."""
+    """This machine's instruction-set features (the first processor's flags, and the OS's AMX permission)."""
     info = parse_cpuinfo(_read(Path("/proc/cpuinfo")) or "")
-    return isa_features(info.get("flags") or info.get("Features") or "", platform.machine() or "unknown")
+    flags = info.get("flags") or info.get("Features") or ""
+    permitted = "amx_tile" in flags.split() and amx_permission()
+    return isa_features(flags, platform.machine() or "unknown", permitted)
 
 
 def cpu_flags(info: dict[str, str], lscpu_text: str = "") -> str:
@@ -371,4 +447,6 @@ def probe_cpu() -> Card:
         caches = parse_lscpu_caches(lscpu or _lscpu())
     flags = cpu_flags(info, lscpu)
     max_khz = _read(Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"))
-    return cpu_card(name, cores, caches, simd_bits(flags, machine), frequency_mhz(max_khz, model, info), machine)
+    permitted = "amx_tile" in flags.split() and amx_permission()
+    return cpu_card(name, cores, caches, simd_bits(flags, machine), frequency_mhz(max_khz, model, info), machine,
+                    matrix_instructions(flags, permitted))

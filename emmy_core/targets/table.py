@@ -5,9 +5,11 @@ contexts for the card a golden was recorded on, never the host). Every entry car
 text fields (`name`, `target`, `arch`, `compute_capability`, `source`), `tensor_cores` and
 every numeric field of its target: `cuda` entries the GPU fields, `cpu` entries the CPU
 fields (`cores`, `l1d_kib`, `l2_kib`, `l3_kib`, `simd_bits`, `freq_mhz`) with an empty
-`compute_capability` and no tensor cores. A number may be `null` (unknown: a feature
-reads it as missing), never 0. An unknown field, a field of the other target, a duplicate
-name, a tensor-core instruction outside the knob vocabulary or a non-positive number is
+`compute_capability`; a `cpu` entry's `tensor_cores` are its matrix instructions
+(`emmy_core.targets.cpu.CPU_MATRIX_INSTRUCTIONS`: `avx512_bf16`, `amx_bf16`, ...; empty: none or
+unknown). A number may be `null` (unknown: a feature reads it as missing), never 0. An unknown
+field, a field of the other target, a duplicate name, an instruction outside the knob vocabulary
+(a GPU's) or the CPU list (a CPU's) or a non-positive number is
 refused with the file, the card and the field named. Nothing half-read is returned.
 """
 
@@ -76,9 +78,13 @@ def _card(file: str, index: int, entry: object) -> Card:
     if not isinstance(tcs, list) or not all(isinstance(t, str) for t in tcs):
         raise CardTableError(f"{where}: field 'tensor_cores' must be a list of instruction names")
     from emmy_core.knobs.vocab import TENSOR_CORE_INSTRUCTIONS  # knobs builds on targets: read it late
+    from emmy_core.targets.cpu import CPU_MATRIX_INSTRUCTIONS
 
     for t in tcs:
-        if t not in TENSOR_CORE_INSTRUCTIONS or t == "none":
+        if target == "cpu" and t not in CPU_MATRIX_INSTRUCTIONS:
+            raise CardTableError(f"{where}: field 'tensor_cores': {t[:40]!r} is not a CPU matrix instruction "
+                                 f"({', '.join(CPU_MATRIX_INSTRUCTIONS)})")
+        if target != "cpu" and (t not in TENSOR_CORE_INSTRUCTIONS or t == "none"):
             raise CardTableError(f"{where}: field 'tensor_cores': {t[:40]!r} is not a tensor-core instruction "
                                  f"of the knob vocabulary")
     if len(set(tcs)) != len(tcs):
@@ -90,8 +96,8 @@ def _card(file: str, index: int, entry: object) -> Card:
         numbers[field] = _number(where, field, entry[field], kind)
     cc = entry["compute_capability"]
     if target == "cpu":
-        if cc or tcs:
-            raise CardTableError(f"{where}: a cpu card has an empty 'compute_capability' and no 'tensor_cores'")
+        if cc:
+            raise CardTableError(f"{where}: a cpu card has an empty 'compute_capability'")
     else:
         block, sm = numbers["smem_per_block_kib"], numbers["smem_per_sm_kib"]
         if block is not None and sm is not None and block > sm:

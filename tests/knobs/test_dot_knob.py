@@ -1,0 +1,70 @@
+"""The knob `dot`: the bf16 matmul's dot-product options exist only on a card whose probe lists the
+instruction, follow every fma option (which keep their places and ids), and the first option multiplies
+on AMX tiles only for a bf16 product on a card with AMX-BF16."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from emmy_core.ir.builders import Dim, matmul
+from emmy_core.knobs import candidates
+from emmy_core.knobs.validity import option_problem
+from emmy_core.knobs.vocab import canonical_knobs
+from emmy_core.targets import Card
+
+PLAIN = Card("Test Xeon AVX-512 x2", "cpu", "x86_64", "", (), "test card", cores=2, simd_bits=512, l1d_kib=48.0,
+             l2_kib=2048.0)
+AMX = dataclasses.replace(PLAIN, name="Test Xeon AMX AVX-512 x2", tensor_cores=("avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8"))
+BF16_ONLY = dataclasses.replace(PLAIN, name="Test Zen 4 AVX-512 x2", tensor_cores=("avx512_bf16",))
+KERNELS = [matmul(Dim("T", 128), 896, 4864, dtype="bf16", b_transposed=True),
+           matmul(Dim("T", 128), 4864, 896, dtype="bf16", epilogue=("silu", "mul")),
+           matmul(16, 4864, 896, dtype="bf16", b_transposed=True),
+           matmul(1, 896, 896, dtype="bf16", b_transposed=True)]
+
+
+def dots(pool: tuple[dict[str, object], ...]) -> set[str]:
+    return {str(o.get("dot", "fma")) for o in pool}
+
+
+@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
+def test_dot_options_follow_the_fma_ones_only_where_the_card_lists_the_instruction(kernel) -> None:  # type: ignore[no-untyped-def]
+    plain, amx, bf16 = (candidates(kernel, c) for c in (PLAIN, AMX, BF16_ONLY))
+    assert dots(plain) == {"fma"}
+    assert dots(amx) == {"fma", "amx", "dpbf16"} and dots(bf16) == {"fma", "dpbf16"}
+    fma_keys = [canonical_knobs(o) for o in plain]
+    for pool in (amx, bf16):
+        rest = [canonical_knobs(o) for o in pool if "dot" not in o]
+        assert set(rest) == set(fma_keys)  # the fma options are the plain card's, unchanged
+        at = [i for i, o in enumerate(pool) if "dot" not in o]  # one run, from the first place or the second
+        assert at == list(range(at[0], at[0] + len(at))) and at[0] == (1 if pool[0].get("dot") == "amx" else 0)
+    for o in amx:
+        if o.get("dot") == "amx":
+            assert option_problem(kernel, PLAIN, o) is not None  # never valid on a card without it
+            assert option_problem(kernel, AMX, o) is None
+
+
+def test_the_first_option_is_amx_only_for_bf16_on_an_amx_card() -> None:
+    for kernel in KERNELS:
+        first = candidates(kernel, AMX)[0]
+        assert first["dot"] == "amx" and first["unroll"] in (1, 2) and first["vec"] in (16, 32)
+        assert candidates(kernel, BF16_ONLY)[0] == candidates(kernel, PLAIN)[0]  # dpbf16 is a candidate only
+    assert candidates(KERNELS[2], AMX)[0]["unroll"] == 1  # 16 rows: one tile of them
+    for dtype in ("f32", "f16"):
+        k = matmul(Dim("T", 128), 896, 4864, dtype=dtype, b_transposed=True)
+        assert candidates(k, AMX) == candidates(k, PLAIN)  # other types: nothing changes
+
+
+def test_the_validity_of_dot_names_what_is_missing() -> None:
+    kernel = KERNELS[0]
+    base = dict(candidates(kernel, PLAIN)[0])
+    amx = {**base, "vec": 32, "unroll": 2, "dot": "amx"}
+    assert "amx_bf16" in (option_problem(kernel, PLAIN, amx) or "")
+    assert "unroll 1 or 2" in (option_problem(kernel, AMX, {**amx, "unroll": 4}) or "")
+    assert "tile_k a multiple of 32" in (option_problem(kernel, AMX, {**amx, "tile_k": 16}) or "")
+    f32 = matmul(Dim("T", 128), 896, 4864, dtype="f32", b_transposed=True)
+    assert "bf16 A and B" in (option_problem(f32, AMX, {**dict(candidates(f32, PLAIN)[0]), "vec": 32, "unroll": 2,
+                                                         "dot": "amx"}) or "")
+    dp = {**base, "dot": "dpbf16", "simd": 256}
+    assert "simd=512" in (option_problem(kernel, BF16_ONLY, dp) or "")
