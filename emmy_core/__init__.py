@@ -6,12 +6,17 @@ Emmy lowers them and as torch elsewhere, `.explain()` and `emmy_core.compile_rep
 where (`torch_ops="refuse"`: one graph all on Emmy kernels, or a refusal). `emmy_core.tune_module(module,
 example_inputs, ...)` measures the kernels the backend lowers a module to on this machine and records them, so
 the next compile's forks are answered by measurement. The compiler is loaded on first
-use, so `import emmy_core` stays light.
+use, so `import emmy_core` stays light; imported before torch, it asks OpenMP's threads to sleep rather than
+spin between kernels (`emmy_core.threads`).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from emmy_core.threads import apply_wait_policy
+
+apply_wait_policy()  # OpenMP threads that sleep, not spin, between kernels: read once, when torch loads libgomp
 
 _LAZY = ("compile", "compile_reports", "explain", "Compiled", "CompiledModel", "StrictEvidenceError",
          "PriorUnavailableWarning", "TooLarge", "tune_module")

@@ -6,6 +6,7 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as `import emmy_core` asks: threads sleep, not spin, on 2 shared cores
 
 import json
 from dataclasses import dataclass

@@ -59,6 +59,7 @@ from emmy_core.graph.partition import fuse, plan_partitions
 from emmy_core.graph.pipeline import compile_graph
 from emmy_core.ir.sizes import format_sizes
 from emmy_core.targets.card import Card
+from emmy_core.threads import warn_if_spinning
 
 FALLBACKS = ("eager", "inductor")  # how the ops left to torch run
 BACKEND_OPTIONS = frozenset({"card", "setting", "tuning_db", "freezes", "prior", "attention", "fallback"})
@@ -378,6 +379,8 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
             warnings.warn(PriorUnavailableWarning(f"the emmy backend for {the_card.name}: {why}; forks no measurement "
                                                   "settles fall to the rule's first option"), stacklevel=2)
         builder = Builder(the_card, setting) if build and runnable_here(the_card) is None else None
+        if builder is not None and the_card.target == "cpu":
+            warn_if_spinning()
         lowered: dict[str, Lowered] = {}
 
         sources_of = [getattr(n, "_dynamo_source", None) for n in gm.graph.find_nodes(op="placeholder")]

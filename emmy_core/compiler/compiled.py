@@ -41,6 +41,7 @@ from emmy_core.graph.lower import Lowered
 from emmy_core.ir.check import MAX_EXTENT
 from emmy_core.ir.sizes import format_sizes, parse_sizes
 from emmy_core.targets.card import Card
+from emmy_core.threads import warn_if_spinning
 
 
 class NoGradientsWarning(UserWarning):
@@ -308,6 +309,8 @@ def prepare(module: nn.Module, example_inputs: Sequence[torch.Tensor], card: str
         if the_card.target == "cuda" and device.type == "cpu" and torch.cuda.is_available():
             raise GraphError(f"{the_card.name} is a GPU; the example inputs are on the CPU")
         builder = Builder(the_card, setting)
+        if the_card.target == "cpu":
+            warn_if_spinning()
     compiled = Compiled(lowered, the_card, setting, sources, strict_evidence=strict_evidence, device=device,
                         builder=builder, module=module)
     return compiled, dict(lowered.graph.sizes)
