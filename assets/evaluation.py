@@ -35,6 +35,9 @@ def evaluation(context: dg.AssetExecutionContext, paths: EmmyPaths, mlflow: MLfl
     if run_id is not None:
         ev.log_to_run(chain.tracking(), run_id, done, files)
     verdict = ev.judge(done)
+    from emmy_core.eval.tables import terminal_text
+
+    context.log.info(f"the candidate beside the installed prior:\n{terminal_text(done.table())}\n{verdict.reason}")
     return dg.MaterializeResult(metadata={
         "table": dg.MetadataValue.md(done.table()), "verdict": verdict.reason,
         "report": dg.MetadataValue.path(str(chain.evaluation / "report.json")),

@@ -52,6 +52,22 @@ def _run_step(dependencies: Any, sealed: _Sealed) -> Any:
 class CardDaskExecutor(DaskExecutor):
     """dagster-dask's executor placing a card partition's steps on a worker of that card."""
 
+    def _absent_here(self, card: str | None, run_config: dict) -> str:
+        """Why a local cluster cannot tune `card` ('' when it can: the card is here, served from a frozen file, or
+        the cluster is the fleet's, where a worker of that card may join)."""
+        from emmy_core.bench.matrix import CardAbsent, present_card
+
+        replayed = run_config.get("ops", {}).get("tune", {}).get("config", {}).get("replay_from")
+        if self.cluster_type != "local" or card is None or replayed:
+            return ""
+        try:
+            present_card(card)
+        except CardAbsent as exc:
+            return (f"{exc}; give the fleet's scheduler (execution: {{config: {{cluster: {{existing: {{address: "
+                    f"tcp://HOST:8786}}}}}}}}) or serve it from a frozen file (ops: {{tune: {{config: {{replay_from: "
+                    f"freezes/<slug>.json}}}}}})")
+        return ""
+
     def execute(self, plan_context: Any, execution_plan: Any) -> Iterator[Any]:
         import dask.distributed
         from dagster._core.errors import raise_execution_interrupts
@@ -61,6 +77,10 @@ class CardDaskExecutor(DaskExecutor):
             raise dg.DagsterInvariantViolationError("Dask execution requires a persistent DagsterInstance")
         card = plan_context.dagster_run.tags.get(PARTITION_TAG)
         need = {card_resource(card): 1} if card is not None else {}
+        absent = self._absent_here(card, plan_context.run_config)
+        if absent:  # a local cluster would only start to refuse it: say so in one line, no traceback
+            yield from _refused(plan_context, execution_plan, absent)
+            return
         if self.cluster_type == "existing":
             cluster: Any = self.cluster_configuration["address"]
         else:
@@ -86,7 +106,29 @@ class CardDaskExecutor(DaskExecutor):
                 cluster.close()
 
 
-@dg.executor(name="card_dask", config_schema=dask_executor.config_schema,
+def _config_schema() -> dict[str, dg.Field]:
+    """dagster-dask's configuration with its two clusters Emmy places cards on, `cluster: local` the default:
+    `dagster job execute -j tune_card` needs no `execution` block to tune this machine's card."""
+    clusters = dask_executor.config_schema.config_type.fields["cluster"].config_type.fields  # type: ignore[union-attr]
+    return {"cluster": dg.Field(dg.Selector({k: clusters[k] for k in CLUSTERS}), is_required=False,
+                                default_value={"local": {}}, description="where the card's step runs: `local` "
+                                "(default: one local worker offering the run's card) or `existing: {address: ...}`")}
+
+
+def _refused(plan_context: Any, execution_plan: Any, why: str) -> Iterator[Any]:
+    """Each step of the plan failed with `why` alone (no stack: the message is all there is to read)."""
+    from dagster._core.events import DagsterEvent
+    from dagster._core.execution.plan.objects import StepFailureData
+    from dagster._utils.error import SerializableErrorInfo
+
+    for level in execution_plan.get_steps_to_execute_by_level():
+        for step in level:
+            error = SerializableErrorInfo(why, [], "CardAbsent")
+            yield DagsterEvent.step_failure_event(plan_context.for_step(step), StepFailureData(error, None),
+                                                  message=why)
+
+
+@dg.executor(name="card_dask", config_schema=_config_schema(),
              requirements=dg.multiple_process_executor_requirements())
 def card_dask_executor(init_context: Any) -> CardDaskExecutor:
     """dagster-dask's executor (its configuration; clusters `local` and `existing`) placing each card

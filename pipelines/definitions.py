@@ -21,7 +21,15 @@ from assets.prior import prior
 from assets.resources import ComputeScheduler, DuckDBStore, EmmyPaths, MLflowTracking
 from assets.tune import tune_files
 from assets.tuning_db import tuning_db
-from pipelines.jobs import CHECKS, build_tune_job, card_partitions, fit_and_evaluate, nightly_refresh
+from pipelines.jobs import (
+    CHAIN_JOB,
+    CHECKS,
+    INFO_CONSOLE,
+    build_tune_job,
+    card_partitions,
+    fit_and_evaluate,
+    nightly_refresh,
+)
 from pipelines.schedules import nightly, weekly_fit
 from pipelines.sensors import new_tune_files
 
@@ -39,12 +47,14 @@ def build_definitions(*, paths: EmmyPaths | None = None, store: DuckDBStore | No
     return dg.Definitions(
         assets=chain_assets(cards),
         asset_checks=list(CHECKS),
-        jobs=[nightly_refresh, fit_and_evaluate, build_tune_job(card_partitions(cards))],
+        jobs=[CHAIN_JOB, nightly_refresh, fit_and_evaluate, build_tune_job(card_partitions(cards))],
         schedules=[nightly, weekly_fit],
         sensors=[new_tune_files],
         resources={"paths": paths or EmmyPaths(), "store": store or DuckDBStore(),
                    "mlflow": mlflow or MLflowTracking(), "compute": compute or ComputeScheduler()},
-        executor=dg.multiprocess_executor.configured({"max_concurrent": 2}),
+        executor=dg.in_process_executor,  # the chain's steps share one DuckDB file and run one after another:
+        # a process per step only costs its start (about 45 s each); `tune_card` keeps its own per-card executor
+        loggers=INFO_CONSOLE,
     )
 
 
