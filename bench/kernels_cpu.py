@@ -17,8 +17,21 @@ Then the whole block: its kernels chained in graph order (layout steps in torch 
 with first options and with the tuned ones, against the eager module and `torch.compile` of it.
 Last, the Python cost of one launch: prepared, checked and the raw ctypes call of the same build.
 
+First of all, the matrix products at real decoder sizes (`--products`, default M of 1, 16, 128 and 512 by
+Qwen2-0.5B's and TinyLlama's N x K; `--product-dtypes` f32,bf16), each a linear `y = a @ w.T` with the
+weight packed once: Emmy's first option and Emmy's best (the fastest of the first option, the fma rule's
+option, the first of each `dot` family the card offers, the first with its A and B streams prefetched,
+and a seeded sample of `--budget`), then the first and the best against torch eager (`F.linear`)
+interleaved, medians. For f32 at M >= 128 the share of the probed FMA peak; for bf16 the ratio to torch
+(and which `dot` won); for M <= 16 (decode, bound by the weights' bytes) the weights' GB/s against a
+read (`Tensor.sum`) of the same bytes in the same rounds: once with one weight (it stays in cache between
+calls) and once rotating over copies of the weight that together exceed `--stream-mib` (each call's
+weight comes from memory, as a decoder's layers do).
+
 Run: .venv/bin/python bench/kernels_cpu.py [--models llama_block,mlp] [--shapes "B=1,S=128;B=8,S=128"]
      [--dtypes f32,f16] [--budget 8] [--rounds 15] [--no-compile] [--seed 0]
+     [--products "1,16,128,512:4864x896,896x4864,5632x2048,2048x5632" | --products ""]
+     [--product-dtypes f32,bf16] [--stream-mib 512]
 Builds go to the usual build cache (`EMMY_BUILD_CACHE`), so a rerun compiles nothing again.
 """
 
@@ -45,6 +58,7 @@ from emmy_core.dtypes import torch_dtype
 from emmy_core.graph.lower import KernelStep, LayoutStep, Lowered
 from emmy_core.graph.models import build_model
 from emmy_core.graph.pipeline import compile_model
+from emmy_core.ir.builders import matmul
 from emmy_core.ir.facts import facts
 from emmy_core.ir.sizes import extents
 from emmy_core.knobs import candidates, sample_candidates
@@ -215,6 +229,130 @@ def chained(be: CBackend, lowered: Lowered, x: torch.Tensor, shape: dict[str, in
     return run
 
 
+# ---- matrix products at real sizes ---------------------------------------------------------------------
+
+REAL_PRODUCTS = "1,16,128,512:4864x896,896x4864,5632x2048,2048x5632"  # M values : N x K (Qwen2-0.5B, TinyLlama)
+
+
+def parse_products(text: str) -> list[tuple[int, int, int]]:
+    """`M,M,..:NxK,NxK,..` -> (M, N, K) in order, M outer."""
+    if not text.strip():
+        return []
+    ms, _, nks = text.partition(":")
+    pairs = [tuple(int(x) for x in nk.split("x")) for nk in nks.split(",")]
+    return [(int(m), n, k) for m in ms.split(",") for n, k in pairs]
+
+
+def product_pool(program: object, card: object, budget: int, seed: int) -> list[dict[str, object]]:
+    """What 'best' chooses among: the first option, the fma rule's, each dot family's first, the first with
+    the A and B streams prefetched, and a seeded sample of the pool (duplicates once)."""
+    pool = candidates(program, card)  # type: ignore[arg-type]
+    picks = [pool[0]]
+    picks += [next((o for o in pool if o.get("dot", "fma") == d), None) for d in ("fma", "amx", "dpbf16")]  # type: ignore[misc]
+    picks.append({**pool[0], "prefetch": 16} if pool[0].get("dot", "fma") != "amx" else None)  # type: ignore[arg-type]
+    picks += list(sample_candidates(program, card, budget, seed))  # type: ignore[arg-type]
+    out: dict[str, dict[str, object]] = {}
+    for k in picks:
+        if k is not None:
+            out.setdefault(str(sorted(k.items())), dict(k))
+    return list(out.values())
+
+
+def real_products(be: CBackend, card: object, specs: list[tuple[int, int, int]], dtypes: list[str], budget: int,
+                  seed: int, rounds: int, peak: float, stream_mib: int,
+                  pinned: Callable[[dict[str, object]], dict[str, object]]) -> list[tuple[str, float]]:
+    """The products section (see the module's docstring); returns (label, torch / best) per product."""
+    out: list[tuple[str, float]] = []
+    print(f"\n== matrix products at real sizes: y = a @ w.T, weights packed once; medians of {rounds} interleaved "
+          "rounds (first / best / torch eager)")
+    print(f"{'dtype':<5} {'M':>4} {'N':>5} {'K':>5} {'first us':>9} {'best us':>9} {'torch us':>9} {'best GF/s':>9} "
+          f"{'torch/best':>10} {'torch/first':>11}  best's dot, share of peak or weights' GB/s")
+    g = torch.Generator().manual_seed(seed)
+    for dtype in dtypes:
+        for m, n, k in specs:
+            ratio = one_product(be, card, dtype, m, n, k, g, budget, seed, rounds, peak, stream_mib, pinned)
+            out.append((f"{dtype} {m}x{n}x{k}", ratio))
+    return out
+
+
+def one_product(be: CBackend, card: object, dtype: str, m: int, n: int, k: int, g: torch.Generator, budget: int,
+                seed: int, rounds: int, peak: float, stream_mib: int,
+                pinned: Callable[[dict[str, object]], dict[str, object]]) -> float:
+    """One row of the products section, printed; returns torch / best."""
+    tdt = torch_dtype(dtype)
+    prog = matmul(m, n, k, dtype=dtype, b_transposed=True)
+    a = torch.randn(m, k, generator=g).to(tdt)
+    w = torch.randn(n, k, generator=g).to(tdt)
+    y = torch.empty(m, n, dtype=tdt)
+
+    def launch(knobs: dict[str, object], weight: torch.Tensor = w) -> Fn:
+        run = be.build(prog, knobs, "deploy").prepare({}, {"b": weight})
+        return lambda: run({"a": a, "y": y})
+
+    timed = []
+    for knobs in product_pool(prog, card, budget, seed):
+        knobs = pinned(knobs)
+        try:
+            timed.append((median_us(launch(knobs), 5), knobs))
+        except RuntimeError as exc:
+            print(f"  (a candidate failed: {str(exc)[:80]})")
+    best = min(timed, key=lambda t: t[0])[1]
+    first = pinned(candidates(prog, card)[0])  # type: ignore[arg-type]
+    with torch.no_grad():
+        fns = {"first": launch(first), "best": launch(best), "torch": lambda: F.linear(a, w)}
+        fns["best"]()
+        want = F.linear(a.double(), w.double())
+        err = float((y.double() - want).abs().max() / want.abs().max())
+        t = interleaved(fns, rounds)
+    gfs = 2 * m * n * k / t["best"] / 1e3
+    ratio, first_ratio = t["torch"] / t["best"], t["torch"] / t["first"]
+    note = f"dot={best.get('dot', 'fma')}"
+    if dtype == "f32" and m >= 128:
+        note += f", {gfs / peak:.0%} of the f32 FMA peak (first {gfs * t['best'] / t['first'] / peak:.0%})"
+    if m <= 16:
+        wbytes = n * k * w.element_size()
+        note += f", weights {wbytes / t['best'] / 1e3:.1f} GB/s in cache"
+        note += stream_note(launch, best, w, wbytes, rounds, stream_mib)
+    note += f", max rel err {err:.1e}"
+    print(f"{dtype:<5} {m:>4} {n:>5} {k:>5} {t['first']:9.1f} {t['best']:9.1f} {t['torch']:9.1f} {gfs:9.1f} "
+          f"{ratio:10.2f} {first_ratio:11.2f}  {note}", flush=True)
+    return ratio
+
+
+def stream_note(launch: Callable[..., Fn], knobs: dict[str, object], w: torch.Tensor, wbytes: int, rounds: int,
+                stream_mib: int) -> str:
+    """A decode product over copies of its weight that exceed `stream_mib` together, interleaved with a read of
+    the same copies: the weights' GB/s and the read's, as text."""
+    copies = max(2, -(-stream_mib * 2**20 // wbytes))
+    ws = [w.clone() for _ in range(copies)]
+    calls = [launch(knobs, c) for c in ws]
+
+    def emmy() -> None:
+        for c in calls:
+            c()
+
+    def read() -> None:
+        for c in ws:
+            c.sum()
+
+    with torch.no_grad():
+        t = interleaved({"emmy": emmy, "read": read}, max(3, rounds // 3))
+    got, mem = copies * wbytes / t["emmy"] / 1e3, copies * wbytes / t["read"] / 1e3
+    return (f"; over {copies} copies ({copies * wbytes / 2**20:.0f} MiB) {got:.1f} GB/s against a read's "
+            f"{mem:.1f} ({got / mem:.0%})")
+
+
+def memory_bandwidth(mib: int, threads: int) -> float:
+    """GB/s of a read (`Tensor.sum`) over `mib` MiB of f32, the best of five."""
+    x = torch.ones(mib * 2**20 // 4)
+    best = math.inf
+    for _ in range(5):
+        t0 = time.perf_counter_ns()
+        x.sum()
+        best = min(best, time.perf_counter_ns() - t0)
+    return mib * 2**20 / best
+
+
 # ---- launch overhead ------------------------------------------------------------------------------------
 
 
@@ -252,6 +390,11 @@ def main() -> int:
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (its first compile is slow)")
     ap.add_argument("--threads", type=int, default=0,
                     help="threads for torch and for every Emmy option (default: all usable cores)")
+    ap.add_argument("--products", default=REAL_PRODUCTS,
+                    help="matrix products at real sizes, M,M,..:NxK,.. ('' skips them)")
+    ap.add_argument("--product-dtypes", default="f32,bf16")
+    ap.add_argument("--stream-mib", type=int, default=512,
+                    help="MiB of weight copies a decode product streams through (beyond the caches)")
     args = ap.parse_args()
 
     t_start = time.monotonic()
@@ -275,13 +418,23 @@ def main() -> int:
     print(f"card {card.name}: {threads} cores at {card.freq_mhz} MHz, {isa.simd_bits}-bit SIMD, FMA {isa.fma}, "
           f"F16C {isa.f16c}, {isa.vector_registers} vector registers; L1d {card.l1d_kib} KiB, L2 {card.l2_kib} KiB, "
           f"L3 {card.l3_kib} KiB")
+    print(f"CPU {card.name}; matrix instructions: {', '.join(card.tensor_cores) or 'none'} (AVX512-FP16 "
+          f"{isa.avx512fp16}, AMX tiles {isa.amx_tile}, the OS's AMX permission {isa.amx_permitted}); memory read "
+          f"{memory_bandwidth(args.stream_mib, threads):.1f} GB/s over {args.stream_mib} MiB")
     print(f"FMA pipes per core: {pipes.known}; nominal f32 peak {peak:.0f} GFLOP/s "
           f"({pipes.f32_flops_per_cycle(isa.fma)} flops per cycle per core at the probed clock)")
     print(f"torch {torch.__version__} on {torch.get_num_threads()} threads; load average {load0[0]:.2f} "
           f"{load0[1]:.2f} on {os.cpu_count()} CPUs (timings are noisy above ~0.5)", flush=True)
     be = CBackend()
     summary: list[tuple[str, float]] = []
-    for model in args.models.split(","):
+    products = real_products(be, card, parse_products(args.products), args.product_dtypes.split(","), args.budget,
+                             args.seed, args.rounds, peak, args.stream_mib, pinned)
+    for dtype in args.product_dtypes.split(","):
+        ratios = [r for label, r in products if label.startswith(dtype + " ")]
+        if ratios:
+            print(f"{dtype} products: torch / Emmy's best geomean "
+                  f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}, min {min(ratios):.2f} over {len(ratios)}")
+    for model in [m for m in args.models.split(",") if m]:
         for shape_text in args.shapes.split(";"):
             shape = {k: int(v) for k, v in (p.split("=") for p in shape_text.split(","))}
             for dtype in args.dtypes.split(","):
