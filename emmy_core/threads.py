@@ -3,10 +3,12 @@
 Emmy's generated C runs its loops with OpenMP, on the OpenMP runtime torch loaded (torch's libgomp: Emmy's
 kernels link it by name, and one process holds one). A thread that finished its share of a parallel region
 spins for the next one (GOMP_SPINCOUNT, 300000 turns by default) before it sleeps. Emmy launches a region per
-kernel, so on a machine whose cores are taken by other work, each region's threads spin on cores the thread
-with work left needs: `bench/threads_under_load.py` measured a tiny Qwen3 on a shared 2-core Xeon at 47.5 ms
-where it takes 0.75 ms with PASSIVE (eager torch 12.1 against 1.19 ms), and with one more busy process 75.9
-against 0.82 ms; a spin bound of 10000 turns kept 2.7 ms, slower than sleeping.
+kernel, so on a machine whose cores other work takes, each region's threads spin on cores the thread with
+work left needs: `bench/threads_under_load.py --load torch` (another process running torch's threaded
+products) measured a tiny Qwen3 on a 2-core Xeon going from 0.59 to 10.9 ms (18.5x; eager torch 7.3x), and
+49 ms (77x; eager 13.6x) on a busier run; with PASSIVE it did not slow (0.5-1.1x, eager 0.8-1.2x). Spinning
+10000 turns still went 3.5x (eager 1.4x). What sleeping costs a quiet machine (a thread's wake-up per
+region) measured 0.69-1.22 ms against spinning's 0.59-0.75 ms on a shared machine, within its noise.
 
 libgomp reads its policy once, when it loads (with torch), so it is set here, from `import emmy_core`, only
 where no OpenMP runtime is loaded yet and the user set neither variable; `EMMY_OMP_WAIT=inherit` keeps the
