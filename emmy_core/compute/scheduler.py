@@ -16,6 +16,11 @@ export itself. A worker that dies mid-task has its task run again on another wor
 a `ComputeError` naming the task, and the caller writes nothing. Tasks are deterministic functions of their
 arguments, so a map gives the same results, bit for bit, wherever it runs.
 
+A `tcp://` address is looked at before Dask is let near it (`probe_dask`): a Dask scheduler greets a new
+connection at once, so a peer that accepts and stays silent is given up on within `PROBE_S`, and
+one that answers otherwise (an HTTP server) is refused by name. Dask's own client would wait for ever on
+the first and read the second's `HTTP/1.1` as a frame length (an allocation of exbibytes).
+
 `distributed` is imported only when a cluster is asked for. A `local:N` cluster spawns its workers, which
 import the caller's main module again: a script that fits on `local:N` keeps its work under
 `if __name__ == "__main__":` (the `emmy` command does).
@@ -24,6 +29,9 @@ import the caller's main module again: a script that fits on `local:N` keeps its
 from __future__ import annotations
 
 import re
+import socket
+import struct
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -38,6 +46,9 @@ MAX_LOCAL_WORKERS = 64
 _LOCAL = re.compile(r"local:(-?[0-9]{1,30})")  # any count, so an out-of-range one is told the range
 _TCP = re.compile(r"tcp://([A-Za-z0-9._-]{1,253}|\[[0-9A-Fa-f:]{2,39}\]):([0-9]{1,5})")
 CONNECT_TIMEOUT_S = 30
+PROBE_S = 25  # the whole look at a tcp:// peer: connection, greeting, question, answer (under 30 s)
+GREETING_S = 10  # how long a peer may take to greet before it is asked (a Dask scheduler greets at once)
+MAX_GREETING = 64 * 1024 * 1024  # a Dask handshake is a few hundred bytes; a frame length past this is not Dask
 
 
 class ComputeError(RuntimeError):
@@ -112,6 +123,78 @@ def dask_map(client: Any, fn: Callable[[Any], R], items: Sequence[Any]) -> list[
         client.cancel(futures)
 
 
+def _host_port(address: str) -> tuple[str, int]:
+    m = _TCP.fullmatch(address)
+    if m is None:  # parse_scheduler let it through, so this cannot happen
+        raise ComputeError(f"scheduler {address[:80]!r}: not tcp://HOST:PORT")
+    return m.group(1).strip("[]"), int(m.group(2))
+
+
+def _recv_some(sock: socket.socket, deadline: float, want: int) -> bytes:
+    """Up to `want` bytes, as many as arrive before `deadline` (fewer when the peer closes or stays silent)."""
+    data = b""
+    while len(data) < want:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(want - len(data))
+        except (TimeoutError, BlockingIOError):
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _shown_bytes(data: bytes) -> str:
+    text = data.split(b"\r\n", 1)[0].split(b"\n", 1)[0][:60]
+    return repr(text.decode("latin-1"))
+
+
+def probe_dask(address: str, timeout_s: float = PROBE_S) -> None:
+    """Refuses (ComputeError naming the address) a `tcp://` peer that is not a Dask scheduler answering now.
+
+    Connects (bounded), then waits for the greeting a Dask scheduler sends first on every connection: its
+    frame length, eight bytes, of a plausible size. Silence for `GREETING_S` earns a question (a line no
+    protocol takes for a request), so that an HTTP server answers and is named; silence until `timeout_s`
+    is given up on. Nothing is sent to a peer that greeted like Dask."""
+    host, port = _host_port(address)
+    deadline = time.monotonic() + timeout_s
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout_s)
+    except TimeoutError:
+        raise ComputeError(f"scheduler {address}: no connection within {timeout_s:g} s (nothing answers at "
+                           f"{host}:{port})") from None
+    except OSError as exc:
+        raise ComputeError(f"scheduler {address}: cannot reach it: {exc.strerror or exc}") from None
+    with sock:
+        head = _recv_some(sock, min(deadline, time.monotonic() + min(GREETING_S, timeout_s / 3)), 8)
+        if not head:
+            try:
+                sock.sendall(b"EMMY-PROBE / HTTP/1.0\r\n\r\n")
+            except OSError:
+                pass  # it closed: said below
+            head = _recv_some(sock, deadline, 8)
+            if not head:
+                raise ComputeError(f"scheduler {address}: something at {host}:{port} accepts connections but sent "
+                                   f"nothing in {timeout_s:g} s; a Dask scheduler greets every connection at once: "
+                                   "is this the scheduler's address (`dask scheduler` prints it)?")
+        head += _recv_some(sock, min(deadline, time.monotonic() + 1.0), 8 - len(head)) if len(head) < 8 else b""
+        if head[:5] in (b"HTTP/", b"http/"):
+            raise ComputeError(f"scheduler {address}: {host}:{port} is an HTTP server (it answered "
+                               f"{_shown_bytes(head + _recv_some(sock, time.monotonic() + 0.5, 64))}), not a Dask "
+                               "scheduler: give the scheduler's tcp:// address (the dashboard is HTTP)")
+        if len(head) < 8:
+            raise ComputeError(f"scheduler {address}: {host}:{port} sent {_shown_bytes(head)} and stopped: not a "
+                               "Dask scheduler's greeting")
+        (size,) = struct.unpack("<Q", head)
+        if not 0 < size <= MAX_GREETING:
+            raise ComputeError(f"scheduler {address}: {host}:{port} answered {_shown_bytes(head)}, which is not a "
+                               "Dask scheduler's greeting: is this the scheduler's tcp:// address?")
+
+
 @contextmanager
 def dask_client(scheduler: Scheduler) -> Iterator[Any]:
     """A `distributed.Client` for a local:N or tcp:// setting (a local cluster is closed on leaving)."""
@@ -128,6 +211,7 @@ def dask_client(scheduler: Scheduler) -> Iterator[Any]:
         finally:
             cluster.close()
         return
+    probe_dask(scheduler.address)
     try:
         client = Client(scheduler.address, timeout=CONNECT_TIMEOUT_S)
     except (OSError, TimeoutError) as exc:
