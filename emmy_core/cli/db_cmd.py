@@ -23,17 +23,27 @@ def _path(db: Path | None) -> Path:
     return db if db is not None else default_db_path()
 
 
+CheckDbOpt = Annotated[str | None, typer.Option("--db", help="tuning database (default: $EMMY_TUNING_DB, else "
+                                                  "~/.cache/emmy/autotune.db), or a dataset export: a folder or "
+                                                  "its fsspec URL (memory://, s3://...)")]
+
+
 @app.command("check")
-def check(db: DbOpt = None, as_json: JsonOpt = False, lock_timeout: LockOption = 30.0) -> None:
+def check(db: CheckDbOpt = None, as_json: JsonOpt = False, lock_timeout: LockOption = 30.0) -> None:
     """Count the rows that break the store's own rules, per kind; exit 1 when any count is non-zero. A
-    dataset export folder as --db is checked as an export (its content, then its tables)."""
+    dataset export folder (or its URL) as --db is checked as an export (its content, then its tables)."""
+    from emmy_core.files.urlfolder import is_url, location
     from emmy_core.store import StoreError
     from emmy_core.store.check import check_db
     from emmy_core.store.check_export import check_export
 
     try:
-        path = _path(db)
-        report = check_export(path) if path.is_dir() else check_db(path, lock_timeout=lock_timeout)
+        where = location(db) if db is not None else _path(None)
+        if is_url(where):  # a URL stays text: a Path would fold its `//` (memory://t -> memory:/t)
+            report = check_export(where)
+        else:
+            path = Path(where)
+            report = check_export(path) if path.is_dir() else check_db(path, lock_timeout=lock_timeout)
     except StoreError as exc:
         fail(str(exc))
     if as_json:

@@ -12,6 +12,11 @@ A fleet keeps its files where every machine reaches them (`s3://bucket/emmy/...`
   PUT on an object store). A reader reads the pointer, then the blobs it names, and checks each blob's
   digest; a blob nobody points to yet is invisible. Old blobs stay (a reader mid-way still finds them).
 
+Every network wait is bounded: an HTTP(S) or S3 store is opened with connect and read timeouts of
+`NETWORK_WAIT_S`, and the first look at a folder reads its pointer directly (fsspec's `exists` on HTTP
+reads a refused or silent server as "no such key"), so a server that refuses is named as one that cannot be
+reached and one that accepts and never answers is given up on, naming its address.
+
 `fsspec` is imported only when a URL is used; a plain path never comes here.
 """
 
@@ -20,8 +25,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -35,6 +41,9 @@ OBJECTS = "objects"
 _URL = re.compile(r"[a-z][a-z0-9+.-]{0,15}://")
 _NAME = re.compile(r"[A-Za-z0-9._()+-]{1,200}")
 _SHA = re.compile(r"[0-9a-f]{64}")
+NETWORK_WAIT_S = 20
+"""Longest wait for one network step (a connection, an answer, the next bytes of one): under the 30 s a
+command may stay silent, so a silent server is given up on in time."""
 
 
 class UrlFolderError(StoreError):
@@ -64,13 +73,48 @@ def shared_location(target: Path | str) -> str:
     return str(target) if is_url(target) else str(local_path(target).resolve())
 
 
+def address(url: str) -> str:
+    """The server part of a URL (`HOST:PORT`), or the URL itself when it has none (memory://)."""
+    from urllib.parse import urlsplit
+
+    try:
+        netloc = urlsplit(url).netloc
+    except ValueError:
+        netloc = ""
+    return netloc.rsplit("@", 1)[-1] or url.rstrip("/")
+
+
+def _bounded_options(url: str) -> dict[str, Any]:
+    """fsspec options that bound every network wait of `url`'s protocol (none for a local or in-memory one)."""
+    protocol = url.split("://", 1)[0].lower()
+    if protocol in ("http", "https"):
+        import aiohttp
+
+        return {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=None, connect=NETWORK_WAIT_S,
+                                                                   sock_connect=NETWORK_WAIT_S,
+                                                                   sock_read=NETWORK_WAIT_S)}}
+    if protocol in ("s3", "s3a"):
+        return {"config_kwargs": {"connect_timeout": NETWORK_WAIT_S, "read_timeout": NETWORK_WAIT_S}}
+    return {}
+
+
+def unreachable(url: str, exc: BaseException) -> UrlFolderError:
+    """The refusal for a network error met at `url`: no answer in time, or cannot reach (naming the address)."""
+    if isinstance(exc, TimeoutError) or "timeout" in type(exc).__name__.lower():
+        return UrlFolderError(f"{url.rstrip('/')}: no answer from {address(url)} within {NETWORK_WAIT_S} s "
+                              "(something there accepts connections but does not reply); given up, nothing was "
+                              "read or written")
+    reason = getattr(exc, "strerror", None) or str(exc)[:200] or type(exc).__name__
+    return UrlFolderError(f"{url.rstrip('/')}: cannot reach {address(url)}: {type(exc).__name__}: {reason}")
+
+
 def _fs(url: str) -> tuple[Any, str]:
     """The file system and root of `url`; UrlFolderError naming the URL when fsspec does not know its protocol,
-    lacks the package for it, or cannot reach it."""
+    lacks the package for it, or cannot reach it. Network waits are bounded (`NETWORK_WAIT_S`)."""
     import fsspec
 
     try:
-        fs, root = fsspec.core.url_to_fs(url)
+        fs, root = fsspec.core.url_to_fs(url, **_bounded_options(url))
     except ValueError as exc:  # fsspec: "Protocol not known: ..."
         raise UrlFolderError(f"{url}: not a file system Emmy can use ({exc}); give memory://, file://, s3:// "
                              "or another fsspec protocol whose package is installed") from None
@@ -137,15 +181,26 @@ def drop_keys(url: str, keys: list[str]) -> None:
 
 # ---- published folders (pointer + content-addressed blobs) -----------------------------------------
 
+def _read_pointer_key(fs: Any, url: str, root: str) -> bytes | None:
+    """The pointer's bytes, None when there is none; a store that refuses or does not answer is refused
+    (UrlFolderError naming its address), never read as "nothing published"."""
+    try:
+        return bytes(fs.cat_file(f"{root}/{POINTER}"))
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+    except Exception as exc:  # aiohttp, botocore and OSError alike: a network boundary
+        raise unreachable(url, exc) from None
+
+
 def read_pointer(url: str) -> dict[str, str]:
     """The published folder's files (name -> sha256); {} when nothing was published yet."""
     fs, root = _fs(url)
-    key = f"{root}/{POINTER}"
-    if not fs.exists(key):
+    data = _read_pointer_key(fs, url, root)
+    if data is None:
         return {}
     where = f"{url.rstrip('/')}/{POINTER}"
     try:
-        doc = json.loads(fs.cat_file(key))
+        doc = json.loads(data)
     except ValueError as exc:
         raise UrlFolderError(f"{where}: not JSON ({exc})") from None
     if not isinstance(doc, dict) or doc.get("format") != POINTER_FORMAT or not isinstance(doc.get("files"), dict):
@@ -163,7 +218,14 @@ def fetch_folder(url: str, out: Path) -> dict[str, str]:
     files = read_pointer(url)
     ensure_folder(out)
     for name, sha in sorted(files.items()):
-        data = fs.cat_file(f"{root}/{OBJECTS}/{sha}")
+        blob = f"{url.rstrip('/')}/{OBJECTS}/{sha}"
+        try:
+            data = fs.cat_file(f"{root}/{OBJECTS}/{sha}")
+        except FileNotFoundError:
+            raise UrlFolderError(f"{blob}: missing: the blob of file {name}, which {POINTER} names, is gone; nothing "
+                                 "was read (export to this URL again to repair it)") from None
+        except Exception as exc:  # a network boundary
+            raise unreachable(url, exc) from None
         if _sha(data) != sha:
             raise UrlFolderError(f"{url.rstrip('/')}/{OBJECTS}/{sha}: its content does not have that digest "
                                  f"(file {name}); nothing was read")
@@ -177,6 +239,7 @@ def check_replaceable(url: str, marker: str, what: str) -> None:
     before the work, so a refusal comes first; it also finds an unknown protocol or an unreachable store."""
     fs, root = _fs(url)
     shown = url.rstrip("/")
+    _read_pointer_key(fs, url, root)  # reachable and answering, before anything else is asked of it
     try:
         if fs.isfile(root):
             raise UrlFolderError(f"{shown} is a file, not a folder: refusing to replace it with {what}")
@@ -193,11 +256,25 @@ def check_replaceable(url: str, marker: str, what: str) -> None:
                              "refusing to replace it")
 
 
-def publish_folder(folder: Path, url: str, names: list[str] | None = None) -> dict[str, str]:
+def _holds(fs: Any, key: str, sha: str) -> bool | None:
+    """Whether the blob at `key` is there with the digest `sha`: True; there but corrupt: False; absent: None."""
+    try:
+        return _sha(bytes(fs.cat_file(key))) == sha
+    except FileNotFoundError:
+        return None
+
+
+def publish_folder(folder: Path, url: str, names: list[str] | None = None,
+                   notify: Callable[[str], None] | None = None) -> dict[str, str]:
     """Publishes the files of the local `folder` (all, or `names`) as the folder at `url`: blobs first, then
     the pointer swapped in one move. Returns the pointer's files. A store that fails before the move leaves
-    the folder as readers knew it (the blobs written meanwhile are named by no pointer): UrlFolderError."""
+    the folder as readers knew it (the blobs written meanwhile are named by no pointer): UrlFolderError.
+
+    A blob already there is kept only when its content has its digest: a corrupt one (tampered, or cut
+    short) is written again, and `notify` (default: stderr) hears which, so that exporting again repairs
+    a published folder instead of pointing at the bad blob once more."""
     fs, root = _fs(url)
+    say = notify or (lambda m: print(m, file=sys.stderr, flush=True))
     chosen = sorted(names) if names is not None else sorted(p.name for p in folder.iterdir() if p.is_file())
     files: dict[str, str] = {}
     try:
@@ -207,14 +284,20 @@ def publish_folder(folder: Path, url: str, names: list[str] | None = None) -> di
             data = (folder / name).read_bytes()
             sha = _sha(data)
             key = f"{root}/{OBJECTS}/{sha}"
-            if not fs.exists(key):
+            held = _holds(fs, key, sha)
+            if not held:
                 tmp = f"{root}/{OBJECTS}/.{sha}.partial"
                 fs.pipe_file(tmp, data)
                 fs.mv(tmp, key)
+                if held is False:
+                    say(f"{url.rstrip('/')}/{OBJECTS}/{sha}: the blob of {name} there did not have its digest "
+                        "(corrupt); it was written again")
             files[name] = sha
         doc = json.dumps({"format": POINTER_FORMAT, "files": files}, indent=1, sort_keys=True) + "\n"
         staged = f"{root}/.{POINTER}.{_sha(doc.encode())[:16]}.partial"
         fs.pipe_file(staged, doc.encode())
+    except TimeoutError as exc:
+        raise unreachable(url, exc) from None
     except (OSError, NotImplementedError) as exc:
         raise UrlFolderError(f"cannot publish {folder.name} to {url.rstrip('/')}: {type(exc).__name__}: "
                              f"{str(exc)[:200]}; its {POINTER} was not replaced, so the folder there stands as "

@@ -30,10 +30,11 @@ def check_export(export_dir: Path | str) -> CheckReport:
     columns may not even have the types the store's checks query)."""
     import time
 
+    from emmy_core.files.urlfolder import location
     from emmy_core.store.check import MAX_EXAMPLES
 
     started = time.perf_counter()
-    d = Path(export_dir)
+    d = location(str(export_dir))  # a URL stays text (a Path would fold its `//`)
     snap = open_snapshot(d, content=False)
     problems = content_problems(snap, limit=1000)
     if problems:
