@@ -194,6 +194,68 @@ def ddl() -> list[str]:
     return out
 
 
+FILLED = {
+    "meta": "written when a file is created (`open_store(..., \"w\")`); never empty in a store that opened",
+    "cards": "every import and every tune (the card a row was measured on, from the freeze's or tune file's own "
+             "description); empty only in a store nothing was imported into",
+    "kernels": "every import and every tune: the loop programs measured or referenced by a golden",
+    "routing": "a tune or hand run that measures a structural decision (`split:`, `cut:`) records its pieces here; "
+               "empty when nothing measured one, as on the chain's `_data/tune.db` today (the repository freeze "
+               "holds no structural decisions: each card file's `decisions` list is empty)",
+    "schedules": "every measured knob assignment, deduplicated by `schedule_id`",
+    "measurements": "`emmy tune`, `emmy run --bench` (source `hand`) and every import of a freeze, tune file, golden "
+                    "record or Kernel Tuner cache",
+    "goldens": "a freeze's reviewed choices on import, `emmy db promote`, golden records; empty in a tuning "
+               "database that only `emmy tune` wrote",
+    "fastest": "computed from `measurements`: empty when no row is `ok`",
+    "failure_rates": "computed from `measurements`: one row per card and setting measured",
+    "variants": "computed from `measurements`, `schedules` and `kernels`: as many rows as `measurements`",
+    "decision_prices": "computed from `routing` and `fastest`: empty whenever `routing` is, so 0 rows on the chain's "
+                       "database (no structural decision was measured into the freeze); a price appears once a tune "
+                       "measured every piece of a decision at the parent's sizes",
+}
+"""What fills each table and view, and when it is empty (the data dictionary's 'Filled by' line)."""
+
+OPENING = [
+    "## Opening the stores",
+    "",
+    "Open a DuckDB file read-only, so that a writer (the chain, `emmy tune`) is not blocked and nothing you run",
+    "changes it; a file a writer holds refuses even a reader (`Could not set lock on file`): query the Parquet",
+    "export then, which no one locks. From the repository root after `make run`:",
+    "",
+    "| store | what it is | open it with |",
+    "|---|---|---|",
+    "| `_data/tune.db` | the chain's tuning database (the freeze imported) | "
+    "`duckdb.connect(\"_data/tune.db\", read_only=True)` or `duckdb -readonly _data/tune.db` |",
+    "| `_data/dataset/*.parquet` | the export the fit and the evaluation read: one file per table, "
+    "`pools.parquet` (every candidate of every measured fork, measured or not), `manifest.json` (row counts, "
+    "digests) | `duckdb.sql(\"SELECT * FROM '_data/dataset/measurements.parquet'\")`, or Polars "
+    "`pl.read_parquet` |",
+    "| `~/.cache/emmy/autotune.db` | this machine's local tuning database (`EMMY_TUNING_DB`) that `emmy tune` "
+    "writes and compiles read | as `tune.db`, read-only |",
+    "",
+    "Three queries to paste (`.venv/bin/python`, then `import duckdb`):",
+    "",
+    "```python",
+    "con = duckdb.connect(\"_data/tune.db\", read_only=True)",
+    "# 1. rows per card and setting, and how many of them failed",
+    "con.sql(\"SELECT card, setting, count(*) AS rows, count(*) FILTER (WHERE status <> 'ok') AS failed \"",
+    "        \"FROM measurements GROUP BY ALL ORDER BY ALL\").show()",
+    "# 2. what tuning buys: each fork's fastest row against its rule's first option (candidate_rank 0)",
+    "duckdb.sql(\"SELECT card, round(median(first.median_us / best.median_us), 3) AS first_over_best, count(*) AS forks \"",
+    "           \"FROM (SELECT kernel_id, sizes, card, setting, min(median_us) AS median_us \"",
+    "           \"      FROM '_data/dataset/pools.parquet' WHERE status = 'ok' GROUP BY ALL) best \"",
+    "           \"JOIN '_data/dataset/pools.parquet' first USING (kernel_id, sizes, card, setting) \"",
+    "           \"WHERE first.candidate_rank = 0 AND first.status = 'ok' GROUP BY ALL ORDER BY ALL\").show()",
+    "# 3. the golden of each fork with its knobs, from the views",
+    "con.sql(\"SELECT g.card, k.c_name AS kernel, g.sizes, v.knobs, v.median_us FROM goldens g JOIN kernels k USING (kernel_id) \"",
+    "        \"JOIN variants v USING (kernel_id, sizes, card, setting, schedule_id) ORDER BY ALL LIMIT 10\").show()",
+    "```",
+    "",
+]
+"""How to open each store, and three queries to paste (the second on the Parquet export's `pools.parquet`)."""
+
+
 def data_dictionary() -> str:
     """The data dictionary (docs/data-dictionary.md) as Markdown, generated from the specs above."""
     lines = [
@@ -213,17 +275,18 @@ def data_dictionary() -> str:
         "worse one, a failure never replaces an `ok` row) rather than by an index, and `emmy db check`",
         "counts duplicates.",
         "",
+        *OPENING,
         "## Tables",
     ]
     for t in TABLES:
-        lines += ["", f"### `{t.name}`", "", f"One row per {t.one_row_per}.", "",
+        lines += ["", f"### `{t.name}`", "", f"One row per {t.one_row_per}. Filled by: {FILLED[t.name]}.", "",
                   "| column | type | meaning |", "|---|---|---|"]
         lines += [f"| `{c.name}` | {c.sql_type.split()[0]} | {c.doc} |" for c in t.columns]
         if t.constraints:
             lines += ["", "Constraints: " + "; ".join(f"`{c}`" for c in t.constraints) + "."]
     lines += ["", "## Views"]
     for v in VIEWS:
-        lines += ["", f"### `{v.name}`", "", v.doc[0].upper() + v.doc[1:] + ".", "",
+        lines += ["", f"### `{v.name}`", "", v.doc[0].upper() + v.doc[1:] + f". Filled by: {FILLED[v.name]}.", "",
                   "| column | type | meaning |", "|---|---|---|"]
         lines += [f"| `{c.name}` | {c.sql_type} | {c.doc} |" for c in v.columns]
     return "\n".join(lines) + "\n"
