@@ -179,11 +179,17 @@ def read_evaluation(folder: Path) -> Evaluation | None:
     return Evaluation(candidate, installed, top.text("unusable", 4096, allow_empty=True), float(tolerance))
 
 
+EVAL_METRICS = ("top1", "top5")
+"""The evaluation's figures logged as metrics of the fit's run (the rest is in its report and table files)."""
+
+
 def headline_metrics(evaluation: Evaluation) -> dict[str, float]:
-    """The evaluation's figures as MLflow metrics: each prior's mean figures, `eval.<prior>.<figure>`."""
+    """The evaluation's headline as MLflow metrics: each prior's mean top-1 and top-5, `eval.<prior>.<figure>`."""
     out: dict[str, float] = {}
     for who, doc in (("candidate", evaluation.candidate), ("installed", evaluation.installed)):
         for k, v in (doc or {}).get("mean", {}).items() if doc else ():
+            if k not in EVAL_METRICS:
+                continue
             if isinstance(v, int | float) and not isinstance(v, bool) and v == v and abs(v) != float("inf"):
                 out[f"eval.{who}.{k}"] = float(v)
     return out

@@ -2,8 +2,8 @@
 
 The tracking URI is the one given, else `$MLFLOW_TRACKING_URI`, else `sqlite:///_tune/mlflow.db`
 with artifacts in `_tune/mlartifacts/` (MLflow 3 refuses a bare file store). A run holds the
-fit's parameters, its metrics (the cross-validated means, and each fold's at its step), the
-artifact and `metrics.json` as artifacts, and tags: feature version, dataset digest, code
+fit's parameters, a handful of headline metrics (`HEADLINE`), every other figure and each held-out
+card's in two tables (`all_metrics.json`, `per_card.json`), the artifact and `metrics.json`, and tags: feature version, dataset digest, code
 revision, plus any tags the caller passes (e.g. the Dagster run id). MLflow is imported here
 only (it takes seconds), through a client bound to the URI: no global MLflow state is set.
 """
@@ -134,21 +134,13 @@ def log_fit(uri: str | None, doc: Mapping[str, Any], report: Mapping[str, Any], 
     try:
         params: dict[str, Any] = {}
         _flat("", {"pools": prov["pools"], "folds": prov["folds"], "seed": prov["seed"], **prov["params"]}, params)
-        flat: dict[str, Any] = {}
-        _flat("cv", report["mean"], flat)  # the headline: the card split (a card the fit never saw)
-        _flat("kernel_cv", report.get("kernel_mean", {}), flat)
-        _flat("ranking", {k: v for k, v in report.get("ranking", {}).items() if k in (
-            "weight", "top1", "top5", "vs_first", "vs_ranker", "vs_transfer_order", "vs_transfer_baseline",
-            "diverse", "diverse_top5")}, flat)
-        _flat("in_sample", {k: v for k, v in report["in_sample"].items() if not k.endswith("_pools")}, flat)
-        flat["undescribed_pools"] = report["undescribed_pools"]
-        ts = 0
-        ms = [Metric(k, float(v), ts, 0) for k, v in sorted(flat.items()) if _number(v)]
-        for fold in report["folds"]:
-            ms += [Metric(f"fold.{k}", float(v), ts, int(fold["fold"])) for k, v in sorted(fold.items())
-                   if k in ("top1", "top5", "tau", "pick_failed") and _number(v)]
-        c.log_batch(run_id, metrics=ms, params=[Param(k, str(v)[:6000]) for k, v in sorted(params.items())],
+        flat = all_figures(report)
+        headline = [Metric(k, float(flat[k]), 0, 0) for k in HEADLINE if _number(flat.get(k))]
+        c.log_batch(run_id, metrics=headline, params=[Param(k, str(v)[:6000]) for k, v in sorted(params.items())],
                     tags=[RunTag("forks", str(report["forks"]))])
+        c.log_table(run_id, data=_columns([{"metric": k, "value": float(v)} for k, v in sorted(flat.items())
+                                           if _number(v)], ("metric", "value")), artifact_file=ALL_METRICS)
+        c.log_table(run_id, data=_columns(per_card_rows(report), PER_CARD_COLUMNS), artifact_file=PER_CARD)
         c.log_artifact(run_id, str(artifact))
         c.log_artifact(run_id, str(metrics_path))
     except Exception as exc:
@@ -160,6 +152,49 @@ def log_fit(uri: str | None, doc: Mapping[str, Any], report: Mapping[str, Any], 
                             f"{resolved} failed: {str(exc)[:400]}{bound_http(resolved)}") from exc
     c.set_terminated(run_id)
     return str(run_id)
+
+
+HEADLINE = ("cv.top1", "cv.top5", "cv.tau", "cv.first_slowdown", "cv.random_slowdown", "cv.similar_slowdown",
+            "cv.transfer_top1", "cv.reach_top1", "cv.reach_top5")
+"""The run's metrics: the held-out cards' top-1 and top-5 slowdowns, the order's tau, the baselines (first option,
+random, most similar card, transfer) and the lookup's reach. Every other figure, counts included, is in the
+tables `ALL_METRICS` and `PER_CARD` (a chart per figure buried the headline among 180 others)."""
+ALL_METRICS = "all_metrics.json"
+PER_CARD = "per_card.json"
+PER_CARD_COLUMNS = ("card", "split", "top1", "top1_pools", "top5", "tau", "first_slowdown", "random_slowdown",
+                    "similar_slowdown", "transfer_top1", "reach_top1", "reach_top1_pools", "golden_rank",
+                    "golden_rank_pools")
+
+
+def all_figures(report: Mapping[str, Any]) -> dict[str, Any]:
+    """Every figure of a fit's report by dotted name (`cv.top1`, `kernel_cv.tau`, `ranking.top5`, `fold.3.top1`)."""
+    flat: dict[str, Any] = {}
+    _flat("cv", report["mean"], flat)  # the headline: the card split (a card the fit never saw)
+    _flat("kernel_cv", report.get("kernel_mean", {}), flat)
+    _flat("ranking", {k: v for k, v in report.get("ranking", {}).items() if k in (
+        "weight", "top1", "top5", "vs_first", "vs_ranker", "vs_transfer_order", "vs_transfer_baseline",
+        "diverse", "diverse_top5")}, flat)
+    _flat("in_sample", report["in_sample"], flat)
+    flat["undescribed_pools"] = report["undescribed_pools"]
+    for fold in report["folds"]:
+        _flat(f"fold.{fold['fold']}", {k: v for k, v in fold.items() if k != "fold" and _number(v)}, flat)
+    return flat
+
+
+def per_card_rows(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per held-out card of the card split (the fold that held it out), with its pool counts."""
+    rows = []
+    for fold in report["folds"]:
+        for card in fold.get("validation_cards") or [f"fold {fold['fold']}"]:
+            rows.append({"card": str(card), "split": f"fold {fold['fold']}",
+                         **{k: fold.get(k) for k in PER_CARD_COLUMNS[2:]}})
+    return rows
+
+
+def _columns(rows: list[dict[str, Any]], names: tuple[str, ...]) -> dict[str, list[Any]]:
+    """Rows as the columns `log_table` takes (a missing or non-finite figure is None)."""
+    return {n: [r.get(n) if not isinstance(r.get(n), float) or math.isfinite(r[n]) else None for r in rows]
+            for n in names}
 
 
 def _number(v: Any) -> bool:
