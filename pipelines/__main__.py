@@ -112,6 +112,7 @@ def main(
     3 when another chain holds the workspace)."""
     dims = shape_of(shape)
     from emmy_core.chain.chainstatus import write_status
+    from emmy_core.chain.deadruns import release_dead_runs
     from emmy_core.chain.runlock import RunLockedError, run_lock
 
     root = Path.cwd()
@@ -121,6 +122,7 @@ def main(
             started = time.monotonic()
             print(f"== the chain, in this process: {' -> '.join(CHAIN)}", flush=True)
             with repository_instance(root, os.environ.get("DAGSTER_HOME", "")) as instance:
+                release_dead_runs(instance, say=lambda m: print(m, flush=True))  # a killed chain's pool slot
                 result = run_chain(chain_assets(), dict(defs.resources), instance)
             summarize(result)
             cause = "" if result.success else failure_cause(result) or "a step failed"
