@@ -43,15 +43,19 @@ def _ecdf(ax: Any, values: Sequence[float], label: str, **style: Any) -> None:
         ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=f"{label} ({len(v)})", **style)
 
 
+WIDTH_IN = 9.0
+"""Every figure is this wide (990 px at the saved 110 dpi): it fits a 1,280-px window or dialog unscaled."""
+
+
 def price_vs_time(report: EvalReport, out: Path) -> Path | None:
     groups = {k: p.arrays() for k, p in sorted(report.points.items())}
     cards = sorted({k.split(" / ")[0] for k, (t, _) in groups.items() if len(t)})
     if not cards:
         return None
     plt = _pyplot()
-    cols = min(3, len(cards))
+    cols = min(2, len(cards))
     rows = math.ceil(len(cards) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 4.2 * rows), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(rows, cols, figsize=(WIDTH_IN, 3.9 * rows), squeeze=False, layout="constrained")
     for ax, card in zip(axes.flat, cards, strict=False):
         lo, hi = math.inf, 0.0
         for key, (t, p) in groups.items():
@@ -62,13 +66,13 @@ def price_vs_time(report: EvalReport, out: Path) -> Path | None:
         ax.plot([lo, hi], [lo, hi], color="black", linewidth=0.8, linestyle="--")
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_title(card[:40], fontsize=9)
-        ax.set_xlabel("measured time (µs)")
-        ax.set_ylabel("prior's price (µs)")
-        ax.legend(fontsize=7)
+        ax.set_title(textwrap.fill(card, 48), fontsize=8)  # the whole name, wrapped
+        ax.set_xlabel("measured time (µs)", fontsize=8)
+        ax.set_ylabel("prior's price (µs)", fontsize=8)
+        ax.legend(fontsize=7, title="setting", title_fontsize=7, loc="upper left")
     for ax in list(axes.flat)[len(cards):]:
         ax.set_visible(False)
-    fig.suptitle("The prior's price against measured time\n(a sample of working rows per pool)", fontsize=10)
+    fig.suptitle("The prior's price against measured time (a sample of working rows per pool)", fontsize=10)
     return _save(plt, fig, out / "price_vs_time.png")
 
 
@@ -78,29 +82,30 @@ def slowdowns(report: EvalReport, out: Path) -> Path | None:
     if not any(isinstance(r.get("top1"), float) for r in pools):
         return None
     plt = _pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.6))
+    keys = sorted(doc["by_card"])
+    fig, (left, right) = plt.subplots(2, 1, figsize=(WIDTH_IN, 4.2 + 0.45 * len(keys) + 2.6),
+                                      height_ratios=(4.2, 0.45 * len(keys) + 1.0), layout="constrained")
     color = {name: f"C{i}" for i, (name, _) in enumerate(SLOWDOWN_LINES)}  # one colour per figure in both panels
     for name, label in SLOWDOWN_LINES:
         _ecdf(left, [r[name] for r in pools if isinstance(r.get(name), float)], label, color=color[name])
     left.set_xscale("log")
-    left.set_xlabel("slowdown against the fastest measured (1 = best)")
-    left.set_ylabel("share of pools at or below")
-    left.set_title("Per-pool slowdowns (pool counts in the legend)")
-    left.legend(fontsize=8)
-    keys = sorted(doc["by_card"])
-    x = np.arange(len(keys))
+    left.set_xlabel("slowdown against the fastest measured (1 = best)", fontsize=8)
+    left.set_ylabel("share of pools at or below", fontsize=8)
+    left.set_title("Per-pool slowdowns (pool counts in the legend)", fontsize=9)
+    left.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    y = np.arange(len(keys))
     shown = [(n, lab) for n, lab in SLOWDOWN_LINES if n != "top5"]
-    width = 0.8 / len(shown)
+    height = 0.8 / len(shown)
     for i, (name, label) in enumerate(shown):
         values = [doc["by_card"][k].get(name) for k in keys]
-        right.bar(x + (i - (len(shown) - 1) / 2) * width, [v if v is not None else math.nan for v in values],
-                  width=width, label=label, color=color[name])
-    right.axhline(1.0, color="black", linewidth=0.8)
-    right.set_xticks(x, [textwrap.fill(k, 16) for k in keys], fontsize=7)
-    right.set_ylabel("geometric mean slowdown")
-    right.set_title("Per card and setting")
-    right.legend(fontsize=7)
-    fig.tight_layout()
+        right.barh(y + (i - (len(shown) - 1) / 2) * height, [v if v is not None else math.nan for v in values],
+                   height=height, label=label, color=color[name])
+    right.axvline(1.0, color="black", linewidth=0.8)
+    right.set_yticks(y, [textwrap.fill(k, 44) for k in keys], fontsize=7)  # whole names, wrapped between words
+    right.invert_yaxis()
+    right.set_xlabel("geometric mean slowdown (1 = the fastest measured)", fontsize=8)
+    right.set_title("Per card and setting", fontsize=9)
+    right.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     return _save(plt, fig, out / "slowdowns.png")
 
 
@@ -109,18 +114,21 @@ def golden_ranks(report: EvalReport, out: Path) -> Path | None:
     if not pools:
         return None
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 4.6))
-    for i, key in enumerate(sorted({f"{r['card']} / {r['setting']}" for r in pools})):
+    keys = sorted({f"{r['card']} / {r['setting']}" for r in pools})
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 4.4 + 0.17 * len(keys)), layout="constrained")
+    for i, key in enumerate(keys):
         group = [r for r in pools if f"{r['card']} / {r['setting']}" == key]
         color = f"C{i % 10}"
-        _ecdf(ax, [r["golden_rank"] + 1 for r in group], f"{key[:40]} strict", color=color)
-        _ecdf(ax, [r["golden_rank_ties"] + 1 for r in group], f"{key[:40]} ties against", color=color, linestyle="--")
+        _ecdf(ax, [r["golden_rank"] + 1 for r in group], key, color=color)
+        _ecdf(ax, [r["golden_rank_ties"] + 1 for r in group], "", color=color, linestyle="--")
     ax.set_xscale("log")
-    ax.set_xlabel("golden's place among its candidates (1 = first)")
-    ax.set_ylabel("share of goldens at or above")
-    ax.set_title("Where the goldens rank: strict (solid), ties counted against (dashed)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    ax.set_xlabel("golden's place among its candidates (1 = first)", fontsize=8)
+    ax.set_ylabel("share of goldens at or above", fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()
+    strict = [(h, lab) for h, lab in zip(handles, labels, strict=True) if not lab.startswith(" (")]
+    ax.set_title("Where the goldens rank: strict (solid), ties counted against (dashed)", fontsize=9)
+    ax.legend([h for h, _ in strict], [lab for _, lab in strict], fontsize=7, loc="upper center",
+              bbox_to_anchor=(0.5, -0.14), ncol=1, frameon=False, title="card / setting (goldens)", title_fontsize=7)
     return _save(plt, fig, out / "golden_ranks.png")
 
 
