@@ -19,6 +19,7 @@ install: $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/python -m pipelines
+	@echo "The emmy command is in .venv/bin: run 'source .venv/bin/activate' to put it on your PATH (or type .venv/bin/emmy)."
 
 # One worker per core, a test file's tests kept on one worker (module fixtures such as the in-process
 # chain are built once), the files handed out in collection order, which starts the slowest files first
