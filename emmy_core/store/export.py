@@ -18,15 +18,18 @@ describe (no numbers) gets measured pools only; the manifest counts those.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from emmy_core.files.pidfile import alive
 from emmy_core.files.safefile import FileWriteError, ensure_folder, shown, swap_folder, through_link, why
 from emmy_core.files.sourcefile import Fields, SourceError, load_json_file, loads_strict
 from emmy_core.store.connect import first_line
@@ -120,17 +123,61 @@ def _candidate_table(store: Any) -> tuple[Any, dict[str, int]]:
     return pa.table({n: pa.array(v, types[n]) for n, v in cols.items()}), stats
 
 
+def _staging_prefix(out: Path, pid: int | str) -> str:
+    return f".{out.name[:100]}.staging-{pid}."
+
+
+def remove_stale_staging(out: Path) -> list[Path]:
+    """Removes the staging folders that exports killed before they finished left beside `out`; returns them.
+
+    A staging folder is named by its writer's PID and locked (flock) by it while it is written: one is stale
+    only when that PID is gone and nobody holds its lock, so another export's live folder is never touched."""
+    pattern = re.compile(re.escape(_staging_prefix(out, "")[:-1]) + r"([0-9]{1,10})\.[A-Za-z0-9_]{1,32}\Z")
+    removed = []
+    try:
+        entries = list(out.parent.iterdir())
+    except OSError:
+        return []
+    for p in entries:
+        m = pattern.match(p.name)
+        if m is None or p.is_symlink() or not p.is_dir() or alive(int(m.group(1))):
+            continue
+        try:
+            fd = os.open(p, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # someone holds it: live
+        else:
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+        finally:
+            os.close(fd)
+    return removed
+
+
 def export_store(store: Any, out_dir: Path | str, progress: Progress | None = None) -> dict[str, Any]:
-    """Writes the export of an open DuckDB store into `out_dir` (replacing an earlier export there)."""
+    """Writes the export of an open DuckDB store into `out_dir` (replacing an earlier export there).
+
+    It is staged in a folder beside `out_dir` named by this process and locked while written; what killed
+    exports left there is removed first (`remove_stale_staging`)."""
     import duckdb
 
     out = _replaceable(Path(out_dir))
     ensure_folder(out.parent)
+    remove_stale_staging(out)
     kept = f"the old export at {shown(out)} stands as it was" if out.exists() else "nothing was written"
+    lock_fd = -1
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name[:100]}.", dir=out.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=_staging_prefix(out, os.getpid()), dir=out.parent))
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; an export is meant to be read by others
+        lock_fd = os.open(tmp, os.O_RDONLY)
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)  # released when the descriptor closes, or when this process dies
     except OSError as exc:
+        if lock_fd >= 0:
+            os.close(lock_fd)
         raise FileWriteError(f"cannot write an export beside {shown(out)}: {why(exc)}; {kept}") from None
     try:
         try:
@@ -153,6 +200,7 @@ def export_store(store: Any, out_dir: Path | str, progress: Progress | None = No
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+        os.close(lock_fd)
     return manifest
 
 
