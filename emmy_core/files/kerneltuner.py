@@ -20,6 +20,7 @@ import datetime as _dt
 import hashlib
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from emmy_core.files.sourcefile import Fields, SourceError, json_path
@@ -108,9 +109,44 @@ def card_of(top: Fields, card: str | None) -> str:
         name = card
     elif card is not None and card != name:
         raise top.fail("device_name", f"names {name[:80]!r} but the card was given as {card[:80]!r}")
+    if name != name.strip():  # leading and trailing alike: either files the rows under a name a space off
+        raise top.fail("device_name", f"{name[:80]!r} begins or ends with a space: a card name does not (the "
+                                      "runtime's has none); remove it")
     if not CARD_NAME_PATTERN.match(name):
         raise top.fail("device_name", f"{name[:80]!r} is not a card name (1-128 printable ASCII characters)")
     return name
+
+
+def check_cache_card(name: str, file: str, stored: Iterable[str], here: str | None) -> None:
+    """Refuses (SourceError at `$.device_name` of `file`) a cache's card that Emmy could not keep apart from
+    another: this machine's CPU card (`here`; a Kernel Tuner cache measures a GPU, and its card row would
+    describe the CPU as a GPU), or a name whose freeze file name (`card_slug`) is that of another card in
+    the store or of `here`, after which `db freeze` would refuse the whole store."""
+    from emmy_core.targets.resolve import card_slug
+
+    if here is not None and name == here:
+        raise SourceError(file, "$", "device_name", f"{name[:80]!r} is this machine's CPU card: a Kernel Tuner "
+                                                    "cache measures a GPU; name the GPU it ran on")
+    try:
+        slug = card_slug(name)
+    except ValueError:
+        raise SourceError(file, "$", "device_name", f"{name[:80]!r} has no letters or digits to name its freeze "
+                                                    "file by") from None
+    for other in sorted({*stored, *([here] if here else [])}):
+        if other != name and _slug_or_none(other) == slug:
+            raise SourceError(file, "$", "device_name", f"{name[:80]!r} and the card {other[:80]!r} already known "
+                                                        f"would share the freeze file {slug}.json; give the cache "
+                                                        "the card's exact name, or one that differs in letters or "
+                                                        "digits")
+
+
+def _slug_or_none(name: str) -> str | None:
+    from emmy_core.targets.resolve import card_slug
+
+    try:
+        return card_slug(name)
+    except ValueError:
+        return None
 
 
 def _timestamp(value: object, file: str, ckey: str) -> _dt.datetime | None:

@@ -84,7 +84,11 @@ def _load_source(path: Path | str, store: MeasurementStore, *, card: str | None,
         return LoadedSource("database", tablesource.batch_from_tables(tablesource.read_db_tables(p), name), [])
     doc = load_json_file(p, max_bytes)
     if kerneltuner.looks_like_cache(doc):
+        from emmy_core.files.localcard import local_cpu
+
         cache = kerneltuner.parse_cache(doc, name, card=card)
+        here = local_cpu()  # the card would be told apart from this CPU's and every stored one's by its file name
+        kerneltuner.check_cache_card(cache.card, name, (c.name for c in store.cards()), here.name if here else None)
         if store.card(cache.card) is None:
             cache.batch.add_card(kerneltuner.card_row(cache.card))
         notes = [f"{cache.time_disagrees} working entries whose time is not the mean of their times (the median "
