@@ -81,6 +81,10 @@ def micro_geometry(s: CSchedule, acc: str, b_dtype: str | None = None) -> MicroG
 
 
 DOT_K_ALIGN = {"fma": 1, "dpbf16": 2, "amx": 32}
+# The dot-product kernels carry their instruction set as a function attribute, so they build at every setting
+# (`rank`'s baseline target too): they are only ever chosen on a card whose probe found the instructions.
+DPBF16_TARGET = '__attribute__((target("avx512f,avx512bf16")))'
+AMX_TARGET = '__attribute__((target("amx-tile,amx-bf16")))'
 AMX_TILE = 16  # rows of an AMX tile, and f32 columns of a C tile (64 bytes)
 AMX_K = 32  # bf16 values along k one A tile row holds (64 bytes)
 
@@ -175,9 +179,11 @@ def _dpbf16_kernel_c(g: MicroGeometry) -> str:
     acc = [[f"em_c{r}_{q}" for q in range(g.vpr)] for r in range(g.mr)]
     out = [f"/* micro-kernel: {g.mr} x {g.nr} f32 accumulators in {g.mr * g.vpr} registers; bf16 pairs along k "
            "by vdpbf16ps (AVX512-BF16), A and B packed pair-interleaved */",
-           "#if !defined(__AVX512BF16__)",
-           '#error "dot=dpbf16 needs a build for AVX512-BF16"',
+           "#if !defined(__x86_64__)",
+           '#error "dot=dpbf16 needs an x86-64 build"',
            "#endif",
+           "#include <immintrin.h>",
+           f"{DPBF16_TARGET}",
            "static void em_micro(int64_t em_kc, const uint16_t *restrict em_ap, int64_t em_lda, int64_t em_ra,",
            "                     const uint16_t *restrict em_bp, int64_t em_ldb, const float *em_ci, int64_t em_ldi,",
            "                     float *em_co, int64_t em_ldo) {",
@@ -227,9 +233,10 @@ def _amx_kernel_c(g: MicroGeometry) -> str:
     n_tiles = ti * tj + ti + tj
     out = [f"/* micro-kernel: {g.mr} x {g.nr} f32 accumulators in {ti * tj} AMX tiles; bf16 16 x 32 tiles of A "
            "and 16 x (16 pairs) of B by tdpbf16ps (AMX-BF16) */",
-           "#if !defined(__AMX_TILE__) || !defined(__AMX_BF16__)",
-           '#error "dot=amx needs a build for AMX-TILE and AMX-BF16"',
+           "#if !defined(__x86_64__) || !defined(__linux__)",
+           '#error "dot=amx needs an x86-64 Linux build"',
            "#endif",
+           "#include <immintrin.h>",
            "#include <sys/syscall.h>",
            "#include <unistd.h>",
            "/* the OS's permission for AMX tile data (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): once */",
@@ -242,14 +249,17 @@ def _amx_kernel_c(g: MicroGeometry) -> str:
            "  }",
            "  return em_s > 0;",
            "}",
+           f"{AMX_TARGET}",
            "static void em_amx_start(void) {",
            "  unsigned char em_cfg[64] __attribute__((aligned(64)));",
            "  memset(em_cfg, 0, sizeof em_cfg);",
            "  em_cfg[0] = 1; /* palette 1 */",
            f"  for (int em_t = 0; em_t < {n_tiles}; ++em_t) {{ em_cfg[16 + 2 * em_t] = 64; em_cfg[48 + em_t] = 16; }}",
+           "  __asm__ volatile(\"\" : : \"r\"(em_cfg) : \"memory\"); /* every byte of it is read: none may be dropped */",
            "  _tile_loadconfig(em_cfg);",
            "}",
-           "static void em_amx_end(void) { _tile_release(); }",
+           f"{AMX_TARGET} static void em_amx_end(void) {{ _tile_release(); }}",
+           f"{AMX_TARGET}",
            "static void em_micro(int64_t em_kc, const uint16_t *restrict em_ap, int64_t em_lda, int64_t em_ra,",
            "                     const uint16_t *restrict em_bp, int64_t em_ldb, const float *em_ci, int64_t em_ldi,",
            "                     float *em_co, int64_t em_ldo) {",
