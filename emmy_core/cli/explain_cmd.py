@@ -72,8 +72,9 @@ def explain_command(
         typer.echo(json.dumps(out, indent=2, sort_keys=True))
     else:
         from emmy_core.compiler.coverage import render_reports
+        from emmy_core.evidence.render import terminal_width
 
-        typer.echo(compiled.explain())
+        typer.echo(compiled.explain(width=terminal_width()))
         traced = ",".join(f"{k}={v}" for k, v in COVERAGE_SIZES.items())
         typer.echo(f"torch.compile(backend='emmy') coverage, traced at {traced}:")
         typer.echo(render_reports(reports))

@@ -18,12 +18,13 @@ import typer
 
 from emmy_core.cli.common import fail
 from emmy_core.cli.options import SettingOpt, ShapeOpt, shape_of
+from emmy_core.evidence.render import terminal_width
 
 if TYPE_CHECKING:
     from emmy_core.chain.paths import ChainPaths
 
-WIDTH = 120
-"""Columns the report fits: long lines wrap (nothing is cut)."""
+WIDTH = terminal_width()
+"""Columns the report fits (the terminal's, else 120): long lines wrap (nothing is cut)."""
 
 DEFAULT_MODEL = "llama_block"
 DEFAULT_SHAPE = "B=1,S=128"
@@ -102,9 +103,9 @@ def evaluation_section(folder: Path) -> None:
         written = _dt.datetime.fromtimestamp(doc.stat().st_mtime, _dt.UTC).replace(microsecond=0).isoformat()
         say(f"STALE: the evaluation below is from an earlier run (written {written}), not from the run "
                    "that stopped")
-    from emmy_core.eval.tables import TERMINAL_WIDTH, terminal_text
+    from emmy_core.eval.tables import terminal_text
 
-    say(terminal_text(evaluation.table(), TERMINAL_WIDTH - 2))
+    say(terminal_text(evaluation.table(), WIDTH - 2))
     verdict = ev.judge(evaluation)
     say(f"verdict: {'install' if verdict.passed else 'keep the installed prior'} ({verdict.reason[:600]})")
     say(f"report and plots: {folder}/ (report.json, table.md, "

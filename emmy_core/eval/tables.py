@@ -262,7 +262,8 @@ def _cells(line: str) -> list[str]:
 
 def terminal_text(markdown: str, width: int = TERMINAL_WIDTH) -> str:
     """The tables' text for a terminal: every pipe table re-laid out by rich to fit `width` columns, a long cell
-    wrapping within its column (nothing cut); figures stay right-aligned. Other lines are kept as they are."""
+    wrapping within its column between words (a column is as wide as its longest word: a card's name never breaks
+    inside a word; nothing cut); figures stay right-aligned. Other lines are kept as they are."""
     import io
 
     from rich.console import Console
@@ -276,12 +277,17 @@ def terminal_text(markdown: str, width: int = TERMINAL_WIDTH) -> str:
             continue
         head, aligns = _cells(lines[i]), _cells(lines[i + 1])
         table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
-        for h, a in zip(head, aligns, strict=False):
-            table.add_column(h, overflow="fold", justify="right" if a.endswith(":") else "left")
         i += 2
+        body = []
         while i < len(lines) and lines[i].startswith("|"):
-            table.add_row(*_cells(lines[i]))
+            body.append(_cells(lines[i]))
             i += 1
+        for k, (h, a) in enumerate(zip(head, aligns, strict=False)):  # a column is as wide as its longest word
+            words = [w for c in [h, *(r[k] for r in body if k < len(r))] for w in c.split()]
+            table.add_column(h, overflow="fold", justify="right" if a.endswith(":") else "left",
+                             min_width=min(max((len(w) for w in words), default=1), width // 2))
+        for r in body:
+            table.add_row(*r)
         buf = io.StringIO()
         Console(file=buf, width=width, color_system=None, force_terminal=False, highlight=False, emoji=False,
                 markup=False).print(table)

@@ -34,3 +34,18 @@ def test_explain_of_a_model_fits_120_columns_and_names_kernel_sizes_by_the_model
     text = compiled.explain()
     assert max(len(line) for line in text.splitlines()) <= WIDTH
     assert "B·S=128" in text and " B=128 " not in text
+
+
+def test_at_80_columns_every_word_stays_whole_and_the_knobs_get_their_own_line(tmp_path: Path) -> None:
+    """Issue 46: a narrow terminal had knobs broken mid-token ('tile_n=25 / 6')."""
+    module, inputs = build_model("mlp", torch.float32)
+    compiled = explain(module, inputs({"B": 1, "S": 1}), {"B": 8, "S": 128}, tuning_db=tmp_path / "none.db",
+                       prior=False)
+    text = compiled.explain(width=80)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    record_kernels = {r.kernel for r in compiled.record.resolutions}
+    assert all(any(line.startswith(k + " ") for line in text.splitlines()) for k in record_kernels)  # whole names
+    choices = [line.strip()[len("choice: "):] for line in text.splitlines() if line.strip().startswith("choice: ")]
+    assert len(choices) == len(compiled.record.resolutions)
+    labels = {", ".join(p.strip() for p in r.label.split(",")) for r in compiled.record.resolutions}
+    assert set(choices) <= labels  # each on its own line, whole
