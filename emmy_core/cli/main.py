@@ -48,12 +48,23 @@ app.command("gate")(gate_cmd.gate_command)
 app.add_typer(eval_cmd.app, name="eval")
 
 
+RICH_HELP_MIN_WIDTH = 100
+"""Below this many columns help is click's plain layout: rich's option boxes left `emmy tune --help` 120 lines
+at 80 columns, its defaults cut."""
+
+
 def reflowed(doc: str) -> str:
     """A docstring as help text: each paragraph's lines joined into one, so that the help wraps at the
     terminal's width, not at the source's (rich keeps a docstring's line breaks: `fit`'s summary broke
     before its last word)."""
     paragraphs = re.split(r"\n\s*\n", inspect.cleandoc(doc))
     return "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs if p.strip())
+
+
+def terminal_width() -> int:
+    from emmy_core.evidence.render import terminal_width as width
+
+    return width()
 
 
 def command() -> Any:
@@ -66,9 +77,13 @@ def command() -> Any:
             param.display_type_rich = lambda ctx: None
         return param
 
+    narrow = terminal_width() < RICH_HELP_MIN_WIDTH
+
     def walk(cmd: Any) -> None:
         if cmd.help:
             cmd.help = reflowed(cmd.help)
+        if narrow:  # click's plain help: each option's text below it at full width, not in a third of a box
+            cmd.rich_markup_mode = None
         for param in cmd.params:
             as_flag(param)
         help_option = cmd.get_help_option

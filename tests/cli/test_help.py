@@ -43,3 +43,11 @@ def test_help_wraps_at_the_terminal_not_at_the_docstrings_line_breaks() -> None:
     wide = [line.strip(" │") for line in emmy_help(columns=200).splitlines()]
     fit = next(line for line in wide if line.startswith("fit "))
     assert fit.endswith("and track the run in MLflow.")  # one line where the terminal is wide enough
+
+
+def test_tune_help_is_readable_at_80_columns() -> None:
+    """Issue 46: rich's boxes made `emmy tune --help` 120 lines at 80 columns, its default paths cut."""
+    text = emmy_help("tune", columns=80)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80 and len(lines) < 80
+    assert "[default: local]" in text and "…" not in text
