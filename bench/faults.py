@@ -20,10 +20,13 @@ number of examples). It prints, per section, the inputs tried, the faults inject
    overlap; one that may not wait must refuse naming the holder), and a holder killed -9 whose stale
    lock must be taken over with a note;
 7. special input files: a FIFO, /dev/zero and a folder given to every reader of an input path (prior,
-   card file, extern order, report, import source, loop program); a hang, an acceptance or a raw
-   exception is a violation;
+   card file, extern order, report, import source, loop program) and to a store opened for reading and
+   for writing (writes refuse what reads refuse); a hang, an acceptance or a raw exception is a violation;
 8. the prior bomb: a 4 MB artifact of a depth-16 tree and 99,999 constant trees, loaded and scored
-   under a 4 GiB address-space limit; anything but a clean refusal or a bounded load is a violation.
+   under a 4 GiB address-space limit; anything but a clean refusal or a bounded load is a violation;
+9. network peers: a loopback listener that never speaks, an HTTP server and a refused port, given as a
+   `--scheduler tcp://` and as an http:// folder; a wait past 30 s, an acceptance or a raw exception is a
+   violation.
 
 Run: .venv/bin/python bench/faults.py [--seeds 500] [--kills 10] [--rows 8000] [--no-tune] [--atheris 20000]
      [--race-reads 300] [--chains 6]
@@ -355,8 +358,17 @@ def export(p):
     from emmy_core.prior.dataset import read_dataset
     read_dataset(p)
 
+def store_write(p):
+    from emmy_core.store import open_store
+    open_store(p, "w", lock_timeout=1).close()
+
+def store_read(p):
+    from emmy_core.store import open_store
+    open_store(p, "r", lock_timeout=1).close()
+
 readers = {"prior": prior, "cards": cards, "extern-order": extern_order, "report": report,
-           "import": import_source, "loop program": loop_program, "export": export}
+           "import": import_source, "loop program": loop_program, "export": export,
+           "store (write)": store_write, "store (read)": store_read}
 from emmy_core.prior import PriorError
 from emmy_core.store.errors import StoreError
 from emmy_core.targets import CardTableError
@@ -456,6 +468,39 @@ def prior_bomb(work: Path) -> int:
     return int("VIOLATION" in result["outcome"])
 
 
+def silent_peers() -> int:
+    """Section 9: loopback peers that accept and never speak, speak HTTP, or refuse, as a `--scheduler tcp://`
+    and as an http:// folder; each must be given up on within 30 s or refused by name. Returns violations."""
+    from emmy_core.compute.scheduler import ComputeError, probe_dask
+    from emmy_core.files.urlfolder import UrlFolderError, read_pointer
+    from tests.faults.peers import closed_port, http_server, silent_listener
+
+    print(f"\n== 9. silent and foreign network peers ({load()})")
+    violations = 0
+    cases = [("scheduler, silent", silent_listener, lambda port: probe_dask(f"tcp://127.0.0.1:{port}")),
+             ("scheduler, HTTP server", http_server, lambda port: probe_dask(f"tcp://127.0.0.1:{port}")),
+             ("http URL, silent", silent_listener, lambda port: read_pointer(f"http://127.0.0.1:{port}/ds")),
+             ("http URL, refused", None, lambda port: read_pointer(f"http://127.0.0.1:{port}/ds"))]
+    for name, peer, call in cases:
+        t0 = time.monotonic()
+        try:
+            if peer is None:
+                call(closed_port())
+            else:
+                with peer() as port:
+                    call(port)
+            outcome = "ACCEPTED"
+        except (ComputeError, UrlFolderError) as exc:
+            outcome = "refused: " + str(exc)[:100]
+        except BaseException as exc:
+            outcome = f"RAW {type(exc).__name__}: {str(exc)[:80]}"
+        took = time.monotonic() - t0
+        bad = not outcome.startswith("refused") or took > 30
+        violations += bad
+        print(f"   {'VIOLATION ' if bad else ''}{name}: {outcome} ({took:.1f} s)")
+    return violations
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=500, help="hostile inputs per source kind")
@@ -479,13 +524,15 @@ def main() -> None:
         chains = concurrent_chains(work, args.chains)
         special = special_inputs(work)
         bomb = prior_bomb(work)
+        peers = silent_peers()
     peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
     print(f"\nviolations of the import rules {violations}; rows lost to kills {lost}; disk-full failures {full}; "
           f"atheris findings {findings}; export-race violations {race}; concurrent-chain violations {chains}; "
-          f"special-input violations {special}; prior-bomb violations {bomb}; {time.monotonic() - started:.0f} s; "
+          f"special-input violations {special}; prior-bomb violations {bomb}; network-peer violations {peers}; "
+          f"{time.monotonic() - started:.0f} s; "
           f"peak memory {peak:.0f} MiB ({load()})")
-    sys.exit(1 if violations or lost or full or findings or race or chains or special or bomb else 0)
+    sys.exit(1 if violations or lost or full or findings or race or chains or special or bomb or peers else 0)
 
 
 if __name__ == "__main__":

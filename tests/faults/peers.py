@@ -71,6 +71,7 @@ def http_server(life_s: float = LIFE_S) -> Iterator[int]:
     """A real HTTP server on 127.0.0.1 (404 for every page), stopped on leaving or after `life_s`."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Quiet)
     server.daemon_threads = True
+    server.handle_error = lambda request, address: None  # type: ignore[method-assign]  # a peer hanging up is no news
     timer = threading.Timer(life_s, server.shutdown)
     timer.daemon = True
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
