@@ -100,10 +100,15 @@ def promote(db: DbOpt = None,
     from emmy_core.codegen.backend import SETTINGS
     from emmy_core.freezefolder.promote import promote_fastest
     from emmy_core.store import StoreError, open_store
+    from emmy_core.store.connect import refuse_unusable
 
     if setting is not None and setting not in SETTINGS:
         fail(f"--setting {setting!r}: known settings: {', '.join(SETTINGS)}")
     path = _path(db)
+    try:
+        refuse_unusable(path)  # a FIFO or a device is named as one, not as "no store"
+    except StoreError as exc:
+        fail(f"{exc}; nothing was written")
     if not path.is_file():  # opening for writing would make a new, empty store (and its folder)
         fail(f"no store at {path}{': it is a folder' if path.is_dir() else ''}; nothing was written")
     try:
