@@ -163,7 +163,8 @@ def next_steps_section(data: Path) -> None:
     typer.echo("\n== where to look further")
     say("the asset graph, its runs and checks (then open http://127.0.0.1:3000):")
     say("  DAGSTER_HOME=\"$PWD\" .venv/bin/dagster dev -m pipelines.definitions -h 127.0.0.1 -p 3000")
-    say("every fit, its parameters, metrics and plots (then open http://127.0.0.1:5000):")
+    say("every fit, its parameters, metrics and plots (then open "
+        "http://127.0.0.1:5000/#/experiments/1/runs?workflowType=machine_learning, the runs of emmy-prior-fits):")
     say(f"  .venv/bin/mlflow ui --backend-store-uri {resolve_uri(None)} --host 127.0.0.1 --port 5000")  # fits' own
     say("the dataset, with DuckDB:")
     say(f"  .venv/bin/python -c \"import duckdb; duckdb.sql(\\\"{query}\\\").show()\"")

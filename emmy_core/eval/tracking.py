@@ -33,6 +33,9 @@ def log_evaluation(uri: str | None, run_id: str, files: Sequence[Path | str],
 
 
 
+TRAINING_VIEW = "workflowType=machine_learning"
+"""MLflow 3's UI opens in its GenAI mode (traces, empty here) whatever the experiment's kind; a link with this
+query opens the model-training view, where a fit's runs and metrics are."""
 LOCAL_UI = "http://127.0.0.1:5000"
 """Where `mlflow ui` serves a local SQLite store (the command `emmy main` prints)."""
 
@@ -43,4 +46,4 @@ def run_url(uri: str, run_id: str) -> str:
 
     experiment = client(uri).get_run(run_id).info.experiment_id
     base = uri.rstrip("/") if uri.startswith(("http://", "https://")) else LOCAL_UI
-    return f"{base}/#/experiments/{experiment}/runs/{run_id}"
+    return f"{base}/#/experiments/{experiment}/runs/{run_id}?{TRAINING_VIEW}"

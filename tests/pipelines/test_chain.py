@@ -172,7 +172,7 @@ def test_the_fit_run_is_opened_around_the_fit_in_a_model_training_experiment_and
     assert artifact.is_file() and run.info.status == "FINISHED"
     ev = metadata(chain.first, "evaluation")
     assert run.data.metrics["eval.candidate.top1"] == pytest.approx(ev["candidate top1"])
-    assert ev["mlflow_run"].endswith(f"/runs/{run_id}")
+    assert f"/runs/{run_id}?workflowType=machine_learning" in ev["mlflow_run"]  # the model-training view
     assert ev["plots"].count("](data:image/png;base64,") == len(PLOTS)
 
 
