@@ -162,6 +162,20 @@ class Unavailable(Source):
 # ---- the prior and the rule ------------------------------------------------------------------
 
 
+def within_sight(prior: Any, options: list[ScheduleOption], fork: Fork) -> list[ScheduleOption]:
+    """The options that agree with the rule's first option on every knob the prior has no feature for (a knob
+    appended after its fit, as the CPU matmul's `dot`): what it cannot see it cannot rank, so the rule decides
+    it (scored blind, an AMX option of a bf16 product lost to an fma one the trees liked for other knobs). All
+    of them where none agrees (the first blocked) or the prior sees every knob."""
+    unseen = getattr(prior, "unseen_knobs", frozenset)()
+    first = next((o for o in fork.options if isinstance(o, ScheduleOption) and "library" not in o.knobs), None)
+    if not unseen or first is None:
+        return options
+    want = {k: first.knobs.get(k) for k in unseen}
+    kept = [o for o in options if all(o.knobs.get(k) == v for k, v in want.items())]
+    return kept or options
+
+
 class PriorSource(Source):
     """Tier 3: the prior ranks a schedule fork's options and prices a structural fork's kernels.
 
@@ -207,6 +221,7 @@ class PriorSource(Source):
 
     def schedule(self, fork: Fork, key: ForkKey, blocked: Mapping[str, str], sources: Sources) -> Answer | Miss:
         options = [o for o in fork.options if isinstance(o, ScheduleOption) and o.schedule_id not in blocked]
+        options = within_sight(self.prior, options, fork)
         if not options:
             return Miss("every option is blocked")
         scores = self._scores(fork.kernel, key, options, sources.card)
@@ -222,6 +237,7 @@ class PriorSource(Source):
             options = [o for o in sources.schedule_fork(kernel).options if isinstance(o, ScheduleOption)]
             if not options:
                 raise ValueError(f"{kernel.name} has no schedule options on {sources.card.name}")
+            options = within_sight(self.prior, options, sources.schedule_fork(kernel))
             scores, rows, own = self._scored_pool(kernel, key, options, sources.card)
             top = max(range(len(options)), key=lambda i: (scores[i], -i))
             if own is None:

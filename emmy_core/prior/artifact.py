@@ -93,6 +93,14 @@ class Prior:
         return fork_features(kernel, sizes, card, setting, candidates,
                              self.transfer(kernel, sizes, card, setting, candidates), knobs).matrix(self.features)
 
+    def unseen_knobs(self) -> frozenset[str]:
+        """Emmy's schedule knobs this prior has no feature for (appended after its fit: `dot`): it ranks candidates
+        as if they did not differ there (`emmy_core.evidence.sources.within_sight` leaves them to the rule)."""
+        from emmy_core.knobs.vocab import SCHEDULE_KNOBS
+
+        return frozenset(n for n, spec in SCHEDULE_KNOBS.items() if spec.target in ("cpu", "cuda") and n != "mma"
+                         and f"k.{n}" not in self.features)
+
     def seen(self, card: Card | None) -> bool:
         """Whether the fit measured `card` (its table holds the card's name): a seen card is ranked by the
         model alone (validated on the kernel split), an unseen one by the blend selected on the card split."""

@@ -68,3 +68,21 @@ def test_the_validity_of_dot_names_what_is_missing() -> None:
                                                          "dot": "amx"}) or "")
     dp = {**base, "dot": "dpbf16", "simd": 256}
     assert "simd=512" in (option_problem(kernel, BF16_ONLY, dp) or "")
+
+
+def test_under_the_shipped_prior_the_rule_decides_dot() -> None:
+    """The prior has no feature for `dot` (appended after its fit): it ranks only the options that agree with
+    the rule's first on it, so a bf16 product on an AMX card stays on tiles and an f32 one never leaves fma."""
+    from emmy_core.evidence.sources import within_sight
+    from emmy_core.graph.forks import ScheduleOption, schedule_fork
+    from emmy_core.prior.artifact import load_installed_prior
+
+    prior = load_installed_prior()
+    assert prior.unseen_knobs() == frozenset({"dot"})
+    fork = schedule_fork(KERNELS[0], AMX)
+    options = [o for o in fork.options if isinstance(o, ScheduleOption) and "library" not in o.knobs]
+    kept = within_sight(prior, options, fork)
+    assert kept and all(o.knobs.get("dot") == "amx" for o in kept) and len(kept) < len(options)
+    plain = schedule_fork(KERNELS[0], PLAIN)
+    rest = [o for o in plain.options if isinstance(o, ScheduleOption)]
+    assert within_sight(prior, rest, plain) == rest
