@@ -35,9 +35,7 @@ def evaluation(context: dg.AssetExecutionContext, paths: EmmyPaths, mlflow: MLfl
     if run_id is not None:
         ev.log_to_run(chain.tracking(), run_id, done, files)
     verdict = ev.judge(done)
-    from emmy_core.eval.tables import terminal_text
-
-    context.log.info(f"the candidate beside the installed prior:\n{terminal_text(done.table(), 160)}\n{verdict.reason}")
+    context.log.info(ev.log_text(done, verdict))
     return dg.MaterializeResult(metadata={
         "table": dg.MetadataValue.md(done.table()), "verdict": verdict.reason,
         "report": dg.MetadataValue.path(str(chain.evaluation / "report.json")),

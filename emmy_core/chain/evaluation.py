@@ -215,6 +215,13 @@ FIGURES = ("top1", "tau", "golden_rank", "golden_rank_ties")
 """The candidate's mean figures an orchestrator shows as numbers."""
 
 
+def log_text(evaluation: Evaluation, verdict: Verdict, width: int = 160) -> str:
+    """The table and verdict as a log line shows them: 160 columns, since a log line is no terminal."""
+    from emmy_core.eval.tables import terminal_text
+
+    return f"the candidate beside the installed prior:\n{terminal_text(evaluation.table(), width)}\n{verdict.reason}"
+
+
 def candidate_figures(evaluation: Evaluation) -> dict[str, float]:
     """The candidate's headline figures (those it has)."""
     mean = evaluation.candidate["mean"]

@@ -23,8 +23,10 @@ from emmy_core.evidence.render import terminal_width
 if TYPE_CHECKING:
     from emmy_core.chain.paths import ChainPaths
 
-WIDTH = terminal_width()
-"""Columns the report fits (the terminal's, else 120): long lines wrap (nothing is cut)."""
+def width() -> int:
+    """Columns the report fits (the terminal's when it is printed, else 120): long lines wrap between words,
+    and a word wider than the line (a path) is printed whole, never cut."""
+    return terminal_width()
 
 DEFAULT_MODEL = "llama_block"
 DEFAULT_SHAPE = "B=1,S=128"
@@ -54,11 +56,11 @@ def say(text: str, indent: str = "  ") -> None:
     import textwrap
 
     for line in text.splitlines() or [""]:
-        if len(indent + line) <= WIDTH or line.lstrip().startswith((".venv/", "DAGSTER_HOME=")):
+        if len(indent + line) <= width() or line.lstrip().startswith((".venv/", "DAGSTER_HOME=")):
             typer.echo(indent + line if line else "")
         else:
-            typer.echo(textwrap.fill(line, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
-                                     break_on_hyphens=False))
+            typer.echo(textwrap.fill(line, width(), initial_indent=indent, subsequent_indent=indent + "  ",
+                                     break_on_hyphens=False, break_long_words=False))
 
 
 def report(model: str, dims: dict[str, int], data: Path, setting: str = "deploy") -> None:
@@ -105,7 +107,7 @@ def evaluation_section(folder: Path) -> None:
                    "that stopped")
     from emmy_core.eval.tables import terminal_text
 
-    say(terminal_text(evaluation.table(), WIDTH - 2))
+    say(terminal_text(evaluation.table(), width() - 2))
     verdict = ev.judge(evaluation)
     say(f"verdict: {'install' if verdict.passed else 'keep the installed prior'} ({verdict.reason[:600]})")
     say(f"report and plots: {folder}/ (report.json, table.md, "
@@ -145,7 +147,7 @@ def fork_section(model: str, dims: dict[str, int], setting: str) -> dict[str, in
     typer.echo("")
     say(f"== {model} at {format_sizes(dims)} for {card.name} ({card.target}), setting {setting}", indent="")
     say(f"{len(kernels)} kernels, {len(counts)} distinct")
-    say(compiled.explain(width=WIDTH - 2))
+    say(compiled.explain(width=width() - 2))
     tiers = compiled.record.tiers()
     if not tiers["golden"]:
         say(f"(no golden for {card.name} in the freeze: `emmy tune` measures this machine, and the "

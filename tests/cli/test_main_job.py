@@ -38,7 +38,9 @@ def test_the_mlflow_hint_names_the_store_the_fits_were_tracked_in(tmp_path: Path
     assert f"mlflow ui --backend-store-uri sqlite:///{tmp_path}/elsewhere.db" in " ".join(result.output.split())
 
 
-def test_it_reads_the_evaluation_and_the_tuning_database_the_chain_left(tmp_path: Path) -> None:
+def test_it_reads_the_evaluation_and_the_tuning_database_the_chain_left(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "120")  # the width a terminal without its own gives; narrower is tested apart
     db = tmp_path / "tune.db"
     assert all(o.ok for o in import_db(db, sorted((ROOT / "freezes").glob("*.json")), fresh=True))
     export_db(db, tmp_path / "dataset")

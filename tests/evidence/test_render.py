@@ -45,7 +45,16 @@ def test_at_80_columns_every_word_stays_whole_and_the_knobs_get_their_own_line(t
     assert max(len(line) for line in text.splitlines()) <= 80
     record_kernels = {r.kernel for r in compiled.record.resolutions}
     assert all(any(line.startswith(k + " ") for line in text.splitlines()) for k in record_kernels)  # whole names
-    choices = [line.strip()[len("choice: "):] for line in text.splitlines() if line.strip().startswith("choice: ")]
+    choices: list[str] = []
+    inside = False
+    for line in text.splitlines():  # a long choice goes on between commas, on lines indented past its label
+        if line.strip().startswith("choice: "):
+            choices.append(line.strip()[len("choice: "):])
+            inside = True
+        elif inside and line.startswith(" " * 6):
+            choices[-1] += " " + line.strip()
+        else:
+            inside = False
     assert len(choices) == len(compiled.record.resolutions)
     labels = {", ".join(p.strip() for p in r.label.split(",")) for r in compiled.record.resolutions}
     assert set(choices) <= labels  # each on its own line, whole
