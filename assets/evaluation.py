@@ -34,8 +34,7 @@ def evaluation(context: dg.AssetExecutionContext, paths: EmmyPaths, mlflow: MLfl
     run_id = fit_run_id(context)
     if run_id is not None:
         ev.log_to_run(chain.tracking(), run_id, done, files)
-    verdict = ev.judge(done)
-    context.log.info(ev.log_text(done, verdict))
+    context.log.info(ev.log_text(done, verdict := ev.judge(done)))
     return dg.MaterializeResult(metadata={
         "table": dg.MetadataValue.md(done.table()), "verdict": verdict.reason,
         "report": dg.MetadataValue.path(str(chain.evaluation / "report.json")),
