@@ -22,8 +22,10 @@ from emmy_core.codegen.backend import BuildError, get_setting
 from emmy_core.codegen.c_build import CBuilt, CCompiler
 from emmy_core.codegen.c_schedule import schedule_of
 from emmy_core.codegen.c_source import kernel_source
+from emmy_core.codegen.library import LibraryBuilt, library_build
 from emmy_core.ir.check import validate
 from emmy_core.ir.nodes import Program
+from emmy_core.knobs.route import is_library
 
 if TYPE_CHECKING:
     import torch
@@ -44,19 +46,26 @@ class CBackend:
     def source(self, program: Program, knobs: dict[str, object], setting: str) -> str:
         """C source of `program` under `knobs`; IRError for an invalid program, BuildError for bad knobs."""
         get_setting(setting)
+        if is_library(knobs):
+            raise BuildError(f"{program.name}: the library route runs torch's own kernel; it has no C source")
         validate(program)
         if not isinstance(program, Program):
             raise BuildError(f"the cpu backend builds loop programs, not {type(program).__name__}")
         return kernel_source(program, schedule_of(knobs))
 
-    def build(self, program: Program, knobs: dict[str, object], setting: str) -> CBuilt:
-        """A launchable build of `program` (cached on disk); BuildError when the source does not compile."""
+    def build(self, program: Program, knobs: dict[str, object], setting: str) -> CBuilt | LibraryBuilt:
+        """A launchable build of `program` (cached on disk); BuildError when the source does not compile. The
+        library route (`knobs.route`) builds torch's own kernel for it instead (`codegen.library`)."""
+        if is_library(knobs):
+            get_setting(setting)
+            validate(program)
+            return library_build(program, knobs)
         src = self.source(program, knobs, setting)
         flags = get_setting(setting).c_flags
         return CBuilt(program, self.compiler.library(src, flags, program.name))
 
     @staticmethod
-    def timed_launch(built: CBuilt, buffers: Mapping[str, torch.Tensor], sizes: Mapping[str, int]) -> Callable[[], None]:
+    def timed_launch(built: CBuilt | LibraryBuilt, buffers: Mapping[str, torch.Tensor], sizes: Mapping[str, int]) -> Callable[[], None]:
         """The launch a compiled model makes, for timing: prepared at `sizes` with its weights bound.
 
         Weights are the inputs whose shape has no dynamic axis (a kernel's activations carry

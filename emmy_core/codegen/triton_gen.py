@@ -37,6 +37,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from emmy_core.codegen.backend import BuildError, LaunchError, get_setting
+from emmy_core.codegen.library import LibraryBuilt, library_build
 from emmy_core.codegen.triton_expr import Writer, ext_name, kernel_fn_name
 from emmy_core.codegen.triton_templates import (
     LaunchPlan,
@@ -51,6 +52,7 @@ from emmy_core.dtypes import TORCH_NAMES
 from emmy_core.ir import Program, kernel_id, validate
 from emmy_core.ir.family import ElementwiseShape, MatmulShape, RowShape, classify
 from emmy_core.ir.sizes import extents
+from emmy_core.knobs.route import is_library
 from emmy_core.knobs.vocab import SCHEDULE_KNOBS, knobs_problem
 
 if TYPE_CHECKING:
@@ -350,10 +352,15 @@ class TritonBackend:
 
     def source(self, program: Program, knobs: dict[str, object], setting: str) -> str:
         get_setting(setting)  # the setting changes timing, not the kernel: one source for both
+        if is_library(knobs):
+            raise BuildError(f"{program.name}: the library route runs torch's own kernel; it has no Triton source")
         return generate(program, knobs, self.check_types).source
 
-    def build(self, program: Program, knobs: dict[str, object], setting: str) -> TritonBuilt:
+    def build(self, program: Program, knobs: dict[str, object], setting: str) -> TritonBuilt | LibraryBuilt:
+        """A launchable build (Triton), or torch's own kernel for the library route (cuBLAS; `codegen.library`)."""
         get_setting(setting)
+        if is_library(knobs):
+            return library_build(program, knobs)
         generated = generate(program, knobs, self.check_types)
         path = write_source(generated.source)
         return TritonBuilt(program, generated, path, load_module(path))

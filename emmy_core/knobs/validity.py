@@ -24,6 +24,7 @@ from __future__ import annotations
 from emmy_core.ir.family import MatmulShape
 from emmy_core.ir.nodes import Kernel, Load
 from emmy_core.knobs.instructions import instruction_problem, tile_instruction
+from emmy_core.knobs.route import is_library, library_problem
 from emmy_core.knobs.view import FAMILY_KNOBS, OPTIONAL_KNOBS, KernelView, view
 from emmy_core.knobs.vocab import SCHEDULE_KNOBS, knobs_problem
 from emmy_core.targets.card import Card
@@ -262,6 +263,8 @@ def fit_problem(v: KernelView, card: Card, knobs: dict[str, object]) -> str | No
     if v.family == "extern":
         bad = sorted(n for n in knobs if not n.startswith("extern."))
         return f"an extern kernel takes extern.* knobs only, not {bad[0]!r}" if bad else None
+    if is_library(knobs):
+        return library_problem(v, knobs)
     allowed = FAMILY_KNOBS[(card.target, v.family)]
     for name in sorted(knobs):
         if name not in allowed:

@@ -21,13 +21,14 @@ import re
 from dataclasses import dataclass
 
 KNOB_VOCAB_VERSION = 1
+_VERSION = re.compile(r"[0-9][0-9A-Za-z.+_-]{0,39}")  # a library's release name (torch.__version__)
 
 
 @dataclass(frozen=True)
 class KnobSpec:
     name: str
-    target: str  # cuda | cpu
-    kind: str  # int | pow2 | enum | bool
+    target: str  # cuda | cpu | any (the library route: a knob of every target)
+    kind: str  # int | pow2 | enum | bool | version
     low: int = 0
     high: int = 0
     choices: tuple[str, ...] = ()
@@ -37,6 +38,10 @@ class KnobSpec:
         """Why `value` is not a value of this knob, or None."""
         if self.kind == "bool":
             return None if isinstance(value, bool) else f"{self.name} takes true or false"
+        if self.kind == "version":
+            if isinstance(value, str) and _VERSION.fullmatch(value):
+                return None
+            return f"{self.name} takes a release name such as 2.13.0 or 2.13.0+cpu"
         if self.kind == "enum":
             if isinstance(value, str) and value in self.choices:
                 return None
@@ -110,6 +115,13 @@ SCHEDULE_KNOBS: dict[str, KnobSpec] = {
                "accumulator, one fused multiply-add per k), dpbf16 (AVX512-BF16 vdpbf16ps on pairs along k, bf16 "
                "A and B packed pair-interleaved), amx (AMX-BF16 tdpbf16ps on 16 x 32 tiles, B packed in the tile "
                "layout); valid only on a card whose probe found the instruction (`Card.tensor_cores`)"),
+        # appended: the library route. A kernel run as torch runs it (oneDNN/MKL on a CPU, cuBLAS on a GPU)
+        # rather than by Emmy's generated code; the release is part of the schedule identity, since the library's
+        # kernel changes when torch changes (emmy_core.knobs.route)
+        _k("library", "any", "enum", choices=("torch",),
+           doc="run the kernel as this library runs it (torch's own ops), not as Emmy's generated code"),
+        _k("library_version", "any", "version",
+           doc="the library's release the measurement was taken with (torch.__version__)"),
     )
 }
 

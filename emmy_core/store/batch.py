@@ -375,7 +375,7 @@ def knob_target_problem(knobs_text: str, target: str) -> str | None:
         if name.startswith(EXTERN_PREFIX):
             continue
         spec = SCHEDULE_KNOBS.get(name)
-        if spec is not None and spec.target != target:
+        if spec is not None and spec.target not in (target, "any"):  # any: the library route's knobs
             return f"knob {name!r} belongs to the {spec.target} vocabulary, not {target}"
     return None
 
