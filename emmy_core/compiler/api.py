@@ -20,7 +20,8 @@ from emmy_core.targets.card import Card
 
 def compile(module: nn.Module, example_inputs: Sequence[torch.Tensor], *, card: str | Card = "local",
             setting: str = "deploy", strict_evidence: bool = False, tuning_db: Path | str | None = None,
-            freezes: FreezesArg = None, prior: PriorArg = None, torch_ops: str = "run") -> CompiledModel:
+            freezes: FreezesArg = None, prior: PriorArg = None, torch_ops: str = "run",
+            library: bool = True) -> CompiledModel:
     """Compiles `module` for `card` (default: this machine's) from its example inputs: a `CompiledModel`, called
     exactly like the module (positional and keyword arguments, training, `generate` through `forward`), whose
     mode is the path taken (`.torch_ops`) and whose resolution is read the same way on both (`records()`,
@@ -41,20 +42,24 @@ def compile(module: nn.Module, example_inputs: Sequence[torch.Tensor], *, card: 
     settled and their kernels built now; other sizes when first called. The module's weights are
     followed: every call takes in a weight edited in place (torch's version counter) or replaced by one
     of the same shape and type (the one-graph path refuses one of another shape or type).
+
+    Every matrix product's first option is torch's own kernel (`library=True`, `emmy_core.knobs.route`): where
+    no measurement says Emmy's kernel wins on this card, the product runs as torch runs it, so a compiled model
+    is never slower than not compiling. `library=False` offers Emmy's kernels only (to measure or test them).
     """
-    check_arguments(module, prior, strict_evidence)
+    check_arguments(module, prior, strict_evidence, library)
     if torch_ops == "run":
         if strict_evidence:
             raise TypeError("strict_evidence=True applies to torch_ops='refuse' (one graph, every fork settled at "
                             "compile); the Dynamo path (the default) settles each group's forks when its sizes first "
                             "run: pass torch_ops='refuse' with it")
         return compile_graphs(module, example_inputs, card=card, setting=setting, tuning_db=tuning_db,
-                              freezes=freezes, prior=prior)
+                              freezes=freezes, prior=prior, library=library)
     if torch_ops not in MODES:
         raise TypeError(f"torch_ops= must be 'run' (the default: torch runs what Emmy does not lower) or 'refuse' "
                         f"(one graph all on Emmy kernels), got {str(torch_ops)[:40]!r}")
     compiled, sizes = prepare(module, example_inputs, card, setting, strict_evidence=strict_evidence,
-                               tuning_db=tuning_db, freezes=freezes, prior=prior, build=True)
+                               tuning_db=tuning_db, freezes=freezes, prior=prior, build=True, library=library)
     if compiled.builder is not None:
         compiled.prepare(sizes)
     else:
@@ -64,10 +69,11 @@ def compile(module: nn.Module, example_inputs: Sequence[torch.Tensor], *, card: 
 
 def explain(module: nn.Module, example_inputs: Sequence[torch.Tensor], sizes: Mapping[str, int] | str | None = None,
             *, card: str | Card = "local", setting: str = "deploy", tuning_db: Path | str | None = None,
-            freezes: FreezesArg = None, prior: PriorArg = None, name: str | None = None) -> Compiled:
+            freezes: FreezesArg = None, prior: PriorArg = None, name: str | None = None,
+            library: bool = True) -> Compiled:
     """A compile that resolves only (no build, no allocation), with `sizes` (default: the example's) resolved."""
     compiled, example = prepare(module, example_inputs, card, setting, strict_evidence=False, tuning_db=tuning_db,
-                                 freezes=freezes, prior=prior, build=False, name=name)
+                                 freezes=freezes, prior=prior, build=False, name=name, library=library)
     compiled.resolve(sizes if sizes is not None else example)
     return compiled
 

@@ -62,7 +62,8 @@ from emmy_core.targets.card import Card
 from emmy_core.threads import warn_if_spinning
 
 FALLBACKS = ("eager", "inductor")  # how the ops left to torch run
-BACKEND_OPTIONS = frozenset({"card", "setting", "tuning_db", "freezes", "prior", "attention", "fallback"})
+BACKEND_OPTIONS = frozenset({"card", "setting", "tuning_db", "freezes", "prior", "attention", "fallback",
+                             "library"})
 
 
 @dataclass
@@ -340,7 +341,8 @@ def compile_reports() -> list[GraphReport]:
 
 def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_db: Path | str | None = None,
                  freezes: FreezesArg = None, prior: PriorArg = None, check: bool = True,
-                 build: bool = True, attention: bool | str = "auto", fallback: str = "eager") -> Callable[..., Any]:
+                 build: bool = True, attention: bool | str = "auto", fallback: str = "eager",
+                 library: bool = True) -> Callable[..., Any]:
     """A Dynamo backend for `card` and `setting` with the given evidence sources (as `emmy_core.compile` takes them).
 
     `check=False` skips the check against torch at each new size (for timing the check's cost only);
@@ -353,7 +355,8 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
     `False`, always torch's. `fallback` says how the ops left to torch run: `eager`, one by one as torch
     runs them, or `inductor`, compiled by Inductor around the Emmy groups (`emmy_core.compiler.opaque`:
     each group one op Inductor does not look into), so that a mask's index math, rotary tables and
-    attention left to torch are fused as `torch.compile` would fuse them."""
+    attention left to torch are fused as `torch.compile` would fuse them. `library`: every matrix product's
+    first option is torch's own kernel (True), or Emmy's kernels are the only candidates (False)."""
     from emmy_core.codegen.backend import get_setting
 
     get_setting(setting)
@@ -361,6 +364,8 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
         raise ValueError(f"attention={attention!r}: one of True (Emmy's), False (torch's) or 'auto' (where Emmy's wins)")
     if fallback not in FALLBACKS:
         raise ValueError(f"fallback={fallback!r}: the ops left to torch run by one of {', '.join(FALLBACKS)}")
+    if not isinstance(library, bool):
+        raise ValueError(f"library={library!r}: True (torch's own kernel is a candidate) or False (Emmy's only)")
     warned: list[bool] = []
 
     def compile_fx(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
@@ -372,7 +377,8 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
             device = next((t.device.type for t in example_inputs if isinstance(t, torch.Tensor)), "cpu")
         params = {ph.name for ph, ex in zip((n for n in gm.graph.nodes if n.op == "placeholder"), example_inputs,
                                             strict=False) if isinstance(ex, nn.Parameter)}
-        sources = open_sources(the_card, setting, freezes=freezes, tuning_db=tuning_db, prior=prior)
+        sources = open_sources(the_card, setting, freezes=freezes, tuning_db=tuning_db, prior=prior,
+                               library=library)
         why = next(s for s in sources.items if s.tier == "prior").unavailable()
         if why is not None and prior is not False and not warned:
             warned.append(True)

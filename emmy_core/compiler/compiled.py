@@ -271,7 +271,7 @@ def _example_device(example_inputs: Sequence[torch.Tensor]) -> torch.device:
     return next(iter(devices))
 
 
-def check_arguments(module: object, prior: object, strict_evidence: object) -> None:
+def check_arguments(module: object, prior: object, strict_evidence: object, library: object = True) -> None:
     """Refuses, with a TypeError naming what it takes, an argument of the wrong kind before any work (both paths
     of `compile` and `explain`)."""
     if not isinstance(module, nn.Module):
@@ -280,6 +280,9 @@ def check_arguments(module: object, prior: object, strict_evidence: object) -> N
     if not (prior is None or prior is False or isinstance(prior, str | Path) or hasattr(prior, "score_rows")):
         raise TypeError(f"prior= must be None (the installed prior), False (none), a path to a prior artifact or a "
                         f"loaded prior; got {type(prior).__name__}")
+    if not isinstance(library, bool):
+        raise TypeError(f"library= must be True (torch's own kernel is a candidate of every matrix product) or False "
+                        f"(Emmy's kernels only), got {type(library).__name__} {str(library)[:20]!r}")
     if not isinstance(strict_evidence, bool):
         raise TypeError(f"strict_evidence= must be True or False, got {type(strict_evidence).__name__} "
                         f"{str(strict_evidence)[:20]!r}")
@@ -287,16 +290,16 @@ def check_arguments(module: object, prior: object, strict_evidence: object) -> N
 
 def prepare(module: nn.Module, example_inputs: Sequence[torch.Tensor], card: str | Card, setting: str, *,
              strict_evidence: bool, tuning_db: Path | str | None, freezes: FreezesArg, prior: PriorArg,
-             build: bool, name: str | None = None) -> tuple[Compiled, dict[str, int]]:
+             build: bool, name: str | None = None, library: bool = True) -> tuple[Compiled, dict[str, int]]:
     from emmy_core.codegen.backend import get_setting
     from emmy_core.graph.pipeline import compile_module
 
-    check_arguments(module, prior, strict_evidence)
+    check_arguments(module, prior, strict_evidence, library)
     get_setting(setting)
     the_card = card_of(card)
     device = _example_device(example_inputs)
     lowered = compile_module(module, example_inputs, name=name)
-    sources = open_sources(the_card, setting, freezes=freezes, tuning_db=tuning_db, prior=prior)
+    sources = open_sources(the_card, setting, freezes=freezes, tuning_db=tuning_db, prior=prior, library=library)
     prior_source = next(s for s in sources.items if s.tier == "prior")
     why = prior_source.unavailable()
     if why is not None and prior is not False:

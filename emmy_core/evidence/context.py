@@ -45,8 +45,9 @@ def load_prior_best_effort(prior: PriorArg = None) -> tuple[Any | None, str, str
 
 
 def open_sources(card: Card, setting: str, *, freezes: FreezesArg = None, tuning_db: Path | str | None = None,
-                 prior: PriorArg = None, local: bool = True) -> Sources:
-    """The sources of one compile context, in order; `notes` says what was skipped and why."""
+                 prior: PriorArg = None, local: bool = True, library: bool = True) -> Sources:
+    """The sources of one compile context, in order; `notes` says what was skipped and why. `library=False`:
+    matrix products are offered Emmy's kernels only, not torch's own (`knobs.route`)."""
     items: list[Source] = []
     gold, notes = golden_source(card.name, setting, freezes)
     items.append(gold if gold is not None else
@@ -58,4 +59,6 @@ def open_sources(card: Card, setting: str, *, freezes: FreezesArg = None, tuning
     items.append(RuleSource())
     if loaded is None:
         notes.append(f"no prior: {why}")
-    return Sources(card, setting, tuple(items), notes)
+    if not library:
+        notes.append("library route off: matrix products choose among Emmy's kernels only (library=False)")
+    return Sources(card, setting, tuple(items), notes, library=library)

@@ -21,9 +21,18 @@ from typing import Any
 import numpy as np
 
 from emmy_core.evidence.resolution import MEASURED_TIERS, Measured
-from emmy_core.graph.forks import Fork, ForkKey, ForkOption, ScheduleOption, StructuralOption, schedule_fork
+from emmy_core.graph.forks import (
+    Fork,
+    ForkKey,
+    ForkOption,
+    ScheduleOption,
+    StructuralOption,
+    emmy_options,
+    schedule_fork,
+)
 from emmy_core.ir.identity import kernel_id
 from emmy_core.ir.nodes import Program
+from emmy_core.knobs.route import is_library
 from emmy_core.prior.geometry import knob_columns
 from emmy_core.targets.card import Card
 
@@ -83,13 +92,14 @@ class Sources:
     setting: str
     items: tuple[Source, ...]
     notes: list[str] = field(default_factory=list)
+    library: bool = True  # a matrix product's fork offers torch's own kernel first (`knobs.route`)
     _schedule_forks: dict[str, Fork] = field(default_factory=dict, repr=False)
 
     def schedule_fork(self, kernel: Program) -> Fork:
         """The kernel's schedule fork on this card, enumerated lazily and kept by identity (pools ignore sizes)."""
         kid = kernel_id(kernel)
         if kid not in self._schedule_forks:
-            self._schedule_forks[kid] = schedule_fork(kernel, self.card, lazy=True)
+            self._schedule_forks[kid] = schedule_fork(kernel, self.card, lazy=True, library=self.library)
         return self._schedule_forks[kid]
 
     def measured(self) -> tuple[Source, ...]:
@@ -220,7 +230,12 @@ class PriorSource(Source):
         return self._scored_pool(kernel, key, options, card)[0]
 
     def schedule(self, fork: Fork, key: ForkKey, blocked: Mapping[str, str], sources: Sources) -> Answer | Miss:
-        options = [o for o in fork.options if isinstance(o, ScheduleOption) and o.schedule_id not in blocked]
+        if is_library(fork.default.knobs if isinstance(fork.default, ScheduleOption) else {}) \
+                and option_id(fork.default) not in blocked:
+            # the prior ranks Emmy's candidates among themselves; whether any of them beats torch's own kernel on
+            # this card is a measurement (golden or local), so without one the product runs as torch runs it
+            return Miss("the prior ranks Emmy's kernels, not torch's: the library route is settled by measurement")
+        options = [o for o in emmy_options(fork) if o.schedule_id not in blocked]
         options = within_sight(self.prior, options, fork)
         if not options:
             return Miss("every option is blocked")
@@ -234,7 +249,7 @@ class PriorSource(Source):
 
     def _prior_price(self, kernel: Program, key: ForkKey, sources: Sources) -> tuple[float, str]:
         if key not in self._prices:
-            options = [o for o in sources.schedule_fork(kernel).options if isinstance(o, ScheduleOption)]
+            options = list(emmy_options(sources.schedule_fork(kernel)))
             if not options:
                 raise ValueError(f"{kernel.name} has no schedule options on {sources.card.name}")
             options = within_sight(self.prior, options, sources.schedule_fork(kernel))
@@ -250,6 +265,12 @@ class PriorSource(Source):
 
     def structural(self, fork: Fork, key: ForkKey, blocked: Mapping[str, str],
                    sources: Sources) -> Answer | Miss:
+        first = sources.schedule_fork(fork.kernel).default
+        if isinstance(first, ScheduleOption) and is_library(first.knobs):
+            # kept whole, torch would run this product; the prior prices Emmy's kernels only, so a split or a cut
+            # that trades torch's kernel for Emmy's is settled by measurement, like the route itself
+            return Miss("the prior prices Emmy's kernels, not torch's: a product torch would run is split or cut "
+                        "only on measurement")
         priced: list[tuple[float, int, StructuralOption, tuple[Measured, ...], int]] = []
         for i, o in enumerate(fork.options):
             if not isinstance(o, StructuralOption) or o.label in blocked:

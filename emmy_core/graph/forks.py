@@ -145,20 +145,35 @@ class Fork:
         return f"Fork({self.kernel.name}, {self.rule}, {n} options)"
 
 
-def schedule_fork(kernel: Program, card: Card, lazy: bool = False) -> Fork:
+def schedule_fork(kernel: Program, card: Card, lazy: bool = False, library: bool = True) -> Fork:
     """The schedule fork of `kernel` on `card`: its candidates in rule order (first: the safe default).
 
+    A matrix product's first option is the library route (`emmy_core.knobs.route`: the product as torch runs
+    it, correct everywhere and never slower than not compiling); Emmy's own candidates follow it in their rule's
+    order. `library=False` leaves the library route out (Emmy's own kernels only: to measure or test them).
     `lazy`: the candidates are enumerated only when something reads `options`.
     """
     from emmy_core.knobs import candidate_options, first_option, view
+    from emmy_core.knobs.route import library_knobs, routes
+
+    v = view(kernel)
+    library = (ScheduleOption.of(library_knobs()),) if library and routes(v) else ()
 
     def enumerate_() -> tuple[ForkOption, ...]:  # `candidates`, with the canonical text already made
-        return tuple(ScheduleOption(dict(o.knobs), schedule_id_of_text(o.canonical))
-                     for o in candidate_options(kernel, card) if o.problem is None)
+        return library + tuple(ScheduleOption(dict(o.knobs), schedule_id_of_text(o.canonical))
+                               for o in candidate_options(kernel, card) if o.problem is None)
 
     if lazy:
-        return Fork(kernel, SCHEDULE, enumerator=enumerate_, first=ScheduleOption.of(first_option(view(kernel), card)))
+        first = library[0] if library else ScheduleOption.of(first_option(v, card))
+        return Fork(kernel, SCHEDULE, enumerator=enumerate_, first=first)
     return Fork(kernel, SCHEDULE, enumerate_())
+
+
+def emmy_options(fork: Fork) -> tuple[ScheduleOption, ...]:
+    """A schedule fork's options that are Emmy's own generated code (the library route left out)."""
+    from emmy_core.knobs.route import is_library
+
+    return tuple(o for o in fork.options if isinstance(o, ScheduleOption) and not is_library(o.knobs))
 
 
 def structural_forks(kernel: Program, cuts: tuple[decisions.Decision, ...] = ()) -> tuple[Fork, ...]:

@@ -27,7 +27,7 @@ def _on_emmy(*args: torch.Tensor) -> torch.Tensor:
     torch._dynamo.reset()
     before = len(compile_reports())
     with torch.no_grad():
-        got = torch.compile(_attend, backend=emmy_backend(prior=False, attention=True))(*args)
+        got = torch.compile(_attend, backend=emmy_backend(prior=False, library=False, attention=True))(*args)
     (report,) = compile_reports()[before:]
     assert report.matmul_flops_on_emmy == report.matmul_flops > 0 and not report.notes, report
     return got
@@ -62,7 +62,7 @@ def test_a_left_padded_batch_of_a_transformers_llama_matches_eager_and_its_paddi
         want = model(input_ids=ids, attention_mask=mask).last_hidden_state
         for attention in (True, "auto"):
             torch._dynamo.reset()
-            compiled = torch.compile(model, backend=emmy_backend(prior=False, attention=attention))
+            compiled = torch.compile(model, backend=emmy_backend(prior=False, library=False, attention=attention))
             got = compiled(input_ids=ids, attention_mask=mask).last_hidden_state
             assert not got.isnan().any(), attention
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
@@ -89,7 +89,7 @@ def test_attention_auto_leaves_attention_with_a_mask_given_as_a_tensor_to_torchs
     torch._dynamo.reset()
     before = len(compile_reports())
     with torch.no_grad():
-        got = torch.compile(_attend, backend=emmy_backend(prior=False))(q, k, v, keep)
+        got = torch.compile(_attend, backend=emmy_backend(prior=False, library=False))(q, k, v, keep)
     torch.testing.assert_close(got, _attend(q, k, v, keep), rtol=1e-5, atol=1e-5)
     (report,) = compile_reports()[before:]
     assert report.matmul_flops_on_emmy == 0
@@ -107,7 +107,7 @@ def test_one_key_head_broadcast_over_the_query_heads_is_stacked_as_grouped_query
     torch._dynamo.reset()
     before = len(compile_reports())
     with torch.no_grad():
-        got = torch.compile(multi_query, backend=emmy_backend(prior=False, attention=True))(q, k, v, keep)
+        got = torch.compile(multi_query, backend=emmy_backend(prior=False, library=False, attention=True))(q, k, v, keep)
     torch.testing.assert_close(got, multi_query(q, k, v, keep), rtol=1e-5, atol=1e-5)
     (report,) = compile_reports()[before:]
     assert report.matmul_flops_on_emmy == report.matmul_flops > 0 and not report.notes, report
@@ -133,7 +133,7 @@ def test_heads_dynamo_writes_as_an_exact_floor_division_are_read_as_their_number
     torch._dynamo.reset()
     before = len(compile_reports())
     with torch.no_grad():
-        got = torch.compile(model, backend=emmy_backend(prior=False), dynamic=True)(ids)
+        got = torch.compile(model, backend=emmy_backend(prior=False, library=False), dynamic=True)(ids)
         torch.testing.assert_close(got, model(ids), rtol=1e-5, atol=1e-5)
     (report,) = compile_reports()[before:]
     assert not [f for f in report.fell_back if "scaled_dot_product_attention" in f.op], report.fell_back

@@ -112,7 +112,7 @@ def test_an_op_emmy_does_not_lower_runs_as_torch_and_the_report_names_it() -> No
     torch.manual_seed(0)
     m = WithCumsum().eval()
     before = len(compile_reports())
-    c = torch.compile(m, backend=emmy_backend(prior=False))
+    c = torch.compile(m, backend=emmy_backend(prior=False, library=False))
     x = torch.randn(2, 5, H)
     with torch.no_grad():
         torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
@@ -126,7 +126,7 @@ def test_an_op_emmy_does_not_lower_runs_as_torch_and_the_report_names_it() -> No
 def test_a_weight_edited_in_place_after_compile_is_followed() -> None:
     torch.manual_seed(0)
     m = Block().eval()
-    c = torch.compile(m, backend=emmy_backend(prior=False))
+    c = torch.compile(m, backend=emmy_backend(prior=False, library=False))
     x = torch.randn(2, 5, H)
     with torch.no_grad():
         torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
@@ -143,7 +143,7 @@ def test_recompiles_are_bounded_ten_sequence_lengths_at_most_two_graph_compilati
     torch.manual_seed(0)
     m = Block().eval()
     before = len(compile_reports())
-    c = torch.compile(m, backend=emmy_backend(prior=False, build=False))
+    c = torch.compile(m, backend=emmy_backend(prior=False, library=False, build=False))
     with torch.no_grad():
         for s in range(2, 12):
             c(torch.randn(3, s, H))
@@ -157,8 +157,8 @@ def test_the_strict_one_graph_compile_and_the_backend_agree_bit_for_bit() -> Non
     torch.manual_seed(0)
     m = Block().eval()
     x = torch.randn(2, 5, H)
-    direct = emmy_core.compile(m, (x,), prior=False, torch_ops="refuse")
-    c = torch.compile(m, backend=emmy_backend(prior=False), dynamic=True)
+    direct = emmy_core.compile(m, (x,), prior=False, library=False, torch_ops="refuse")
+    c = torch.compile(m, backend=emmy_backend(prior=False, library=False), dynamic=True)
     with torch.no_grad():
         for s in (5, 9):
             y = torch.randn(2, s, H)
@@ -169,8 +169,8 @@ def test_the_direct_api_on_the_dynamo_path_agrees_bit_for_bit_and_explains_what_
     torch.manual_seed(0)
     m = WithCumsum().eval()
     x = torch.randn(2, 5, H)
-    direct = emmy_core.compile(m, (x,), prior=False)  # the default call: the Dynamo path
-    c = torch.compile(m, backend=emmy_backend(prior=False), dynamic=True)
+    direct = emmy_core.compile(m, (x,), prior=False, library=False)  # the default call: the Dynamo path
+    c = torch.compile(m, backend=emmy_backend(prior=False, library=False), dynamic=True)
     with torch.no_grad():
         for s in (5, 9):
             y = torch.randn(2, s, H)
@@ -181,14 +181,14 @@ def test_the_direct_api_on_the_dynamo_path_agrees_bit_for_bit_and_explains_what_
     (report,) = direct.reports()
     assert report.matmul_flops_on_emmy == report.matmul_flops > 0 and report.sizes
     with pytest.raises(TypeError, match="torch_ops"):
-        emmy_core.compile(m, (x,), prior=False, torch_ops="maybe")
+        emmy_core.compile(m, (x,), prior=False, library=False, torch_ops="maybe")
 
 
 def test_the_direct_api_defaults_to_the_dynamo_path() -> None:
     torch.manual_seed(0)
     m = WithCumsum().eval()
     x = torch.randn(2, 5, H)
-    compiled = emmy_core.compile(m, (x,), prior=False)
+    compiled = emmy_core.compile(m, (x,), prior=False, library=False)
     assert isinstance(compiled, emmy_core.CompiledModel) and compiled.torch_ops == "run"
     assert compiled.card.target == "cpu"
     with torch.no_grad():
@@ -207,20 +207,20 @@ def test_the_direct_api_defaults_to_the_dynamo_path() -> None:
         with pytest.raises(TypeError, match="torch_ops='refuse'"):
             what()
     # a module Dynamo hands no graph for: explain() says torch runs all of it, not an empty string
-    assert "Dynamo handed no graph" in emmy_core.compile(nn.Identity(), (x,), prior=False).explain()
+    assert "Dynamo handed no graph" in emmy_core.compile(nn.Identity(), (x,), prior=False, library=False).explain()
 
 
 def test_refuse_is_the_strict_opt_in() -> None:
     with pytest.raises(UnsupportedOp) as info:
-        emmy_core.compile(WithCumsum(), (torch.randn(2, 5, H),), prior=False, torch_ops="refuse")
+        emmy_core.compile(WithCumsum(), (torch.randn(2, 5, H),), prior=False, library=False, torch_ops="refuse")
     assert "cumsum" in info.value.op and "torch.cumsum(F.relu(self.a(x)), dim=1)" in info.value.source
 
 
 def test_strict_evidence_is_only_for_the_strict_one_graph_compile() -> None:
     with pytest.raises(TypeError, match=r"strict_evidence=True applies to torch_ops='refuse'"):
-        emmy_core.compile(Block(), (torch.randn(2, 5, H),), prior=False, strict_evidence=True)
+        emmy_core.compile(Block(), (torch.randn(2, 5, H),), prior=False, library=False, strict_evidence=True)
     with pytest.raises(TypeError, match=r"torch_ops= must be 'run' .* or 'refuse'"):
-        emmy_core.compile(Block(), (torch.randn(2, 5, H),), prior=False, torch_ops="strict")
+        emmy_core.compile(Block(), (torch.randn(2, 5, H),), prior=False, library=False, torch_ops="strict")
 
 
 def test_each_direct_compile_is_its_own_dynamo_region_so_many_compiles_of_one_class_stay_on_emmy() -> None:
@@ -229,7 +229,7 @@ def test_each_direct_compile_is_its_own_dynamo_region_so_many_compiles_of_one_cl
     with torch._dynamo.config.patch(recompile_limit=1):  # the second compile of the class would be past it
         for _ in range(2):
             m = WithCumsum().eval()
-            compiled = emmy_core.compile(m, (x,), prior=False)
+            compiled = emmy_core.compile(m, (x,), prior=False, library=False)
             (report,) = compiled.reports()
             assert report.ops_on_emmy >= 3
             with torch.no_grad():
@@ -239,7 +239,7 @@ def test_each_direct_compile_is_its_own_dynamo_region_so_many_compiles_of_one_cl
 def test_a_group_that_differs_from_torch_runs_as_torch_with_a_note() -> None:
     torch.manual_seed(0)
     m = Block().eval()
-    c = torch.compile(m, backend=emmy_backend(prior=False), dynamic=True)
+    c = torch.compile(m, backend=emmy_backend(prior=False, library=False), dynamic=True)
     x = torch.randn(2, 5, H)
     with torch.no_grad():
         c(x)
@@ -265,7 +265,7 @@ def test_causal_and_masked_attention_run_as_emmy_matmuls_and_softmax_equal_to_to
     keep[..., 0] = True  # no row fully masked (`test_attention_rows` has those)
     before = len(compile_reports())
     with torch.no_grad():
-        got = torch.compile(Attention(), backend=emmy_backend(prior=False, attention=True))(q, k, v, bias, keep)
+        got = torch.compile(Attention(), backend=emmy_backend(prior=False, library=False, attention=True))(q, k, v, bias, keep)
         want = Attention()(q, k, v, bias, keep)
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
@@ -291,12 +291,12 @@ def test_grouped_query_heads_are_stacked_as_rows_of_one_product_and_no_key_or_va
                 F.scaled_dot_product_attention(q, k, v, attn_mask=keep, enable_gqa=True))
 
     with torch.no_grad():
-        for g, w in zip(torch.compile(masked, backend=emmy_backend(prior=False, attention=True))(q, k, v), masked(q, k, v),
+        for g, w in zip(torch.compile(masked, backend=emmy_backend(prior=False, library=False, attention=True))(q, k, v), masked(q, k, v),
                         strict=True):
             torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
         assert not compile_reports()[-1].notes
         before = len(compile_reports())
-        got = torch.compile(gqa, backend=emmy_backend(prior=False, attention=True))(q, k, v)
+        got = torch.compile(gqa, backend=emmy_backend(prior=False, library=False, attention=True))(q, k, v)
     torch.testing.assert_close(got, gqa(q, k, v), rtol=1e-5, atol=1e-5)
     (report,) = _since(before)
     assert not report.notes and not [f for f in report.fell_back if "repeat" in f.op], report.fell_back
@@ -317,7 +317,7 @@ def test_attention_auto_leaves_decode_attention_to_torchs_kernel_and_rewrites_f3
         q, k, v = (torch.randn(1, 2, 6, 8).to(dtype) for _ in range(3))
         before = len(compile_reports())
         with torch.no_grad():
-            got = torch.compile(attend, backend=emmy_backend(prior=False))(q, k, v)  # attention="auto"
+            got = torch.compile(attend, backend=emmy_backend(prior=False, library=False))(q, k, v)  # attention="auto"
         torch.testing.assert_close(got, attend(q, k, v), rtol=2e-3, atol=2e-3)
         (report,) = _since(before)
         assert report.matmul_flops == report.matmul_flops_on_emmy == 2 * (2 * 2 * 6 * 6 * 8), dtype
@@ -325,7 +325,7 @@ def test_attention_auto_leaves_decode_attention_to_torchs_kernel_and_rewrites_f3
     q, k, v = (torch.randn(1, 2, n, 8).half() for n in (1, 9, 9))  # a decode step: one query, the cache's keys
     before = len(compile_reports())
     with torch.no_grad():
-        got = torch.compile(attend, backend=emmy_backend(prior=False))(q, k, v)
+        got = torch.compile(attend, backend=emmy_backend(prior=False, library=False))(q, k, v)
     torch.testing.assert_close(got, attend(q, k, v), rtol=2e-3, atol=2e-3)
     (report,) = _since(before)
     assert report.matmul_flops_on_emmy == 0
@@ -349,13 +349,13 @@ def test_products_count_their_flops_whether_their_factors_come_by_position_or_by
     x = torch.randn(2, 8, 7)
     before = len(compile_reports())
     with torch.no_grad():
-        torch.testing.assert_close(torch.compile(conv, backend=emmy_backend(prior=False))(x), conv(x))
+        torch.testing.assert_close(torch.compile(conv, backend=emmy_backend(prior=False, library=False))(x), conv(x))
     (report,) = _since(before)
     assert report.matmul_flops == 2 * (2 * 8 * 9) * (1 * 3)  # output elements times a group's weight
     bias, a, b = torch.randn(2, 3, 5), torch.randn(2, 3, 11), torch.randn(2, 11, 5)
     before = len(compile_reports())
     with torch.no_grad():
-        torch.testing.assert_close(torch.compile(bmm_plus, backend=emmy_backend(prior=False))(bias, a, b),
+        torch.testing.assert_close(torch.compile(bmm_plus, backend=emmy_backend(prior=False, library=False))(bias, a, b),
                                    bmm_plus(bias, a, b), rtol=1e-5, atol=1e-5)
     (report,) = _since(before)
     assert report.matmul_flops == 2 * (2 * 3 * 5) * 11
@@ -364,7 +364,7 @@ def test_products_count_their_flops_whether_their_factors_come_by_position_or_by
 def test_a_lifted_float_attribute_is_taken_at_its_value_and_a_changed_one_runs_as_torch() -> None:
     torch.manual_seed(0)
     m = Scaled().eval()
-    c = torch.compile(m, backend=emmy_backend(prior=False), dynamic=True)
+    c = torch.compile(m, backend=emmy_backend(prior=False, library=False), dynamic=True)
     x = torch.randn(2, 5, H)
     with torch.no_grad():
         torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
@@ -404,7 +404,7 @@ def test_the_backend_is_registered_as_the_emmy_entry_point() -> None:
 def test_a_transposed_output_is_handed_back_as_torchs_own_strided_view_not_a_copy(contiguous: bool) -> None:
     torch.manual_seed(0)
     m = Heads(contiguous).eval()
-    c = torch.compile(m, backend=emmy_backend(prior=False), dynamic=True)
+    c = torch.compile(m, backend=emmy_backend(prior=False, library=False), dynamic=True)
     before = len(emmy_core.compiler.backend._GRAPHS)
     xs = (torch.randn(2, 5, H), torch.randn(1, 7, H))
     with torch.no_grad():
@@ -428,7 +428,7 @@ def test_a_transposed_output_is_handed_back_as_torchs_own_strided_view_not_a_cop
 def test_a_weight_is_packed_once_for_every_size_and_again_when_edited_in_place() -> None:
     torch.manual_seed(0)
     m = Block().eval()
-    c = torch.compile(m, backend=emmy_backend(prior=False), dynamic=True)
+    c = torch.compile(m, backend=emmy_backend(prior=False, library=False), dynamic=True)
     before = len(emmy_core.compiler.backend._GRAPHS)
     with torch.no_grad():
         c(torch.randn(2, 3, H))
@@ -455,7 +455,7 @@ def test_a_call_where_torch_tracks_gradients_runs_torch_warns_once_and_the_repor
 
     torch.manual_seed(0)
     m = Scaled().eval()
-    c = torch.compile(m, backend=emmy_backend(prior=False), dynamic=True)
+    c = torch.compile(m, backend=emmy_backend(prior=False, library=False), dynamic=True)
     x = torch.randn(2, 5, H)
     with pytest.warns(NoGradientsWarning, match="torch ran it"):
         y = c(x)

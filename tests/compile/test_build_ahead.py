@@ -50,12 +50,12 @@ def test_chosen_kernels_build_side_by_side_and_plans_equal_one_by_one(monkeypatc
     module, example = _mlp()
     paired = Paired()
     monkeypatch.setattr(build_mod, "backend_for", lambda card: paired)
-    ahead = emmy_core.compile(module, example, prior=False, torch_ops="refuse")
+    ahead = emmy_core.compile(module, example, prior=False, library=False, torch_ops="refuse")
     assert len(paired.threads) >= 2 and all(t.startswith("emmy-build") for t in paired.threads)
     assert not paired.barrier.broken
     monkeypatch.setattr(build_mod.Builder, "build_all", lambda self, pairs: False)  # one by one, as before
     monkeypatch.setattr(build_mod, "backend_for", lambda card: CBackend())
-    one = emmy_core.compile(module, example, prior=False, torch_ops="refuse")
+    one = emmy_core.compile(module, example, prior=False, library=False, torch_ops="refuse")
     assert [r.to_json() for r in ahead.record.resolutions] == [r.to_json() for r in one.record.resolutions]
     with torch.no_grad():
         assert torch.equal(ahead(*example), one(*example))
@@ -75,7 +75,7 @@ def test_a_chosen_kernel_that_does_not_build_is_blocked_and_settled_again(monkey
             return super().build(program, knobs, setting)
 
     monkeypatch.setattr(build_mod, "backend_for", lambda card: FirstFails())
-    c = emmy_core.compile(module, example, prior=False, torch_ops="refuse")
+    c = emmy_core.compile(module, example, prior=False, library=False, torch_ops="refuse")
     blocked = [r for r in c.record.resolutions if r.kernel == refused[0] and r.blocked]
     assert blocked and "refused once by the test" in blocked[0].blocked[0][1]
     with torch.no_grad():

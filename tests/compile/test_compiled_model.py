@@ -76,8 +76,8 @@ def test_both_paths_return_one_type_and_read_their_resolution_one_way() -> None:
     torch.manual_seed(0)
     m = Two().eval()
     x, y = torch.randn(2, 5, H), torch.randn(2, 5, H)
-    run = emmy_core.compile(m, (x, y), prior=False)
-    one = emmy_core.compile(m, (x, y), prior=False, torch_ops="refuse")
+    run = emmy_core.compile(m, (x, y), prior=False, library=False)
+    one = emmy_core.compile(m, (x, y), prior=False, library=False, torch_ops="refuse")
     assert type(run) is type(one) is emmy_core.CompiledModel
     assert (run.torch_ops, one.torch_ops) == ("run", "refuse")
     for c in (run, one):
@@ -96,11 +96,11 @@ def test_both_paths_return_one_type_and_read_their_resolution_one_way() -> None:
 def test_record_is_the_one_record_none_an_empty_one_and_several_a_clear_error() -> None:
     torch.manual_seed(0)
     x = torch.randn(2, 5, H)
-    several = emmy_core.compile(TwoGroups().eval(), (x,), prior=False)
+    several = emmy_core.compile(TwoGroups().eval(), (x,), prior=False, library=False)
     assert len(several.records()) == 2
     with pytest.raises(ValueError, match=r"2 Emmy groups.*records\(\)"):
         several.record  # noqa: B018
-    none = emmy_core.compile(nn.Identity(), (x,), prior=False)
+    none = emmy_core.compile(nn.Identity(), (x,), prior=False, library=False)
     assert none.records() == [] and isinstance(none.record, ResolutionRecord) and not none.record.resolutions
 
 
@@ -109,7 +109,7 @@ def test_keyword_arguments_reach_the_model_on_the_default_path() -> None:
     torch.manual_seed(0)
     m = Scaled().eval()
     x = torch.randn(2, 5, H)
-    c = emmy_core.compile(m, (x,), prior=False)
+    c = emmy_core.compile(m, (x,), prior=False, library=False)
     with torch.no_grad():
         torch.testing.assert_close(c(x, scale=2.5), m(x, scale=2.5), rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
@@ -123,7 +123,7 @@ def test_training_through_the_direct_api_changes_the_weights_as_torch_compile_do
         torch.manual_seed(0)
         m = Two().train()
         x, y = torch.randn(2, 5, H), torch.randn(2, 5, H)
-        f = emmy_core.compile(m, (x, y), prior=False, torch_ops=torch_ops) if how == "emmy" else m
+        f = emmy_core.compile(m, (x, y), prior=False, library=False, torch_ops=torch_ops) if how == "emmy" else m
         opt = torch.optim.SGD(m.parameters(), lr=0.1)
         before = m.a.weight.detach().clone()
         with warnings.catch_warnings():
@@ -143,7 +143,7 @@ def test_a_method_like_generate_runs_with_forward_routed_through_the_compile(tor
     torch.manual_seed(0)
     m = Steps().eval()
     x = torch.randn(2, 5, H)
-    c = emmy_core.compile(m, (x,), prior=False, torch_ops=torch_ops)
+    c = emmy_core.compile(m, (x,), prior=False, library=False, torch_ops=torch_ops)
     routed = c._compiled_forward()
     ran: list[int] = []
     c._compiled_forward = lambda: lambda *a, **k: ran.append(1) or routed(*a, **k)  # type: ignore[method-assign]
@@ -163,7 +163,7 @@ def test_a_method_that_raises_still_gives_the_module_its_forward_back() -> None:
     torch.manual_seed(0)
     m = Fails().eval()
     x = torch.randn(2, 5, H)
-    c = emmy_core.compile(m, (x,), prior=False)
+    c = emmy_core.compile(m, (x,), prior=False, library=False)
     with torch.no_grad(), pytest.raises(RuntimeError, match="boom"):
         c.generate(x)
     assert "forward" not in m.__dict__

@@ -25,7 +25,7 @@ def fresh_dynamo() -> None:
 
 def _reports(module: nn.Module, *inputs: torch.Tensor) -> list[GraphReport]:
     before = len(compile_reports())
-    c = torch.compile(module, backend=emmy_backend(prior=False, build=False), dynamic=False)
+    c = torch.compile(module, backend=emmy_backend(prior=False, library=False, build=False), dynamic=False)
     with torch.no_grad():
         c(*inputs)
     return compile_reports()[before:]
@@ -137,7 +137,7 @@ class TwoGroups(nn.Module):
 
 def test_in_training_torch_calls_count_calls_of_the_graph_never_more_than_calls() -> None:
     m = TwoGroups().train()
-    c = torch.compile(m, backend=emmy_backend(prior=False), dynamic=True)
+    c = torch.compile(m, backend=emmy_backend(prior=False, library=False), dynamic=True)
     before = len(compile_reports())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NoGradientsWarning)

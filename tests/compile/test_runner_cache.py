@@ -54,7 +54,7 @@ def test_a_backend_group_keeps_at_most_keep_sizes_runners_and_rebuilds_a_dropped
     monkeypatch.setattr(runner_module, "KEEP_SIZES", 2)
     torch.manual_seed(0)
     m = _Mlp().eval()
-    c = torch.compile(m, backend=emmy_backend(prior=False), dynamic=True)
+    c = torch.compile(m, backend=emmy_backend(prior=False, library=False), dynamic=True)
     before = len(emmy_core.compiler.backend._GRAPHS)
     with torch.no_grad():
         for s in (3, 5, 7, 9, 3):
@@ -70,7 +70,7 @@ def test_the_one_graph_path_keeps_at_most_keep_sizes_runners(monkeypatch: pytest
     monkeypatch.setattr(runner_module, "KEEP_SIZES", 2)
     torch.manual_seed(0)
     m = _Mlp().eval()
-    compiled = emmy_core.compile(m, (torch.randn(2, 3, 16),), prior=False, torch_ops="refuse").one_graph
+    compiled = emmy_core.compile(m, (torch.randn(2, 3, 16),), prior=False, library=False, torch_ops="refuse").one_graph
     with torch.no_grad():
         for s in (3, 5, 7, 3):
             x = torch.randn(2, s, 16)

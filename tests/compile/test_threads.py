@@ -49,7 +49,7 @@ def _hammer(fn, module: nn.Module, threads: int = 4, calls: int = 30) -> list[st
 def test_concurrent_calls_through_the_backend_each_get_their_own_answer() -> None:
     torch.manual_seed(0)
     m = _Mlp().eval()
-    c = torch.compile(m, backend=emmy_backend(prior=False))
+    c = torch.compile(m, backend=emmy_backend(prior=False, library=False))
     with torch.no_grad():  # compiled and built at this size before the threads start
         x = torch.randn(2, 48, 64)
         torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-4)
@@ -59,7 +59,7 @@ def test_concurrent_calls_through_the_backend_each_get_their_own_answer() -> Non
 def test_concurrent_calls_of_the_one_graph_path_each_get_their_own_answer() -> None:
     torch.manual_seed(0)
     m = _Mlp().eval()
-    compiled = emmy_core.compile(m, (torch.randn(2, 48, 64),), prior=False, torch_ops="refuse")
+    compiled = emmy_core.compile(m, (torch.randn(2, 48, 64),), prior=False, library=False, torch_ops="refuse")
     assert _hammer(compiled, m) == []
 
 
@@ -75,7 +75,7 @@ def test_threads_meeting_a_new_size_together_build_it_once_and_each_get_their_ow
     monkeypatch.setattr(EmmyGroup, "_build", counted)
     torch.manual_seed(0)
     m = _Mlp().eval()
-    c = torch.compile(m, backend=emmy_backend(prior=False), dynamic=True)
+    c = torch.compile(m, backend=emmy_backend(prior=False, library=False), dynamic=True)
     before = len(emmy_core.compiler.backend._GRAPHS)
     with torch.no_grad():  # compiled at another length; the threads all start at 48, new to every group
         x = torch.randn(2, 9, 64)

@@ -17,8 +17,9 @@ from tests.evidence.conftest import CARD, Setup, kernels_of, write_db
 
 
 def test_the_prior_answers_with_neither_a_golden_nor_a_local_row(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Among Emmy's kernels (library=False): torch's own is settled by measurement (test_library_route)."""
     module, example, lowered = proj
-    compiled = explain(module, example, card=CARD, freezes=tmp_path, tuning_db=tmp_path / "none.db")
+    compiled = explain(module, example, card=CARD, freezes=tmp_path, tuning_db=tmp_path / "none.db", library=False)
     top = kernels_of(lowered)[0]
     (split,) = [r for r in compiled.record.resolutions if r.rule == "split"]
     assert split.tier == "prior" and split.time_us is not None and "by the prior" in split.evidence  # priced, summed
@@ -32,7 +33,7 @@ def test_the_prior_answers_with_neither_a_golden_nor_a_local_row(proj, tmp_path:
     prior = load_installed_prior()
     for sched in scheds:
         program = programs[sched.key.kernel_id]
-        options = schedule_fork(program, CARD).options
+        options = schedule_fork(program, CARD, library=False).options
         scores = prior.score(program, sched.key.sizes, CARD, "deploy", [dict(o.knobs) for o in options])
         best = max(range(len(options)), key=lambda i: (scores[i], -i))  # ties: the first emitted
         assert sched.choice == options[best] and sched.score == pytest.approx(float(scores[best]))
@@ -51,7 +52,7 @@ def test_where_nothing_measured_prices_a_piece_the_prior_does(proj, tmp_path: Pa
         setup.row(piece, schedule_fork(piece, CARD).options[0].knobs, 0.5)
     setup.decisions.append(k2)
     write_db(tmp_path / "tune.db", setup)
-    compiled = explain(module, example, card=CARD, freezes=tmp_path, tuning_db=tmp_path / "tune.db")
+    compiled = explain(module, example, card=CARD, freezes=tmp_path, tuning_db=tmp_path / "tune.db", library=False)
     (split,) = [r for r in compiled.record.resolutions if r.rule == "split"]
     assert dict(split.tried)["local"] == "the kernel itself is not measured here"
     assert split.tier == "prior"
@@ -85,8 +86,9 @@ def test_strict_evidence_fails_when_the_prior_answers(proj, tmp_path: Path) -> N
     module, example, _ = proj
     with pytest.raises(StrictEvidenceError) as info:
         emmy_compile(module, example, card=CARD, freezes=tmp_path, tuning_db=tmp_path / "none.db",
-                     strict_evidence=True, torch_ops="refuse")
-    settled = explain(module, example, card=CARD, freezes=tmp_path, tuning_db=tmp_path / "none.db").record
+                     strict_evidence=True, torch_ops="refuse", library=False)
+    settled = explain(module, example, card=CARD, freezes=tmp_path, tuning_db=tmp_path / "none.db",
+                      library=False).record
     fell = [r for r in settled.resolutions if r.applied and not r.measured]
     assert {r.tier for r in info.value.forks} == {"prior"} and len(info.value.forks) == len(fell) >= 2
 

@@ -52,7 +52,7 @@ class ReshapesByArithmetic(nn.Module):
 
 @pytest.fixture(scope="module")
 def compiled() -> emmy_core.Compiled:
-    return emmy_core.explain(Lin(), (X,), prior=False)
+    return emmy_core.explain(Lin(), (X,), prior=False, library=False)
 
 
 def test_a_user_model_that_raises_in_init_is_named_with_its_error() -> None:
@@ -173,12 +173,12 @@ def test_a_user_package_not_on_the_import_path_is_refused_with_a_hint_to_use_pyt
 def test_arithmetic_on_a_shape_read_is_refused_naming_the_axis_and_the_line(model: type[nn.Module]) -> None:
     with pytest.raises(UnsupportedOp, match=r"computes with the dynamic axis B read from a shape.*at .*"
                                             r"test_compile_messages\.py:\d+"):
-        emmy_core.explain(model(), (X,), prior=False)
+        emmy_core.explain(model(), (X,), prior=False, library=False)
 
 
 def test_compile_given_a_plain_function_is_a_type_error() -> None:
     with pytest.raises(TypeError, match=r"compile takes a torch\.nn\.Module, got function"):
-        emmy_core.compile(lambda x: x + 1, (X,), prior=False)  # type: ignore[arg-type]
+        emmy_core.compile(lambda x: x + 1, (X,), prior=False, library=False)  # type: ignore[arg-type]
 
 
 def test_a_prior_of_the_wrong_kind_is_a_type_error_naming_what_it_takes() -> None:
@@ -188,12 +188,12 @@ def test_a_prior_of_the_wrong_kind_is_a_type_error_naming_what_it_takes() -> Non
 
 def test_strict_evidence_must_be_a_bool_not_a_truthy_string() -> None:
     with pytest.raises(TypeError, match="strict_evidence= must be True or False, got str 'no'"):
-        emmy_core.compile(Lin(), (X,), prior=False, strict_evidence="no")  # type: ignore[arg-type]
+        emmy_core.compile(Lin(), (X,), prior=False, library=False, strict_evidence="no")  # type: ignore[arg-type]
 
 
 def test_a_meta_tensor_input_is_refused_as_meta_not_blamed_on_dynamic_axes() -> None:
     with pytest.raises(GraphError, match="meta tensors are not supported") as info:
-        emmy_core.explain(Lin(), (torch.randn(4, 8, device="meta"),), prior=False)
+        emmy_core.explain(Lin(), (torch.randn(4, 8, device="meta"),), prior=False, library=False)
     assert "dynamic ax" not in str(info.value)
 
 
@@ -208,7 +208,7 @@ def test_a_model_that_fails_to_run_shows_only_its_own_error(capfd: pytest.Captur
 
     with pytest.raises(GraphError, match=r"at .*test_compile_messages\.py:\d+: return self\.lin\(x\): "
                                          r"RuntimeError: mat1 and mat2 shapes cannot be multiplied") as info:
-        emmy_core.explain(Mismatch(), (X,), prior=False)
+        emmy_core.explain(Mismatch(), (X,), prior=False, library=False)
     out, err = capfd.readouterr()
     assert "Traceback" not in out + err and "ShapeProp" not in out + err + str(info.value)
 
@@ -231,7 +231,7 @@ def test_layout_refuses_a_size_that_is_not_a_positive_whole_number(compiled: emm
 
 def test_a_call_that_torch_tracks_gradients_for_runs_as_torch_and_warns_once_that_emmy_computes_none() -> None:
     model = Lin()
-    compiled = emmy_core.compile(model, (X,), prior=False, torch_ops="refuse")
+    compiled = emmy_core.compile(model, (X,), prior=False, library=False, torch_ops="refuse")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out = compiled(X.requires_grad_(False))
@@ -240,7 +240,7 @@ def test_a_call_that_torch_tracks_gradients_for_runs_as_torch_and_warns_once_tha
     assert len(mine) == 1 and "Emmy computes no gradients" in str(mine[0].message)
     assert "torch ran it" in str(mine[0].message)
     assert out.requires_grad and compiled.torch_calls == 2  # torch's answer, with its gradients
-    quiet = emmy_core.compile(Lin(), (X,), prior=False, torch_ops="refuse")
+    quiet = emmy_core.compile(Lin(), (X,), prior=False, library=False, torch_ops="refuse")
     with warnings.catch_warnings(record=True) as caught, torch.no_grad():
         warnings.simplefilter("always")
         quiet(X)
@@ -257,6 +257,6 @@ def test_a_model_whose_forward_raises_or_calls_sys_exit_is_refused_naming_the_mo
             raise SystemExit(7)
 
     with pytest.raises(GraphError, match=r"^RaisesInForward: forward raised ValueError: boom$"):
-        emmy_core.explain(RaisesInForward(), (X,), prior=False)
+        emmy_core.explain(RaisesInForward(), (X,), prior=False, library=False)
     with pytest.raises(GraphError, match=r"^ExitsInForward: forward called sys\.exit\(7\)$"):
-        emmy_core.explain(ExitsInForward(), (X,), prior=False)
+        emmy_core.explain(ExitsInForward(), (X,), prior=False, library=False)

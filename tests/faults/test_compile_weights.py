@@ -33,7 +33,7 @@ def _model() -> nn.Sequential:
 
 
 def _compiled(model: nn.Module) -> emmy_core.Compiled:
-    compiled = emmy_core.compile(model, (X,), prior=False, torch_ops="refuse")
+    compiled = emmy_core.compile(model, (X,), prior=False, library=False, torch_ops="refuse")
     compiled(X)  # the runner exists and has packed its matmuls' weights
     assert compiled.runner({"B": 16}).prepared, "the CPU launches pack their weights once"
     return compiled
@@ -111,7 +111,7 @@ def test_a_fused_optimizers_step_which_bumps_no_version_counter_is_followed(opti
     assert _error(compiled, model) < 1e-3
     torch._dynamo.reset()
     model = _model()
-    backend = torch.compile(model, backend=emmy_backend(prior=False))
+    backend = torch.compile(model, backend=emmy_backend(prior=False, library=False))
     backend(X)
     opt = optimizer(model.parameters(), lr=0.1, fused=True)
     _train_step(model, opt)
@@ -121,7 +121,7 @@ def test_a_fused_optimizers_step_which_bumps_no_version_counter_is_followed(opti
 def test_parameters_swapped_by_to_and_load_state_dict_after_a_compiled_call() -> None:
     torch._dynamo.reset()
     model = _model()
-    backend = torch.compile(model, backend=emmy_backend(prior=False))
+    backend = torch.compile(model, backend=emmy_backend(prior=False, library=False))
     backend(X)
     fresh = _model()
     fresh[0].weight.add_(1.0)
