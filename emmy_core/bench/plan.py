@@ -17,6 +17,7 @@ from emmy_core.bench.harness import BenchError, Unit, dedupe
 from emmy_core.dtypes import MODEL_DTYPES, torch_dtype
 from emmy_core.ir import Program
 from emmy_core.knobs import FAMILY_KNOBS, candidates, sample_candidates, view
+from emmy_core.knobs.route import is_library, library_knobs, with_library
 from emmy_core.knobs.vocab import SCHEDULE_KNOBS
 from emmy_core.targets import Card
 
@@ -35,12 +36,14 @@ def model_units(model: str, shape: Mapping[str, int], dtype: str = "f16") -> lis
 
 def tune_plan(units: Sequence[Unit], card: Card, budget: int | None = None,
               seed: int = 0) -> list[tuple[Unit, list[dict[str, object]]]]:
-    """Each distinct unit with its candidates on `card`: all of them, or a sample of `budget` (first kept)."""
+    """Each distinct unit with its candidates on `card`: all of them, or a sample of `budget` (first kept); a
+    matrix product's library route (torch's own kernel, `knobs.route`) is measured too, before them and outside
+    the budget."""
     plan: list[tuple[Unit, list[dict[str, object]]]] = []
     for p in dedupe((u, ()) for u in units):
         pool = candidates(p.unit.program, card) if budget is None else \
             sample_candidates(p.unit.program, card, budget, seed)
-        variants = [dict(k) for k in pool]
+        variants = with_library(p.unit.program, pool)
         plan.extend((p.unit, variants) for _ in range(p.count))  # every instance, so the bench counts them
     return plan
 
@@ -55,7 +58,7 @@ def parse_knob_value(name: str, text: str) -> object:
         if text.lower() not in ("true", "false", "1", "0"):
             raise ValueError(f"{name} takes true or false, not {text!r}")
         value = text.lower() in ("true", "1")
-    elif spec.kind == "enum":
+    elif spec.kind in ("enum", "version"):
         value = text
     else:  # ASCII digits only: int() also takes other scripts' digits (`２`), signs, spaces and `1_0`
         if _INT.fullmatch(text) is None:
@@ -81,7 +84,7 @@ def forced_knobs(pairs: Sequence[str], target: str) -> dict[str, object]:
             out[name] = parse_knob_value(name, text)
         except ValueError as exc:
             raise ValueError(f"--knob {pair[:60]!r}: {exc}") from None
-        if SCHEDULE_KNOBS[name].target != target:
+        if SCHEDULE_KNOBS[name].target not in (target, "any"):
             raise ValueError(f"--knob {name} belongs to the {SCHEDULE_KNOBS[name].target} vocabulary; "
                              f"the card is {target}")
     return out
@@ -94,7 +97,10 @@ def accepts(program: Program, card: Card, forced: Mapping[str, object]) -> bool:
 
 
 def hand_variant(program: Program, card: Card, forced: Mapping[str, object]) -> dict[str, object]:
-    """The forced knobs over the kernel's first option (the knobs not forced keep the safe default)."""
+    """The forced knobs over the kernel's first option (the knobs not forced keep the safe default); `library=torch`
+    is the library route, with this torch's release unless one is forced."""
+    if is_library(forced):
+        return {**library_knobs(), **forced}
     pool = candidates(program, card)
     if not pool:
         raise BenchError(f"kernel {program.name} has no candidates on {card.name}")

@@ -217,7 +217,8 @@ def tune(
     """Tune every kernel of a model at a shape over its candidates; record ok and failed rows.
 
     By default 16 candidates per kernel (the first option always among them), chosen by the prior
-    (`--strategy`), which finishes in minutes; `--budget all` benches every candidate."""
+    (`--strategy`), which finishes in minutes; `--budget all` benches every candidate. Each matrix product's
+    library route (torch's own kernel) is measured beside them, outside the budget."""
     from emmy_core.bench.plan import tune_plan
     from emmy_core.search import STRATEGIES
 
@@ -254,6 +255,7 @@ def tune(
         variants = sum(len(p.variants) for p in dedupe(tune_plan(units, the_card, None, seed)))
     sample = f"at most {per_kernel} candidates per kernel chosen by strategy {strategy} (--budget all: every " \
              f"one)" if per_kernel else "every candidate (--budget all)"
+    sample += ", and torch's own kernel beside each matrix product"
     typer.echo(f"tuning {model} at {shape} on {the_card.name}, setting {setting}: {variants} variants, "
                f"{sample}; recording into {recorder.label}")
     warn_if_busy(max_busy)

@@ -3,21 +3,24 @@
 `StrategyChooser` is the bench harness's `Chooser` for `emmy tune --strategy S --budget N`:
 per kernel it enumerates the candidates on the card (the rule's order), leaves out those the
 recorder already holds measured ok (never measured twice), scores the rest with the prior,
-and runs a `Session` of the strategy within the budget. The rule's first option is always
-measured first; a failed or flagged variant costs its budget and tells the strategy it failed.
+and runs a `Session` of the strategy within the budget. A matrix product's library route (torch's own
+kernel, `knobs.route`) is measured first and outside the budget: it is what Emmy's kernels must beat.
+The rule's first option is always measured next; a failed or flagged variant costs its budget and tells
+the strategy it failed.
 As each kernel finishes, `on_kernel` is told its best so far against its first option.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from emmy_core.bench.harness import Outcome, Planned
 from emmy_core.knobs import candidates
+from emmy_core.knobs.route import is_library, with_library
 from emmy_core.knobs.vocab import schedule_id
 from emmy_core.search.replay import Session
 from emmy_core.search.strategy import SearchPool, SearchStrategy, make_strategy
@@ -68,6 +71,9 @@ class KernelSearch:
     told: int = 0
     first_us: float | None = None
     first_measured: bool = False
+    library: list[dict[str, object]] = field(default_factory=list)  # measured before the session, off its budget
+    library_us: float | None = None
+    library_measured: bool = False
 
     def best_line(self) -> str:
         best = self.session.best
@@ -75,6 +81,8 @@ class KernelSearch:
         if best is None:
             return f"{self.name}: {n} measured, none working"
         head = f"{self.name}: {n} measured, best {best.time_us:.2f} us"
+        if self.library_us is not None:
+            head += f", torch's kernel {self.library_us:.2f} us ({self.library_us / best.time_us:.2f}x)"
         if self.first_us is not None and best.time_us:
             return f"{head}, first option {self.first_us:.2f} us ({self.first_us / best.time_us:.2f}x)"
         return head + (", first option failed" if self.first_measured else ", first option measured before")
@@ -106,13 +114,22 @@ class StrategyChooser:
         pool = card_pool(self.prior if self.strategy in PRIOR_STRATEGIES else None, unit.program, unit.sizes,
                          self.card, self.setting, keep, first, f"{unit.program.name} {unit.sizes_text}")
         session = Session(self.make(self.strategy, self.seed), pool, self.budget)
-        self.kernels[unit.key] = KernelSearch(unit.program.name, pool, session)
-        return session.budget
+        route = with_library(unit.program, [])
+        library = [k for k in route if schedule_id(k) not in known]
+        self.skipped_known += len(route) - len(library)
+        self.kernels[unit.key] = KernelSearch(unit.program.name, pool, session, library=library)
+        return session.budget + len(library)
 
     def next(self, planned: Planned, outcomes: Sequence[Outcome]) -> list[dict[str, object]]:
         k = self.kernels[planned.unit.key]
         index = {schedule_id(dict(kn)): i for i, kn in enumerate(k.pool.knobs)}
+        if len(outcomes) < len(k.library):  # torch's kernel first, outside the session
+            return [k.library[len(outcomes)]]
         for o in outcomes[k.told:]:
+            if is_library(o.knobs):
+                k.library_us = o.median_us if o.status == "ok" else None
+                k.library_measured = True
+                continue
             i = index[schedule_id(o.knobs)]
             t = o.median_us if o.status == "ok" else None
             if i == k.pool.first:

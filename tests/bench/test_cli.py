@@ -11,6 +11,8 @@ from typer.testing import CliRunner
 from emmy_core.cli.main import app
 from emmy_core.ir import kernel_id, render
 from emmy_core.ir.builders import rmsnorm
+from emmy_core.knobs.route import library_knobs
+from emmy_core.knobs.vocab import schedule_id
 from emmy_core.store import open_store
 from tests.bench import planted
 
@@ -77,19 +79,21 @@ def test_forced_knobs_are_validated_against_the_vocabulary(kernel_file: Path, tm
 
 
 def test_tune_benches_each_kernel_of_a_model_once_and_records_through_the_writer(tmp_path: Path) -> None:
-    """llama_block computes q, k and v with one kernel and normalises twice with another: 12 instances, 9 kernels."""
+    """llama_block computes q, k and v with one kernel and normalises twice with another: 12 instances, 9 kernels,
+    7 of them matrix products, each measured once more as torch runs it (the library route): 16 variants."""
     db = tmp_path / "t.db"
     result = runner.invoke(app, ["tune", "--model", "llama_block", "--shape", "B=1,S=8", "--budget", "1",
                                  "--db", str(db), "--no-progress", *LENIENT])
     assert result.exit_code == 0, result.output
-    assert "kernels: 9 distinct (12 instances); variants run: 9" in result.output
-    assert (f"at most 1 candidates per kernel chosen by strategy prior (--budget all: every one); recording into "
-            f"database {db}") in result.output
-    assert f"rows recorded: 9 into database {db}" in result.output
+    assert "kernels: 9 distinct (12 instances); variants run: 16" in result.output
+    assert (f"at most 1 candidates per kernel chosen by strategy prior (--budget all: every one), and torch's own "
+            f"kernel beside each matrix product; recording into database {db}") in " ".join(result.output.split())
+    assert f"rows recorded: 16 into database {db}" in result.output
     with open_store(db, "r") as store:
         rows = store.measurements()
-        assert len(rows) == 9 and {r.source for r in rows} == {"tune"}
+        assert len(rows) == 16 and {r.source for r in rows} == {"tune"}
         assert len({r.kernel_id for r in rows}) == 9
+        assert sum(r.schedule_id == schedule_id(library_knobs()) for r in rows) == 7
     again = runner.invoke(app, ["tune", "--model", "llama_block", "--shape", "B=1,S=8", "--budget", "1",
                                 "--db", str(db), "--no-progress", *LENIENT])
     assert again.exit_code == 0, again.output

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from emmy_core.bench.plan import model_units
 from emmy_core.cli.main import app
 from emmy_core.knobs import candidates
+from emmy_core.knobs.route import with_library
 from emmy_core.knobs.vocab import schedule_id
 from emmy_core.prior import load_installed_prior
 from emmy_core.store import open_store
@@ -19,7 +20,7 @@ runner = CliRunner()
 LENIENT = ["--setting", "rank", "--spread-limit", "1000", "--timeout", "20", "--max-busy", "1"]  # the machine is shared
 
 
-def test_tune_strategy_prior_budget_4_measures_the_first_option_and_the_priors_top_3_and_records_them(
+def test_tune_strategy_prior_budget_4_measures_the_first_option_the_priors_top_3_and_torchs_kernel(
         tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     result = runner.invoke(app, ["tune", "--model", "mlp", "--shape", "B=1,S=8", "--strategy", "prior", "--budget",
@@ -36,8 +37,10 @@ def test_tune_strategy_prior_budget_4_measures_the_first_option_and_the_priors_t
         scores = prior.score(unit.program, dict(unit.sizes), card, "rank", pool)
         top3 = [int(i) for i in np.argsort(-scores, kind="stable") if i != 0][:3]
         expected = {schedule_id(pool[i]) for i in (0, *top3)}  # a pool with no rows: no failure re-ranks it
+        expected |= {schedule_id(k) for k in with_library(unit.program, [])}  # torch's kernel, off the budget
         assert {r.schedule_id for r in rows if r.kernel_id == key[0]} == expected
     assert "search prior: " in result.output and "first option" in result.output  # best so far against the first
+    assert "torch's kernel" in result.output  # and against torch's
 
 
 def test_tune_refuses_an_unknown_strategy(tmp_path: Path) -> None:
