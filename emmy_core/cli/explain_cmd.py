@@ -58,6 +58,10 @@ def explain_command(
     sizes = shape_of(shape)
     # before any work, and outside the try below: the typer.Exit of its `fail` is a RuntimeError (click's)
     chosen_prior = prior_arg(prior, no_prior)
+    if chosen_prior is None:  # the installed prior, read once for the record and the coverage (not twice)
+        from emmy_core.evidence.context import load_prior_best_effort
+
+        chosen_prior = load_prior_best_effort(None)[0]  # None where it cannot load: each step says why, as before
     module, inputs_fn = model_and_inputs(model, dtype, inputs)
     try:
         compiled = explain(module, inputs_fn(SMALL), sizes, card=card, setting=setting, tuning_db=db,
