@@ -27,7 +27,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from emmy_core.compiler.coverage import FellBack, GraphReport
 from emmy_core.compiler.handover import copy_graph, drop_graphargs, lifted_floats, literal_sizes
 from emmy_core.compiler.launch import Launcher
 from emmy_core.compiler.memory import check_fits
+from emmy_core.compiler.race import race
 from emmy_core.compiler.runner import Runner, RunnerCache, output_views
 from emmy_core.compiler.steps import steps_taken
 from emmy_core.compiler.weights import version_of
@@ -74,6 +75,12 @@ class GroupStatus:
     nodes: tuple[str, ...]
     off: str | None = None
     torch_calls: int = 0  # calls of a live group that torch ran (autograd on, a size of 0, a changed attribute)
+    raced: dict[str, str] = field(default_factory=dict)  # size text -> why torch's ops run it (`compiler.race`)
+    last: str = ""  # the size text of the last call Emmy's checks let through (the report's sizes)
+
+    def torch_at_last(self) -> str | None:
+        """Why torch runs the group at its last size: handed back for good, or outraced there (None: Emmy)."""
+        return self.off or self.raced.get(self.last)
 
 
 class EmmyGroup(nn.Module):
@@ -81,7 +88,7 @@ class EmmyGroup(nn.Module):
 
     def __init__(self, torch_sub: fx.GraphModule, translated: Translated, compiled: Compiled,
                  nodes: tuple[str, ...], note: Callable[[str], None], check: bool = True,
-                 resolve_only: bool = False) -> None:
+                 resolve_only: bool = False, route: bool = False) -> None:
         super().__init__()
         self.torch_sub = torch_sub
         self.translated = translated
@@ -91,6 +98,7 @@ class EmmyGroup(nn.Module):
         self.status = GroupStatus(nodes, None if compiled.builder is not None or resolve_only else
                                   (compiled.cannot_run or "nothing builds here"))
         self.check = check
+        self.route = route  # race torch's ops at each new size (`compiler.race`)
         self._note = note
         self._sizes: dict[tuple, dict[str, int] | None] = {}
         self._texts: dict[tuple, str] = {}  # the same keys' sizes as text (a runner's key)
@@ -162,11 +170,7 @@ class EmmyGroup(nn.Module):
                  ) -> tuple[str | None, bool]:
         """Why the runner's outputs are not torch's on fresh inputs (None: they agree), and whether the outputs
         handed back as `views` have torch's own strides."""
-        gen = torch.Generator(device="cpu").manual_seed(len(self._runners))
-        params = {pos for _, pos in self.translated.params}
-        fresh = [a if not isinstance(a, torch.Tensor) or i in params else
-                 torch.randn(a.shape, generator=gen).to(dtype=a.dtype, device=a.device)
-                 for i, a in enumerate(args)]
+        fresh = self._fresh(args)
         with torch.no_grad():
             want = self.torch_sub(*fresh)
             got = runner.run([fresh[i] for i in self.translated.inputs])
@@ -181,6 +185,23 @@ class EmmyGroup(nn.Module):
         if why is not None and dtype != "f32" and self._near_wider_reference(got, want, fresh, dtype):
             why = None
         return why, strides
+
+    def _fresh(self, args: Sequence[Any]) -> list[Any]:
+        """`args` with every activation replaced by random values of its shape and type (weights kept): the
+        check and the race run on these, so a group that writes into its inputs changes nothing of the caller's."""
+        gen = torch.Generator(device="cpu").manual_seed(len(self._runners))
+        params = {pos for _, pos in self.translated.params}
+        return [a if not isinstance(a, torch.Tensor) or i in params else
+                torch.randn(a.shape, generator=gen).to(dtype=a.dtype, device=a.device)
+                for i, a in enumerate(args)]
+
+    def _race(self, runner: Runner, args: Sequence[Any], text: str) -> str | None:
+        """Why torch's ops run this size, measured against Emmy's runner on fresh inputs (None: Emmy's wins)."""
+        fresh = self._fresh(args)
+        inputs = [fresh[i] for i in self.translated.inputs]
+        with torch.no_grad():
+            result = race(lambda: runner.run(inputs), lambda: self.torch_sub(*fresh))
+        return result.verdict(text or "its static sizes")
 
     def _near_wider_reference(self, got: Sequence[torch.Tensor], want: Sequence[torch.Tensor],
                               fresh: Sequence[Any], dtype: str) -> bool:
@@ -238,6 +259,9 @@ class EmmyGroup(nn.Module):
         if self.resolve_only:  # explain: the forks settled at this size, the values computed by torch
             self.compiled.resolve(sizes)
             return self.torch_sub(*args)
+        self.status.last = text
+        if text in self.status.raced:  # torch's ops were measured faster at this size
+            return self.torch_sub(*args)
         params = [args[pos] for _, pos in self.translated.params]
         wkey = (steps_taken(), *((version_of(p), p.data_ptr()) for p in params))  # a fused optimizer bumps no version
         runner = self._runners.get(text) if wkey == self._weights_key else None
@@ -254,6 +278,13 @@ class EmmyGroup(nn.Module):
                     runner = self._build(sizes, args)
                     if runner is None:
                         return self.torch_sub(*args)
+                    if self.route and text not in self.status.raced:
+                        why = self._race(runner, args, text)
+                        if why is not None:
+                            self.status.raced[text] = why
+                            if len(self.status.raced) == 1:  # once per group: a server's every length would grow it
+                                self._note(f"{self.compiled.lowered.graph.name} runs as torch: {why}")
+                            return self.torch_sub(*args)
                     self._runners.put(text, runner)
         inputs = [args[i] for i in self.translated.inputs]
         if not torch.is_grad_enabled():  # the usual inference call: no context to enter
@@ -307,15 +338,15 @@ class GraphState:
             self.last = {s: int(args[p]) if d < 0 else int(args[p].shape[d]) for s, p, d in self.binders}
 
     def report(self) -> GraphReport:
-        live = {n for g in self.groups if g.off is None for n in g.nodes}
+        live = {n for g in self.groups if g.torch_at_last() is None for n in g.nodes}
         fell = []
         for node, op in self.ops:
             if node in live:
                 continue
             why = self.torch_ops.get(node)
             if why is None:
-                why = next((f"its group runs as torch: {g.off}" for g in self.groups if node in g.nodes and g.off),
-                           "not in a group Emmy runs")
+                why = next((f"its group runs as torch: {w}" for g in self.groups
+                            if node in g.nodes and (w := g.torch_at_last())), "not in a group Emmy runs")
             fell.append(FellBack(node, op, why))
 
         def at_last(f: object) -> int:  # 0 for a size the graph has not run at yet
@@ -411,7 +442,8 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
             lowered[sub_name] = compile_graph(tr.graph)
             compiled = Compiled(lowered[sub_name], the_card, setting, sources, strict_evidence=False,
                                 device=torch.device(device), builder=builder)
-            group = EmmyGroup(sub, tr, compiled, nodes, state.notes.append, check, resolve_only=not build)
+            group = EmmyGroup(sub, tr, compiled, nodes, state.notes.append, check, resolve_only=not build,
+                              route=library)
             setattr(gm, sub_name, group)
             state.add(group)
         gm.recompile()
