@@ -9,14 +9,18 @@ resolved again.
 
 `build_all` builds many pairs at once (C compiles run side by side, one per core): a compile
 settles every fork without building, builds all the chosen kernels together, and only when one
-fails resolves again with the check (`Compiled._planned`).
+fails resolves again with the check (`Compiled._planned`). Within `reporting_builds(report)` it
+says how many are built as they finish (`emmy compile`'s progress: a cold C build takes seconds).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from emmy_core.codegen.backend import BuildError, get_setting
@@ -25,6 +29,20 @@ from emmy_core.ir.errors import IRError
 from emmy_core.ir.identity import kernel_id
 from emmy_core.ir.nodes import Program
 from emmy_core.targets.card import Card
+
+BuildReport = Callable[[int, int], None]
+_report: ContextVar[BuildReport | None] = ContextVar("emmy_build_report", default=None)
+
+
+@contextmanager
+def reporting_builds(report: BuildReport) -> Iterator[None]:
+    """Within it, each `Builder.build_all` of this thread calls `report(done, total)` as each kernel it builds is
+    done, built or not (from the builder's threads): a compile's progress, whose builds are deep inside it."""
+    token = _report.set(report)
+    try:
+        yield
+    finally:
+        _report.reset(token)
 
 
 def backend_for(card: Card) -> Any:
@@ -86,11 +104,20 @@ class Builder:
         if any(k in self.failed for k in todo):
             return False
 
+        report, done, counting = _report.get(), [0], threading.Lock()
+        if report is not None and todo:
+            report(0, len(todo))
+
         def one(pair: tuple[Program, ScheduleOption]) -> bool:
             try:
                 self.build(*pair)
             except (BuildError, IRError):
                 return False
+            finally:
+                if report is not None:
+                    with counting:
+                        done[0] += 1
+                        report(done[0], len(todo))
             return True
 
         workers = min(len(todo), os.cpu_count() or 1) if self.card.target == "cpu" else 1
