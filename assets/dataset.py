@@ -2,10 +2,9 @@
 
 import dagster as dg
 
+from assets import GROUP
 from assets.resources import DuckDBStore, EmmyPaths
 from assets.tuning_db import check_result, tuning_db
-
-GROUP = "store"
 
 
 @dg.asset(deps=[tuning_db], group_name=GROUP, pool="duckdb", description=(

@@ -2,12 +2,11 @@
 
 import dagster as dg
 
+from assets import GROUP
 from assets.dataset import dataset
 from assets.prior import prior
 from assets.resources import ComputeScheduler, EmmyPaths, MLflowTracking
 from emmy_core.eval.verdict import DEFAULT_TOLERANCE as TOLERANCE
-
-GROUP = "prior"
 
 
 def fit_run_id(context: dg.AssetExecutionContext) -> str | None:

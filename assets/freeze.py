@@ -2,10 +2,9 @@
 
 import dagster as dg
 
+from assets import GROUP
 from assets.resources import EmmyPaths
 from assets.tune import tune_files
-
-GROUP = "freeze"
 
 
 @dg.observable_source_asset(group_name=GROUP, description=(

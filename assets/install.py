@@ -2,10 +2,9 @@
 
 import dagster as dg
 
+from assets import GROUP
 from assets.evaluation import evaluation
 from assets.resources import EmmyPaths
-
-GROUP = "prior"
 
 
 @dg.asset(deps=[evaluation], group_name=GROUP, description=(

@@ -2,12 +2,11 @@
 
 import dagster as dg
 
+from assets import GROUP
 from assets.dataset import dataset
 from assets.resources import ComputeScheduler, EmmyPaths, MLflowTracking
 from emmy_core.prior.fit import HEADLINE_FIGURES
 from emmy_core.prior.training import DEFAULT_POOLS, Params
-
-GROUP = "prior"
 
 
 class FitConfig(dg.Config):

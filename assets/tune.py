@@ -8,6 +8,7 @@ card and machine), and tune files also arrive from other machines, so the chain 
 import dagster as dg
 from pydantic import Field
 
+from assets import GROUP
 from assets.resources import EmmyPaths
 
 
@@ -28,7 +29,7 @@ class TuneConfig(dg.Config):
     replay_from: str = ""  # a frozen card file of the partition's card: its rows replayed, no hardware needed
 
 
-@dg.observable_source_asset(group_name="freeze", description=(
+@dg.observable_source_asset(group_name=GROUP, description=(
     "The tune files waiting in the inbox (`_tune/files/`), written by `tune_card` here or copied from other "
     "machines. Its data version is the digest of their names and contents."))
 def tune_files(paths: EmmyPaths) -> dg.ObserveResult:

@@ -2,11 +2,10 @@
 
 import dagster as dg
 
+from assets import GROUP
 from assets.freeze import refreshed_freeze
 from assets.resources import DuckDBStore, EmmyPaths
 from emmy_core.store.check import CheckReport
-
-GROUP = "store"
 
 
 @dg.asset(deps=[refreshed_freeze], group_name=GROUP, pool="duckdb", description=(
