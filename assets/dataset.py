@@ -27,11 +27,11 @@ def dataset(context: dg.AssetExecutionContext, paths: EmmyPaths, store: DuckDBSt
     "`emmy db check` on the export: the manifest's versions and digests verify, and the exported tables "
     "agree with themselves. Blocking: on a failure the prior is not fitted."))
 def dataset_consistent(paths: EmmyPaths) -> dg.AssetCheckResult:
-    from emmy_core.store.check_export import check_export
-    from emmy_core.store.errors import StoreError
+    from emmy_core.exchange.check_export import check_export
+    from emmy_core.fileio.errors import FileError
 
     try:
         report = check_export(paths.chain().dataset)
-    except StoreError as exc:  # the manifest or a file does not verify: that is the finding
+    except FileError as exc:  # the manifest or a file does not verify: that is the finding
         return dg.AssetCheckResult(passed=False, description=str(exc)[:1000])
     return check_result(report)

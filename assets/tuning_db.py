@@ -31,12 +31,12 @@ def tuning_db(context: dg.AssetExecutionContext, paths: EmmyPaths, store: DuckDB
     "`emmy db check` on the tuning database: every digest, reference, card, knob and version agrees. "
     "Blocking: on a failure nothing downstream materializes."))
 def tuning_db_consistent(paths: EmmyPaths, store: DuckDBStore) -> dg.AssetCheckResult:
+    from emmy_core.fileio.errors import FileError
     from emmy_core.store.check import check_db
-    from emmy_core.store.errors import StoreError
 
     try:
         report = check_db(store.file(paths))
-    except StoreError as exc:  # no store, or not one: that is the finding
+    except FileError as exc:  # no store, or not one: that is the finding
         return dg.AssetCheckResult(passed=False, description=str(exc)[:1000])
     return check_result(report)
 

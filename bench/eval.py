@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def export_of(sources: list[Path], out: Path) -> Path:
-    from emmy_core.store.export import export_db
-    from emmy_core.store.importer import import_db
+    from emmy_core.exchange.export import export_db
+    from emmy_core.exchange.importer import import_db
 
     refused = [o.message for o in import_db(out / "store.db", sources, fresh=True) if not o.ok]
     if refused:

@@ -157,7 +157,7 @@ import sys, tempfile
 from pathlib import Path
 import atheris
 with atheris.instrument_imports(include=["emmy_core"]):
-    from emmy_core.store.importer import import_into
+    from emmy_core.exchange.importer import import_into
 from tests.faults.corpus import import_checked, primed_store
 WORK = Path(tempfile.mkdtemp(prefix="emmy-atheris-"))
 SOURCE = WORK / ("input" + sys.argv[1])
@@ -206,7 +206,7 @@ def _mixed(snap_or_pair: tuple[str, int], digests: dict[str, str], rows: dict[st
 
 def _swapper(a: Path, b: Path, out: Path, stop: Any, swaps: list[int], errors: list[BaseException]) -> None:
     """Exports the two stores into `out` in turn until `stop` is set (counting swaps, keeping errors)."""
-    from emmy_core.store.export import export_db
+    from emmy_core.exchange.export import export_db
 
     try:
         while not stop.is_set():
@@ -222,7 +222,7 @@ def export_race(work: Path, reads: int) -> int:
 
     import pyarrow.parquet as pq
 
-    from emmy_core.store.export import MANIFEST, export_db, open_snapshot
+    from emmy_core.exchange.export import MANIFEST, export_db, open_snapshot
     from tests.faults.test_export_race import two_stores
 
     print(f"\n== 5. export race ({load()})")
@@ -347,11 +347,11 @@ def report(p):
 
 def import_source(p):
     from emmy_core.store import MemoryStore
-    from emmy_core.store.importer import load_source
+    from emmy_core.exchange.importer import load_source
     load_source(p, MemoryStore("x"))
 
 def loop_program(p):
-    from emmy_core.files.inputfile import read_input
+    from emmy_core.fileio.inputfile import read_input
     read_input(p, 1 << 20, "source file")
 
 def export(p):
@@ -370,7 +370,7 @@ readers = {"prior": prior, "cards": cards, "extern-order": extern_order, "report
            "import": import_source, "loop program": loop_program, "export": export,
            "store (write)": store_write, "store (read)": store_read}
 from emmy_core.prior import PriorError
-from emmy_core.store.errors import StoreError
+from emmy_core.fileio.errors import FileError
 from emmy_core.targets import CardTableError
 for name, read in readers.items():
     for kind, path in specials.items():
@@ -387,7 +387,7 @@ for name, read in readers.items():
         try:
             read(path)
             outcome = "ACCEPTED"
-        except (PriorError, StoreError, CardTableError, ValueError) as exc:
+        except (PriorError, FileError, CardTableError, ValueError) as exc:
             outcome = "refused: " + str(exc).splitlines()[0][:90]
         except TimeoutError:
             outcome = "HANG"
@@ -472,7 +472,7 @@ def silent_peers() -> int:
     """Section 9: loopback peers that accept and never speak, speak HTTP, or refuse, as a `--scheduler tcp://`
     and as an http:// folder; each must be given up on within 30 s or refused by name. Returns violations."""
     from emmy_core.compute.scheduler import ComputeError, probe_dask
-    from emmy_core.files.urlfolder import UrlFolderError, read_pointer
+    from emmy_core.fileio.urlfolder import UrlFolderError, read_pointer
     from tests.faults.peers import closed_port, http_server, silent_listener
 
     print(f"\n== 9. silent and foreign network peers ({load()})")

@@ -36,8 +36,9 @@ SECONDS_PER_MILLION_ROWS = {"import": 20.0, "export": 5.0, "freeze": 20.0}  # th
 
 def generate(path: Path, rows: int) -> int:
     """A canonical freeze of `rows` rows: rmsnorm kernels x sizes x schedules, 1 in 20 failed."""
-    from emmy_core.files.cardfile import FREEZE_FORMAT, KernelEntry, RowWriter, render_document
-    from emmy_core.files.freeze import rehinted
+    from emmy_core.fileio.filekind import FREEZE_FORMAT
+    from emmy_core.formats.cardfile import KernelEntry, RowWriter, render_document
+    from emmy_core.formats.freeze import rehinted
     from emmy_core.ir import render
     from emmy_core.ir.builders import rmsnorm
     from emmy_core.knobs.vocab import canonical_knobs
@@ -92,20 +93,20 @@ def step(name: str, work: Path, rows: int) -> None:
         flat_rows(work / "synthetic.json", work / "synthetic.ndjson")
         t0 = time.perf_counter()
     elif name == "import":
-        from emmy_core.store.importer import import_db
+        from emmy_core.exchange.importer import import_db
 
         (o,) = import_db(work / "synthetic.db", [work / "synthetic.json"], fresh=True)
         assert o.ok, o.message
         detail = o.message
     elif name == "freeze":
-        from emmy_core.files.freeze import freeze_db
+        from emmy_core.formats.freeze import freeze_db
 
         (p,) = freeze_db(work / "synthetic.db", work / "refrozen")
         same = p.read_bytes() == (work / "synthetic.json").read_bytes()
         detail = f"byte-identical to the imported freeze: {same}"
         extra["byte_identical"] = same
     elif name == "export":
-        from emmy_core.store.export import export_db
+        from emmy_core.exchange.export import export_db
 
         m = export_db(work / "synthetic.db", work / "export")
         detail = f"measurements {m['tables']['measurements']['rows']}, pools {m['tables']['pools']['rows']}"
@@ -113,14 +114,14 @@ def step(name: str, work: Path, rows: int) -> None:
         detail, inner = duckdb_step(name, work)
         t0 = time.perf_counter() - inner if inner is not None else t0
     elif name == "peer-import":
-        from emmy_core.store.importer import import_db
+        from emmy_core.exchange.importer import import_db
 
         files = sorted(p for p in PEER.iterdir() if p.name.endswith((".json", ".json.gz")))
         out = import_db(work / "peer.db", files, fresh=True)
         assert all(o.ok for o in out), [o.message for o in out if not o.ok]
         detail = f"{len(files)} files, {sum(o.summary.offered for o in out if o.summary)} rows"
     elif name == "peer-export":
-        from emmy_core.store.export import export_db
+        from emmy_core.exchange.export import export_db
 
         m = export_db(work / "peer.db", work / "peer-export")
         detail = f"measurements {m['tables']['measurements']['rows']}"

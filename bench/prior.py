@@ -131,8 +131,8 @@ def peer_dataset(peer: Path, tmp: Path, card_of: dict[str, str] | None = None) -
     """The caches in `peer` imported, exported and read; each extern fork's first option is its file's first
     entry. `card_of` names the card of a cache (by file name) whose `device_name` is empty, as `emmy db import
     --card` does."""
-    from emmy_core.store.export import export_db
-    from emmy_core.store.importer import import_db
+    from emmy_core.exchange.export import export_db
+    from emmy_core.exchange.importer import import_db
 
     card_of = card_of or {}
     files = sorted(p for p in peer.iterdir() if p.name.endswith((".json", ".json.gz")))
@@ -261,9 +261,9 @@ def pool_figures(prior: Any, forks: Sequence[Any], others: Sequence[Any]) -> lis
 
 
 def bench_cpu(cpu_db: Path, prior_path: Path | None, recheck_rounds: int = 0) -> None:
+    from emmy_core.exchange.export import export_db
+    from emmy_core.exchange.importer import import_db
     from emmy_core.freezefolder.freeze_names import freeze_folder
-    from emmy_core.store.export import export_db
-    from emmy_core.store.importer import import_db
 
     if not cpu_db.is_file():
         say(f"cpu: no tuning database at {cpu_db}; fill it with emmy tune (see this script's docstring)")

@@ -42,8 +42,9 @@ def card_name(i: int) -> str:
 
 def generate(inbox: Path, cards: int) -> int:
     """One tune file per card in `inbox`; returns the rows written."""
-    from emmy_core.files.cardfile import TUNE_FORMAT, KernelEntry, RowWriter, render_document
-    from emmy_core.files.tunefile import tune_file_name
+    from emmy_core.fileio.filekind import TUNE_FORMAT
+    from emmy_core.formats.cardfile import KernelEntry, RowWriter, render_document
+    from emmy_core.formats.tunefile import tune_file_name
     from emmy_core.ir import render
     from emmy_core.ir.builders import rmsnorm
     from emmy_core.knobs.vocab import canonical_knobs
@@ -88,7 +89,7 @@ def step(name: str, work: Path, cards: int) -> None:
         report = fold_tune_files(work / "freezes", work / "inbox")
         detail = f"{len(report.moved)} tune files -> {len(list((work / 'freezes').glob('*.json')))} freeze files"
     elif name == "import":
-        from emmy_core.store.importer import import_db
+        from emmy_core.exchange.importer import import_db
 
         files = sorted((work / "freezes").glob("*.json"))
         out = import_db(work / "fleet.db", files, fresh=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from emmy_core.files.safefile import atomic_write_text
+from emmy_core.fileio.safefile import atomic_write_text
 
 OUT = Path(__file__).resolve().parent / "asset-graph.png"
 

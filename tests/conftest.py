@@ -47,8 +47,8 @@ def peer_store(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Peer
     file lock in the run's shared temporary folder, the others wait for it and read it."""
     from filelock import FileLock
 
-    from emmy_core.store.export import export_db
-    from emmy_core.store.importer import SourceOutcome, import_db
+    from emmy_core.exchange.export import export_db
+    from emmy_core.exchange.importer import SourceOutcome, import_db
 
     peer = _peer_dir()
     files = sorted(p for p in peer.iterdir() if p.name.endswith((".json", ".json.gz")))

@@ -137,7 +137,7 @@ class Recorder(Protocol):
     failed; flagged ones never get here) at a time, so a bench that fails half-way has
     written whole kernels only; one interrupted (Ctrl-C) also writes the rows its kernel had
     finished, since each is a whole measurement that a re-run then skips. Implementations:
-    `emmy_core.store.recorders.StoreRecorder` (the store's one writer) and `TuneFileRecorder`
+    `emmy_core.exchange.recorders.StoreRecorder` (the store's one writer) and `TuneFileRecorder`
     (a tune file, the store's format), beside it.
     """
 

@@ -29,9 +29,9 @@ def replay_tune(card: str, frozen: Path | str, inbox: Path | str, settings: Sequ
                 stamp: str | None = None) -> ReplayReport:
     """Writes the rows of `frozen` (a freeze or tune file of `card`) for `settings` (default: every setting
     the file holds) into `inbox` as tune files of `card`, one per setting."""
-    from emmy_core.files.cardfile import parse_card_document
-    from emmy_core.files.sourcefile import load_json_file
-    from emmy_core.files.tunefile import tune_file_name, tune_stamp, write_tune_file
+    from emmy_core.fileio.sourcefile import load_json_file
+    from emmy_core.formats.cardfile import parse_card_document
+    from emmy_core.formats.tunefile import tune_file_name, tune_stamp, write_tune_file
 
     doc = parse_card_document(load_json_file(Path(frozen)), str(frozen))
     if doc.card.name != card:

@@ -14,8 +14,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from emmy_core.files.safefile import atomic_write_text
-from emmy_core.files.sourcefile import Fields, SourceError, load_json_file
+from emmy_core.fileio.safefile import atomic_write_text
+from emmy_core.fileio.sourcefile import Fields, SourceError, load_json_file
 
 STATUS_FILE = "chain-status.json"
 STATUS_FORMAT = "emmy-chain-status"
@@ -41,7 +41,7 @@ class ChainStatus:
 
 def write_status(folder: Path | str, run_id: str, success: bool, cause: str = "") -> ChainStatus:
     """Records how a run ended (written atomically; only a status record is replaced)."""
-    from emmy_core.files.filekind import check_output
+    from emmy_core.fileio.filekind import check_output
 
     now = _dt.datetime.now(_dt.UTC).isoformat().replace("+00:00", "Z")
     status = ChainStatus(run_id[:100], success, now, cause[:2000])

@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from emmy_core.files.pidfile import alive
+from emmy_core.fileio.pidfile import alive
 
 
 def _local(instance: Any) -> bool:

@@ -94,7 +94,7 @@ def evaluate(dataset: Any, candidate: Path, installed: Path | None, *,
     if where.kind == "inprocess":
         return _judge_both(data, candidate, installed, tolerance, progress, None)
     from emmy_core.eval.card_tasks import CardMap
-    from emmy_core.files.urlfolder import shared_location
+    from emmy_core.fileio.urlfolder import shared_location
     from emmy_core.prior.fold_tasks import DatasetRef
 
     with task_map(where) as run:
@@ -122,8 +122,8 @@ def write_evaluation(evaluation: Evaluation, folder: Path) -> list[Path]:
     The plots need the evaluation as made in this process (`Evaluation.report`); one read back has none.
     Refuses (FileWriteError), before writing anything, a name held by another kind of file."""
     from emmy_core.eval.plots import check_plots_out, write_plots
-    from emmy_core.files.filekind import check_output
-    from emmy_core.files.safefile import atomic_write_text, ensure_folder
+    from emmy_core.fileio.filekind import check_output
+    from emmy_core.fileio.safefile import atomic_write_text, ensure_folder
 
     report, table = folder / "report.json", folder / "table.md"
     check_output(report, EVALUATION_FORMAT, "the chain's evaluation report")
@@ -138,7 +138,7 @@ def write_evaluation(evaluation: Evaluation, folder: Path) -> list[Path]:
 
 
 def check_table(path: Path) -> None:
-    from emmy_core.files.safefile import FileWriteError, shown
+    from emmy_core.fileio.safefile import FileWriteError, shown
 
     if not path.exists() and not path.is_symlink():
         return
@@ -157,7 +157,7 @@ def read_evaluation(folder: Path) -> Evaluation | None:
     """The evaluation in `folder`, None when it has none; SourceError naming the file, record and field when
     report.json is not this Emmy's evaluation."""
     from emmy_core.eval.compare import check_report
-    from emmy_core.files.sourcefile import Fields, load_json_file
+    from emmy_core.fileio.sourcefile import Fields, load_json_file
 
     path = folder / "report.json"
     if not path.exists() and not path.is_symlink():

@@ -25,7 +25,7 @@ def inbox_at(tune_inbox: str, data: Path) -> tuple[Path, str | None]:
     """The configured inbox as (the local folder a tune writes into, the URL inbox or None): an fsspec URL
     (memory://, s3://) is the inbox the fold reads, and a tune writes into `<data>/outbox` and delivers there;
     a path or file:// URL is the local inbox itself."""
-    from emmy_core.files.urlfolder import is_url, local_path
+    from emmy_core.fileio.urlfolder import is_url, local_path
 
     if is_url(tune_inbox):
         return data / "outbox", tune_inbox
@@ -44,7 +44,7 @@ class ChainPaths:
     installed_prior: Path | None = None
     tracking_uri: str = ""
     inbox_url: str | None = None
-    """The inbox when it is an fsspec URL (memory://, s3://; `files.urlfolder`): a tune writes into the local
+    """The inbox when it is an fsspec URL (memory://, s3://; `fileio.urlfolder`): a tune writes into the local
     `inbox` (an outbox then) and delivers its finished files there; the fold and the observers read it."""
 
     @property

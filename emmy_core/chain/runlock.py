@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from emmy_core.files.pidfile import alive
-from emmy_core.files.safefile import ensure_folder, shown
+from emmy_core.fileio.pidfile import alive
+from emmy_core.fileio.safefile import ensure_folder, shown
 from emmy_core.store.errors import StoreError
 
 MAX_RECORD = 4096

@@ -2,7 +2,7 @@
 
 tune -> fold -> import -> export -> fit -> (evaluate and judge: `emmy_core.chain.evaluation`) -> install.
 The assets, `emmy fit` and the installed prior's refit call these and nothing else. Every write
-goes through the atomic writers (`files.safefile`): a step that fails leaves the files it would have
+goes through the atomic writers (`fileio.safefile`): a step that fails leaves the files it would have
 replaced as they were.
 """
 
@@ -69,13 +69,13 @@ def tune(paths: ChainPaths, card: str, *, models: Sequence[str] = (), shapes: Se
     Reads: the serving matrix (or `replay_from`). Writes: one tune file per setting,
     `<slug>.tune-<stamp>.json`, into `paths.inbox` (created), merged in after every kernel; for a URL inbox
     (`paths.inbox_url`) the finished files are then delivered there and removed locally. Never the freeze or
-    the database. A replay's StoreError/SourceError are raised as ChainError naming the file.
+    the database. A replay's FileError (a file or the store refused) is raised as ChainError naming the file.
     """
     if replay_from:
         return _delivered(paths, _replay(paths, card, replay_from, settings))
     from emmy_core.bench.harness import BenchConfig
     from emmy_core.bench.matrix import tune_matrix
-    from emmy_core.store.recorders import TuneFileRecorder
+    from emmy_core.exchange.recorders import TuneFileRecorder
 
     paths.inbox.mkdir(parents=True, exist_ok=True)
     recorders: dict[str, TuneFileRecorder] = {}
@@ -91,22 +91,21 @@ def tune(paths: ChainPaths, card: str, *, models: Sequence[str] = (), shapes: Se
 
 def _replay(paths: ChainPaths, card: str, frozen: str, settings: Sequence[str]) -> Tuned:
     from emmy_core.bench.replay_runner import replay_tune
-    from emmy_core.files.sourcefile import SourceError
-    from emmy_core.store.errors import StoreError
+    from emmy_core.fileio.errors import FileError
 
     try:
         report = replay_tune(card, frozen, paths.inbox, settings)
-    except (StoreError, SourceError) as exc:
+    except FileError as exc:
         raise ChainError(str(exc)) from None
     return Tuned(report, {s: str(p) for s, p in report.files.items()}, replayed_from=frozen)
 
 
 def _delivered(paths: ChainPaths, done: Tuned) -> Tuned:
-    """`done` with its finished tune files moved into the URL inbox (`files.urlfolder.deliver`: each under a
+    """`done` with its finished tune files moved into the URL inbox (`fileio.urlfolder.deliver`: each under a
     partial key, then renamed) and removed from the local outbox; unchanged for a local inbox."""
     if paths.inbox_url is None or not done.files:
         return done
-    from emmy_core.files.urlfolder import deliver
+    from emmy_core.fileio.urlfolder import deliver
 
     local = [Path(f) for f in done.files.values()]
     keys = deliver(local, paths.inbox_url)
@@ -153,7 +152,7 @@ def _inbox_digest(paths: ChainPaths, file: Path) -> str:
 
     if paths.inbox_url is None:
         return hashlib.sha256(file.read_bytes()).hexdigest()
-    from emmy_core.files.urlfolder import read_key
+    from emmy_core.fileio.urlfolder import read_key
 
     return hashlib.sha256(read_key(paths.inbox_url, str(file))).hexdigest()
 
@@ -186,9 +185,9 @@ def import_freeze(paths: ChainPaths, progress: Progress | None = None, *, db: Pa
     Writes: `db` (default `paths.tune_db`), built beside and swapped in only when every file imported.
     ChainError naming the first refused file otherwise (the old database stays).
     """
+    from emmy_core.exchange.importer import import_db
     from emmy_core.freezefolder.freeze_names import freeze_folder
     from emmy_core.store.digest import store_digest
-    from emmy_core.store.importer import import_db
 
     target = db if db is not None else paths.tune_db
     sources = freeze_folder(paths.freezes).reviewed
@@ -209,7 +208,7 @@ def export(paths: ChainPaths, progress: Progress | None = None, *, db: Path | No
     Reads: `db` (default `paths.tune_db`). Writes: `out` (default `paths.dataset`): one Parquet file per
     table, the candidate pools and a manifest with versions, row counts and a content digest, swapped in whole.
     """
-    from emmy_core.store.export import export_db
+    from emmy_core.exchange.export import export_db
 
     return export_db(db if db is not None else paths.tune_db, out if out is not None else paths.dataset, progress)
 
@@ -268,7 +267,7 @@ def _fit_on(where: Scheduler, dataset: Path | str | Dataset, out: Path, *, pools
     if where.kind == "inprocess":
         return fit_dataset(data, out, pools=pools, folds=folds, seed=seed, tracking_uri="off", progress=progress,
                            fits_dir=fits_dir, install=install, params=params)
-    from emmy_core.files.urlfolder import shared_location
+    from emmy_core.fileio.urlfolder import shared_location
 
     assert isinstance(dataset, str | Path), "fit refuses a dataset already read for a Dask scheduler"
     ref = DatasetRef(shared_location(dataset), None if cards_file is None else str(Path(cards_file).resolve()), data.digest)

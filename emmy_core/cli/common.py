@@ -19,7 +19,7 @@ def read_source(path: str) -> tuple[bytes, str]:
         if len(data) > MAX_INPUT_BYTES:
             fail(f"<stdin>: over the cap of {MAX_INPUT_BYTES} bytes")
         return data, "<stdin>"
-    from emmy_core.files.inputfile import InputFileError, read_input
+    from emmy_core.fileio.inputfile import InputFileError, read_input
 
     try:
         return read_input(Path(path), MAX_INPUT_BYTES, "source file"), path

@@ -32,10 +32,10 @@ CheckDbOpt = Annotated[str | None, typer.Option("--db", help="tuning database (d
 def check(db: CheckDbOpt = None, as_json: JsonOpt = False, lock_timeout: LockOption = 30.0) -> None:
     """Count the rows that break the store's own rules, per kind; exit 1 when any count is non-zero. A
     dataset export folder (or its URL) as --db is checked as an export (its content, then its tables)."""
-    from emmy_core.files.urlfolder import is_url, location
-    from emmy_core.store import StoreError
+    from emmy_core.exchange.check_export import check_export
+    from emmy_core.fileio.errors import FileError
+    from emmy_core.fileio.urlfolder import is_url, location
     from emmy_core.store.check import check_db
-    from emmy_core.store.check_export import check_export
 
     try:
         where = location(db) if db is not None else _path(None)
@@ -44,7 +44,7 @@ def check(db: CheckDbOpt = None, as_json: JsonOpt = False, lock_timeout: LockOpt
         else:
             path = Path(where)
             report = check_export(path) if path.is_dir() else check_db(path, lock_timeout=lock_timeout)
-    except StoreError as exc:
+    except FileError as exc:
         fail(str(exc))
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
@@ -62,12 +62,12 @@ def check(db: CheckDbOpt = None, as_json: JsonOpt = False, lock_timeout: LockOpt
 @app.command("stats")
 def stats(db: DbOpt = None, as_json: JsonOpt = False, lock_timeout: LockOption = 30.0) -> None:
     """Rows per table, per card and per setting; failures by kind; goldens."""
-    from emmy_core.store import StoreError
+    from emmy_core.fileio.errors import FileError
     from emmy_core.store.stats import db_stats
 
     try:
         out = db_stats(_path(db), lock_timeout=lock_timeout)
-    except StoreError as exc:
+    except FileError as exc:
         fail(str(exc))
     if as_json:
         typer.echo(json.dumps(out, indent=2, sort_keys=True))
@@ -98,6 +98,7 @@ def promote(db: DbOpt = None,
     each new or replaced golden with the time it beat. The store must exist, and a --card or --setting
     given must be one it can hold: nothing is created or written otherwise."""
     from emmy_core.codegen.backend import SETTINGS
+    from emmy_core.fileio.errors import FileError
     from emmy_core.freezefolder.promote import promote_fastest
     from emmy_core.store import StoreError, open_store
     from emmy_core.store.connect import refuse_unusable
@@ -107,7 +108,7 @@ def promote(db: DbOpt = None,
     path = _path(db)
     try:
         refuse_unusable(path)  # a FIFO or a device is named as one, not as "no store"
-    except StoreError as exc:
+    except FileError as exc:
         fail(f"{exc}; nothing was written")
     if not path.is_file():  # opening for writing would make a new, empty store (and its folder)
         fail(f"no store at {path}{': it is a folder' if path.is_dir() else ''}; nothing was written")
@@ -118,7 +119,7 @@ def promote(db: DbOpt = None,
                 raise StoreError(f"{store.label}: card {card!r} is not described in this store")
             result = promote_fastest(store, card=card, setting=setting, min_pool=min_pool)
             names = {kid: c_name for kid, (_, c_name) in store.kernels().items()} if result.changes else {}
-    except (StoreError, ValueError) as exc:
+    except (FileError, ValueError) as exc:
         fail(str(exc))
     for c in result.changes:
         kid, sizes, card_name, pool_setting = c.pool

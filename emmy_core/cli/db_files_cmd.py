@@ -42,12 +42,12 @@ def freeze(db: DbOpt = None,
            card: Annotated[str | None, typer.Option("--card", help="freeze this card only (full name)")] = None,
            ) -> None:
     """Write one canonical JSON file per card (kernels as loop-program text, decisions, rows, goldens)."""
-    from emmy_core.files.freeze import freeze_db
-    from emmy_core.store import StoreError
+    from emmy_core.fileio.errors import FileError
+    from emmy_core.formats.freeze import freeze_db
 
     try:
         paths = freeze_db(_path(db), out, card)
-    except (StoreError, ValueError) as exc:
+    except (FileError, ValueError) as exc:
         fail(str(exc))
     for p in paths:
         typer.echo(f"wrote {p}")
@@ -67,14 +67,14 @@ def import_(sources: Annotated[list[Path], typer.Argument(
                                                 "larger than this (decompressed), MiB")] = 512,
             ) -> None:
     """Import sources, each in one transaction; exit non-zero when any source is refused."""
-    from emmy_core.store import StoreError
-    from emmy_core.store.importer import import_db
+    from emmy_core.exchange.importer import import_db
+    from emmy_core.fileio.errors import FileError
 
     try:
         with _progress("importing") as progress:
             outcomes = import_db(_path(db), sources, fresh=fresh, card=card, max_bytes=max_mb * 1024 * 1024,
                                  progress=progress)
-    except StoreError as exc:
+    except FileError as exc:
         fail(str(exc))
     for o in outcomes:
         if o.ok:
@@ -93,14 +93,14 @@ def export(out_dir: Annotated[str, typer.Argument(
                     "files go up as blobs before one pointer names them", show_default=False)],
            db: DbOpt = None) -> None:
     """Write a Parquet file per table, the candidate pools and manifest.json (versions, counts, digest)."""
-    from emmy_core.files.urlfolder import location
-    from emmy_core.store import StoreError
-    from emmy_core.store.export import export_db
+    from emmy_core.exchange.export import export_db
+    from emmy_core.fileio.errors import FileError
+    from emmy_core.fileio.urlfolder import location
 
     try:
         with _progress("exporting") as progress:
             manifest = export_db(_path(db), location(out_dir), progress)
-    except StoreError as exc:
+    except FileError as exc:
         fail(str(exc))
     rows = ", ".join(f"{n} {t['rows']}" for n, t in manifest["tables"].items())
     typer.echo(f"exported to {out_dir}: {rows}; digest {manifest['digest'][:16]}")
@@ -112,13 +112,13 @@ def export(out_dir: Annotated[str, typer.Argument(
 def refresh_freeze(freeze_dir: Annotated[Path, typer.Option(
         "--freeze-dir", help="folder holding <card-slug>.json and tune files")] = Path("freezes")) -> None:
     """Fold the tune files beside the freeze into it, re-freeze, then remove the folded tune files."""
+    from emmy_core.fileio.errors import FileError
     from emmy_core.freezefolder.refresh import refresh_freeze as run
-    from emmy_core.store import StoreError
 
     try:
         with _progress("folding") as progress:
             report = run(freeze_dir, progress)
-    except StoreError as exc:
+    except FileError as exc:
         fail(str(exc))
     typer.echo(json.dumps({"freezes": [p.name for p in report.freezes], "folded": [p.name for p in report.folded],
                            "rows": report.rows}, sort_keys=True))

@@ -17,7 +17,7 @@ def extern_orders(files: list[Path] | None, cards: list[str] | None) -> dict | N
     """The first-option order of `--extern-order`'s caches, `--extern-card` naming the card of any whose
     device_name is empty; None without caches. A card named for no given cache is refused."""
     from emmy_core.eval.extern_order import cache_files, card_names, file_order
-    from emmy_core.files.sourcefile import SourceError
+    from emmy_core.fileio.sourcefile import SourceError
 
     if not files:
         if cards:
@@ -64,9 +64,9 @@ def prior(dataset: Annotated[str, typer.Argument(help="dataset export folder (em
     from emmy_core.eval import EvalError, evaluate
     from emmy_core.eval.plots import check_plots_out
     from emmy_core.eval.report import check_report_out, write_json
-    from emmy_core.files.urlfolder import location
+    from emmy_core.fileio.errors import FileError
+    from emmy_core.fileio.urlfolder import location
     from emmy_core.prior import PriorError, installed_prior_path
-    from emmy_core.store.errors import StoreError
     from emmy_core.targets import CardTableError
 
     progress = progress_printer()
@@ -88,7 +88,7 @@ def prior(dataset: Annotated[str, typer.Argument(help="dataset export folder (em
 
             for path in write_plots(report, plots):
                 progress(f"wrote {path}")
-    except (EvalError, PriorError, StoreError, CardTableError, ComputeError, OSError) as exc:
+    except (EvalError, PriorError, FileError, CardTableError, ComputeError, OSError) as exc:
         fail(str(exc))
     typer.echo(report.markdown(), nl=False)
 
@@ -98,7 +98,7 @@ def compare(a: Annotated[Path, typer.Argument(help="report A (emmy eval prior --
             b: Annotated[Path, typer.Argument(help="report B", show_default=False)]) -> None:
     """Print two evaluation reports side by side, per card and setting, with the change from A to B."""
     from emmy_core.eval import compare_reports
-    from emmy_core.files.sourcefile import SourceError
+    from emmy_core.fileio.sourcefile import SourceError
 
     try:
         text = compare_reports(a, b)
@@ -134,12 +134,11 @@ def search(dataset: Annotated[str, typer.Argument(help="dataset export folder (e
            ) -> None:
     """Replay search strategies on every measured pool: per budget, best found / pool best (geomean), per card."""
     from emmy_core.compute import ComputeError, parse_scheduler
-    from emmy_core.files.sourcefile import SourceError
-    from emmy_core.files.urlfolder import location
+    from emmy_core.fileio.errors import FileError
+    from emmy_core.fileio.urlfolder import location
     from emmy_core.prior import PriorError
     from emmy_core.search.curves import check_curves_out, check_plots_out, plot_curves, write_curves
     from emmy_core.search.evaluate import evaluate_search
-    from emmy_core.store.errors import StoreError
     from emmy_core.targets import CardTableError
 
     def numbers(text: str, what: str) -> list[int]:
@@ -167,6 +166,6 @@ def search(dataset: Annotated[str, typer.Argument(help="dataset export folder (e
         if plots is not None:
             for path in plot_curves(curves, plots):
                 progress(f"wrote {path}")
-    except (ValueError, PriorError, SourceError, StoreError, CardTableError, ComputeError, OSError) as exc:
+    except (ValueError, PriorError, FileError, CardTableError, ComputeError, OSError) as exc:
         fail(str(exc))
     typer.echo(curves.markdown(), nl=False)

@@ -63,9 +63,9 @@ def fit(dataset: Annotated[str | None, typer.Argument(help="dataset export folde
     """Fit the prior (CatBoost ranker, validated on held-out cards and on held-out kernels) and track the run in
     MLflow."""
     from emmy_core.compute import ComputeError, parse_scheduler
+    from emmy_core.fileio.errors import FileError
     from emmy_core.prior import PriorError
     from emmy_core.prior.tracking import TrackingError, resolve_uri
-    from emmy_core.store.errors import StoreError
     from emmy_core.targets import CardTableError
 
     if compare is not None:
@@ -80,7 +80,7 @@ def fit(dataset: Annotated[str | None, typer.Argument(help="dataset export folde
     from emmy_core.chain import evaluation as ev
     from emmy_core.chain import steps
     from emmy_core.chain.paths import ChainPaths
-    from emmy_core.files.urlfolder import location
+    from emmy_core.fileio.urlfolder import location
 
     folder = location(dataset) if dataset is not None else None
 
@@ -98,7 +98,7 @@ def fit(dataset: Annotated[str | None, typer.Argument(help="dataset export folde
         else:
             if folder is None or out is None:
                 fail("give DATASET and OUT.json (or --install, or --compare RUN_A RUN_B)")
-            from emmy_core.files.safefile import ensure_folder
+            from emmy_core.fileio.safefile import ensure_folder
             from emmy_core.prior.artifact import check_artifact_out
 
             check_artifact_out(out)  # before minutes of fitting: a refusal comes first
@@ -106,7 +106,7 @@ def fit(dataset: Annotated[str | None, typer.Argument(help="dataset export folde
             result = steps.fit(folder, out, pools=pools, folds=folds, seed=0 if seed is None else seed,
                                cards_file=cards, tracking_uri=tracking_uri, fits_dir=ChainPaths().fits,
                                progress=progress, scheduler=scheduler, params=Params().sized(iterations, depth))
-    except (PriorError, StoreError, CardTableError, TrackingError, ComputeError, steps.ChainError, ValueError,
+    except (PriorError, FileError, CardTableError, TrackingError, ComputeError, steps.ChainError, ValueError,
             FileNotFoundError) as exc:
         fail(str(exc))
     if folder is not None:
@@ -117,7 +117,7 @@ def fit(dataset: Annotated[str | None, typer.Argument(help="dataset export folde
             verdict = ev.judge(done)
             if result.run_id is not None:
                 ev.log_to_run(resolve_uri(tracking_uri), result.run_id, done, files)
-        except (PriorError, StoreError, TrackingError, ComputeError, ValueError) as exc:
+        except (PriorError, FileError, TrackingError, ComputeError, ValueError) as exc:
             typer.echo(f"emmy: warning: the fit was written, but its evaluation was not kept: {exc}", err=True)
     from emmy_core.eval.tables import fit_text
 

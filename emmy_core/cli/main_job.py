@@ -82,7 +82,7 @@ def evaluation_section(folder: Path) -> None:
     cause (`chain-status.json`): it is never shown as if it were this run's."""
     from emmy_core.chain import evaluation as ev
     from emmy_core.chain.chainstatus import read_status
-    from emmy_core.files.sourcefile import SourceError
+    from emmy_core.fileio.sourcefile import SourceError
 
     typer.echo("== the prior, judged on the dataset (candidate beside the installed prior)")
     doc = folder / "report.json"

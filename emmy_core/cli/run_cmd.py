@@ -58,12 +58,12 @@ def _units(model: str | None, kernel: Path | None, shape: str, dtype: str) -> li
 
 def _check_db(db: Path | None) -> None:
     """Refuses a --db that is not a store and cannot become one, before anything is built or timed."""
-    from emmy_core.store import StoreError
-    from emmy_core.store.recorders import check_db_target
+    from emmy_core.exchange.recorders import check_db_target
+    from emmy_core.fileio.errors import FileError
 
     try:
         check_db_target(db)
-    except StoreError as exc:
+    except FileError as exc:
         fail(f"--db: {exc}; nothing was timed")
 
 

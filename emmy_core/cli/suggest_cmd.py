@@ -40,9 +40,10 @@ def suggest_command(
 ) -> None:
     """Per fork, the candidates most worth measuring next (prior score, uncertainty, no row yet); uncovered forks."""
     from emmy_core.cli.tune_cmd import any_card_named
+    from emmy_core.fileio.errors import FileError
     from emmy_core.prior import PriorError, load_installed_prior
     from emmy_core.search.suggest import read_rows, render, suggest
-    from emmy_core.store import StoreError, default_db_path
+    from emmy_core.store import default_db_path
 
     the_card = any_card_named(card)
     _, units = model_at(model, shape, dtype, setting, inputs, the_card)
@@ -56,7 +57,7 @@ def suggest_command(
         fail(f"no tuning database at {db} (--db): nothing was read; check the path, or leave --db out")
     try:
         rows = read_rows(path, the_card.name, setting)
-    except (StoreError, OSError) as exc:
+    except (FileError, OSError) as exc:
         fail(str(exc) if str(path) in str(exc) else f"{path}: {exc}")
     forks = suggest(units, the_card, setting, prior, rows, top)
     if json_out:

@@ -5,7 +5,7 @@ kernels the emmy backend makes of it, `emmy_core.search.module_tune`), plan the 
 harness, print what happened.
 Rows go through the store's one writer (`--db`, default the local tuning database) or
 into a tune file (`--tune-file`, the store's format), by the recorders of
-`emmy_core.store.recorders`.
+`emmy_core.exchange.recorders`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from emmy_core.cli.options import (
     ShapeOpt,
     model_at,
 )
-from emmy_core.store.recorders import StoreRecorder, TuneFileRecorder, check_db_target, db_recorder
+from emmy_core.exchange.recorders import StoreRecorder, TuneFileRecorder, check_db_target, db_recorder
 from emmy_core.targets import Card
 
 __all__ = ["StoreRecorder", "TuneFileRecorder", "db_recorder", "tune"]
@@ -84,7 +84,7 @@ def run_bench(plan: Any, card: Card, backend: str | None, recorder: Any, config:
     """The harness, with its refusals and the store's (a locked or refused write) as CLI errors; Ctrl-C prints
     what was measured and recorded, and exits 130."""
     from emmy_core.bench.harness import BenchInterrupted, bench
-    from emmy_core.store import StoreError
+    from emmy_core.fileio.errors import FileError
 
     try:
         return bench(plan, card, backend, recorder, config, chooser=chooser)
@@ -95,7 +95,7 @@ def run_bench(plan: Any, card: Card, backend: str | None, recorder: Any, config:
         raise typer.Exit(130) from None
     except BenchError as exc:
         fail(str(exc))
-    except StoreError as exc:
+    except FileError as exc:
         fail(f"recording stopped (kernels recorded before this one are kept): {exc}")
 
 
@@ -227,12 +227,12 @@ def tune(
     if strategy is not None and strategy not in STRATEGIES:  # the options are checked before the model is
         fail(f"--strategy {strategy[:40]!r}: known strategies: {', '.join(STRATEGIES)}")  # captured (seconds)
     per_kernel = parse_budget(budget)
-    from emmy_core.store import StoreError
+    from emmy_core.fileio.errors import FileError
 
     if tune_file is None:
         try:
             check_db_target(db)  # a database that cannot take the rows is refused before anything is measured
-        except StoreError as exc:
+        except FileError as exc:
             fail(f"--db: {exc}; nothing was measured")
     the_card = local_card_named(card)
     _, units = model_at(model, shape, dtype, setting, inputs, the_card)
@@ -244,7 +244,7 @@ def tune(
     if tune_file is not None:
         try:
             recorder = TuneFileRecorder(tune_file, the_card, setting)
-        except StoreError as exc:
+        except FileError as exc:
             fail(str(exc))
     else:
         recorder = db_recorder(db, f"tune {model} {shape}")

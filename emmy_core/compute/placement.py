@@ -5,6 +5,6 @@ from __future__ import annotations
 
 def card_resource(card: str) -> str:
     """`card-<slug>`: the resource a Dask worker of `card` offers (`--resources "card-<slug>=1"`)."""
-    from emmy_core.files.freeze import card_file_slug
+    from emmy_core.formats.freeze import card_file_slug
 
     return f"card-{card_file_slug(card)}"

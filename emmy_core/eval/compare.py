@@ -15,7 +15,7 @@ from typing import Any
 
 from emmy_core.eval.report import REPORT_FORMAT, REPORT_VERSION, VIEWS, EvalReport
 from emmy_core.eval.tables import compare_text
-from emmy_core.files.sourcefile import Fields, json_path
+from emmy_core.fileio.sourcefile import Fields, json_path
 
 MAX_REPORT_BYTES = 256 * 1024 * 1024
 TOP = frozenset({"format", "version", "feature_version", "dataset_digest", "pools", "prior", "minimum_sizes", "mean",
@@ -45,7 +45,7 @@ def _summary(file: str, record: str, obj: object) -> dict[str, Any]:
 
 def read_report(path: Path | str) -> dict[str, Any]:
     """A report written by `emmy eval prior --json`, checked; SourceError naming the file and field otherwise."""
-    from emmy_core.files.sourcefile import load_json_file
+    from emmy_core.fileio.sourcefile import load_json_file
 
     return check_report(load_json_file(path, MAX_REPORT_BYTES), str(path))
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from emmy_core.files.sourcefile import SourceError
+from emmy_core.fileio.sourcefile import SourceError
 
 FileOrder = Mapping[tuple[str, str], Mapping[str, int]]  # (kernel_id, card) -> schedule_id -> position
 
@@ -52,15 +52,16 @@ def file_order(paths: Iterable[Path | str],
     Raises SourceError for a file that is not a Kernel Tuner cache, or that names a (kernel, card)
     another file named already (two orders of one pool: which is first would be a guess).
     """
-    from emmy_core.files.kerneltuner import looks_like_cache, parse_cache
-    from emmy_core.files.sourcefile import load_json_file
+    from emmy_core.fileio.filekind import is_kernel_tuner_cache
+    from emmy_core.fileio.sourcefile import load_json_file
+    from emmy_core.formats.kerneltuner import parse_cache
     from emmy_core.ir import kernel_id
 
     out: dict[tuple[str, str], dict[str, int]] = {}
     where: dict[tuple[str, str], str] = {}
     for path in cache_files(paths):
         doc = load_json_file(path)
-        if not looks_like_cache(doc):
+        if not is_kernel_tuner_cache(doc):
             raise SourceError(str(path), "$", "cache", "not a Kernel Tuner cache (no cache and tune_params): it "
                                                        "gives no extern kernel's order")
         cache = parse_cache(doc, str(path), card=(card_of or {}).get(Path(path).name))

@@ -139,7 +139,7 @@ def _save(plt: Any, fig: Any, path: Path) -> Path:
     """The figure rendered in memory, then written beside `path` and renamed over it (a PNG only)."""
     import io
 
-    from emmy_core.files.safefile import atomic_write_text
+    from emmy_core.fileio.safefile import atomic_write_text
 
     buf = io.BytesIO()
     try:
@@ -152,7 +152,7 @@ def _save(plt: Any, fig: Any, path: Path) -> Path:
 
 def check_plots_out(out_dir: Path | str) -> None:
     """Refuses (FileWriteError) a plots folder that is a file, or whose plot names hold other kinds of file."""
-    from emmy_core.files.filekind import check_output
+    from emmy_core.fileio.filekind import check_output
 
     out = Path(out_dir)
     for name in PLOT_NAMES:
@@ -162,7 +162,7 @@ def check_plots_out(out_dir: Path | str) -> None:
 def write_plots(report: EvalReport, out_dir: Path | str) -> list[Path]:
     """Writes the report's plots into `out_dir` (created); returns the paths written (none without data).
     A plot replaces only a PNG image of its name."""
-    from emmy_core.files.safefile import ensure_folder
+    from emmy_core.fileio.safefile import ensure_folder
 
     out = Path(out_dir)
     check_plots_out(out)

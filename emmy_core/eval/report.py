@@ -116,15 +116,15 @@ class EvalReport:
 
 def check_report_out(out: Path | str) -> None:
     """Refuses (FileWriteError) a report's output unless it is absent or an evaluation report already."""
-    from emmy_core.files.filekind import check_output
+    from emmy_core.fileio.filekind import check_output
 
     check_output(Path(out), REPORT_FORMAT, "an evaluation report")
 
 
 def write_json(doc: Mapping[str, Any], out: Path | str) -> Path:
-    """Writes a report through a temporary file beside `out` and a rename (`emmy_core.files.safefile`): an
+    """Writes a report through a temporary file beside `out` and a rename (`emmy_core.fileio.safefile`): an
     older report there stays whole until the new one is complete; any other kind of file is refused."""
-    from emmy_core.files.safefile import atomic_write_text
+    from emmy_core.fileio.safefile import atomic_write_text
 
     out = Path(out)
     check_report_out(out)
@@ -193,7 +193,7 @@ def _score_on(where: Scheduler, dataset_dir: Path | str, cards_file: Path | str 
     """`score_pools` as one task per card on the Dask cluster `where`, opened for this evaluation."""
     from emmy_core.compute import task_map
     from emmy_core.eval.card_tasks import CardMap
-    from emmy_core.files.urlfolder import shared_location
+    from emmy_core.fileio.urlfolder import shared_location
     from emmy_core.prior.fold_tasks import DatasetRef
 
     ref = DatasetRef(shared_location(dataset_dir), None if cards_file is None else str(Path(cards_file).resolve()),

@@ -5,7 +5,7 @@ that ships with the package: `emmy_core/freezes` is the repository's `freezes/` 
 (a link in the source tree, followed when a wheel is built), so nothing is copied and a checkout
 reads the freeze it has. In a folder, a card's files are `<card-slug>.json` (the freeze) and
 `<card-slug>.<label>.json` (golden records); tune files (`<card-slug>.tune-*.json`) are
-unreviewed and are not read (the one rule: `freezefolder.freeze_names`). Every file is parsed strictly by the file readers (`emmy_core.files`) into a
+unreviewed and are not read (the one rule: `freezefolder.freeze_names`). Every file is parsed strictly by the file readers (`emmy_core.formats`) into a
 `MemoryStore` (no duckdb); a file that is refused is skipped whole, its reason (file, record,
 field) kept as a note. Parsed files are cached in the process by path, size and modification time.
 """
@@ -63,8 +63,9 @@ def card_files(card: str, freezes: FreezesArg = None) -> tuple[list[Path], list[
 @functools.lru_cache(maxsize=16)
 def _load(files: tuple[tuple[str, int, int], ...]) -> tuple[object, tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]]:
     """(store of every file's rows, notes, per file the cards its goldens are for)."""
-    from emmy_core.store import MemoryStore, StoreError
-    from emmy_core.store.importer import load_source
+    from emmy_core.exchange.importer import load_source
+    from emmy_core.fileio.errors import FileError
+    from emmy_core.store import MemoryStore
 
     store = MemoryStore("freeze")
     notes: list[str] = []
@@ -77,7 +78,7 @@ def _load(files: tuple[tuple[str, int, int], ...]) -> tuple[object, tuple[str, .
                 continue
             store.write(loaded.batch)
             cards.append((path, tuple(sorted({g.card for g in loaded.batch.goldens}))))
-        except StoreError as exc:
+        except FileError as exc:
             notes.append(f"freeze file refused (skipped): {str(exc)[:400]}")
     return store, tuple(notes), tuple(cards)
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from emmy_core.exchange.export import open_snapshot
+from emmy_core.exchange.export_content import content_problems
 from emmy_core.store.check import CheckReport, check_db
 from emmy_core.store.connect import connect, translated
-from emmy_core.store.export import open_snapshot
-from emmy_core.store.export_content import content_problems
 from emmy_core.store.schema import TABLE_NAMES
 from emmy_core.store.tablesource import TABLE_COLUMNS
 from emmy_core.store.versions import VERSION_KEYS
@@ -30,7 +30,7 @@ def check_export(export_dir: Path | str) -> CheckReport:
     columns may not even have the types the store's checks query)."""
     import time
 
-    from emmy_core.files.urlfolder import location
+    from emmy_core.fileio.urlfolder import location
     from emmy_core.store.check import MAX_EXAMPLES
 
     started = time.perf_counter()

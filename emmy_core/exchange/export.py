@@ -29,12 +29,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from emmy_core.files.pidfile import alive
-from emmy_core.files.safefile import FileWriteError, ensure_folder, shown, swap_folder, through_link, why
-from emmy_core.files.sourcefile import Fields, SourceError, load_json_file, loads_strict
+from emmy_core.exchange.export_content import refuse_bad_content
+from emmy_core.fileio.pidfile import alive
+from emmy_core.fileio.safefile import FileWriteError, ensure_folder, shown, swap_folder, through_link, why
+from emmy_core.fileio.sourcefile import Fields, SourceError, load_json_file, loads_strict
 from emmy_core.store.connect import first_line
 from emmy_core.store.errors import StoreError
-from emmy_core.store.export_content import refuse_bad_content
 from emmy_core.store.tablesource import TABLE_COLUMNS, _select
 
 EXPORT_FORMAT = "emmy-export"
@@ -278,11 +278,11 @@ def content_digest(tables: dict[str, dict[str, Any]]) -> str:
 
 def export_db(db: Path | str, out_dir: Path | str, progress: Progress | None = None) -> dict[str, Any]:
     """`emmy db export`: opens `db` for reading and exports it. `out_dir` may be an fsspec URL: the export is
-    written into a local temporary folder and published there (`emmy_core.files.urlfolder.publish_folder`:
+    written into a local temporary folder and published there (`emmy_core.fileio.urlfolder.publish_folder`:
     its files first, then the pointer, so a reader never sees half an export). The URL is checked before the
     export is made: a protocol fsspec does not know, a store it cannot reach, or a folder there that is not an
     export (`urlfolder.check_replaceable`) is refused naming the URL, with nothing written."""
-    from emmy_core.files.urlfolder import check_replaceable, is_url, local_path, publish_folder
+    from emmy_core.fileio.urlfolder import check_replaceable, is_url, local_path, publish_folder
     from emmy_core.store import open_store
 
     if is_url(out_dir):
@@ -440,10 +440,10 @@ def _swapped(d: Path, dir_fd: int) -> bool:
 
 def open_snapshot(export_dir: Path | str, *, content: bool = True) -> Snapshot:
     """The export at `export_dir` read as one snapshot (`Snapshot`); with `content` also checked row by row
-    (`emmy_core.store.export_content.refuse_bad_content`: types, ranges, unique keys, references). Raises
+    (`emmy_core.exchange.export_content.refuse_bad_content`: types, ranges, unique keys, references). Raises
     SourceError naming the file, the table, the row and the column. `export_dir` may be an fsspec URL of a
     published export (fetched into a temporary folder, each file's digest checked, and read from there)."""
-    from emmy_core.files.urlfolder import fetch_folder, is_url, local_path
+    from emmy_core.fileio.urlfolder import fetch_folder, is_url, local_path
 
     if is_url(export_dir):
         url = str(export_dir).rstrip("/")

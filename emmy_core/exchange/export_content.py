@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from emmy_core.files.sourcefile import SourceError
+from emmy_core.fileio.sourcefile import SourceError
 
 _STRING, _INT, _FLOAT, _BOOL, _TIME, _NUMBER = "text", "integer", "float", "boolean", "timestamp", "number"
 _TYPES: dict[str, dict[str, str]] = {

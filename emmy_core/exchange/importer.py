@@ -17,10 +17,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from emmy_core.files.filekind import is_duckdb
-from emmy_core.files.pidfile import alive
-from emmy_core.files.safefile import ensure_folder, fsync_folder, shown, through_link
-from emmy_core.files.sourcefile import MAX_SOURCE_BYTES, SourceError, gc_paused, load_json_file
+from emmy_core.fileio.errors import FileError
+from emmy_core.fileio.filekind import FREEZE_FORMAT, GOLDEN_FORMAT, is_duckdb, is_kernel_tuner_cache
+from emmy_core.fileio.pidfile import alive
+from emmy_core.fileio.safefile import ensure_folder, fsync_folder, shown, through_link
+from emmy_core.fileio.sourcefile import MAX_SOURCE_BYTES, SourceError, gc_paused, load_json_file
 from emmy_core.store.batch import Batch
 from emmy_core.store.errors import StoreError, VersionMismatchError
 from emmy_core.store.interface import MeasurementStore
@@ -54,7 +55,7 @@ def load_source(path: Path | str, store: MeasurementStore, *, card: str | None =
                 max_bytes: int = MAX_SOURCE_BYTES) -> LoadedSource:
     """The kind of a source and the batch that imports it (nothing written); refuses with a SourceError,
     also when the source names this machine's CPU card with another description (`localcard`)."""
-    from emmy_core.files.localcard import check_cards, local_cpu
+    from emmy_core.formats.localcard import check_cards, local_cpu
 
     loaded = _load_source(path, store, card=card, max_bytes=max_bytes)
     loaded.batch.taken_now = False  # a row read from a file keeps the file's time or none, never the import's
@@ -64,13 +65,13 @@ def load_source(path: Path | str, store: MeasurementStore, *, card: str | None =
 
 
 def _load_source(path: Path | str, store: MeasurementStore, *, card: str | None, max_bytes: int) -> LoadedSource:
-    from emmy_core.files import cardfile, golden, kerneltuner
+    from emmy_core.formats import cardfile, golden, kerneltuner
     from emmy_core.store import tablesource
 
     p = Path(path)
     name = str(path)
     if p.is_dir():
-        from emmy_core.store.export import read_export_tables
+        from emmy_core.exchange.export import read_export_tables
 
         return LoadedSource("export", tablesource.batch_from_tables(read_export_tables(p), name), [])
     if not p.is_file():
@@ -83,8 +84,8 @@ def _load_source(path: Path | str, store: MeasurementStore, *, card: str | None,
             raise SourceError(name, "", "", "is the database being imported into")
         return LoadedSource("database", tablesource.batch_from_tables(tablesource.read_db_tables(p), name), [])
     doc = load_json_file(p, max_bytes)
-    if kerneltuner.looks_like_cache(doc):
-        from emmy_core.files.localcard import local_cpu
+    if is_kernel_tuner_cache(doc):
+        from emmy_core.formats.localcard import local_cpu
 
         cache = kerneltuner.parse_cache(doc, name, card=card)
         here = local_cpu()  # the card would be told apart from this CPU's and every stored one's by its file name
@@ -98,10 +99,10 @@ def _load_source(path: Path | str, store: MeasurementStore, *, card: str | None,
         raise SourceError(name, "$", "format", "missing: not a freeze, tune file, golden record or Kernel Tuner "
                                                "cache")
     fmt = doc["format"]
-    if fmt == golden.GOLDEN_FORMAT:
+    if fmt == GOLDEN_FORMAT:
         return LoadedSource("golden", golden.parse_golden_file(doc, name).batch, [])
     parsed = cardfile.parse_card_document(doc, name)
-    return LoadedSource("freeze" if parsed.format == cardfile.FREEZE_FORMAT else "tune", parsed.batch, [])
+    return LoadedSource("freeze" if parsed.format == FREEZE_FORMAT else "tune", parsed.batch, [])
 
 
 def import_into(store: MeasurementStore, sources: Iterable[Path | str], *, card: str | None = None,
@@ -120,7 +121,7 @@ def import_into(store: MeasurementStore, sources: Iterable[Path | str], *, card:
                 kind, notes = loaded.kind, loaded.notes
                 summary = store.write(loaded.batch)
                 del loaded
-        except (SourceError, StoreError) as exc:
+        except FileError as exc:  # a source refused, or the store refused its rows
             out.append(SourceOutcome(name, kind, False, str(exc)))
             continue
         out.append(SourceOutcome(name, kind, True, "; ".join([

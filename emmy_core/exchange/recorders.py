@@ -80,8 +80,8 @@ class TuneFileRecorder:
 
     def __init__(self, target: str | Path, card: Card | None = None, setting: str | None = None,
                  wait_s: float | None = None, say: Callable[[str], None] | None = None) -> None:
-        from emmy_core.files.safefile import FileWriteError
-        from emmy_core.files.tunefile import read_own_tune_file, tune_file_path
+        from emmy_core.fileio.safefile import FileWriteError
+        from emmy_core.formats.tunefile import read_own_tune_file, tune_file_path
 
         if not str(target):
             raise FileWriteError("the tune file's path is empty: name a file, or a folder ending with a slash; "
@@ -106,7 +106,7 @@ class TuneFileRecorder:
         return set()
 
     def record_kernel(self, program: Program, card: Card, outcomes: Sequence[Outcome]) -> None:
-        from emmy_core.files.tunefile import merge_into_tune_file, tune_file_path
+        from emmy_core.formats.tunefile import merge_into_tune_file, tune_file_path
 
         recordable = [o for o in outcomes if o.recordable]
         if not recordable:
@@ -130,7 +130,7 @@ def _check_writable_folder(folder: Path) -> None:
     tune file is refused (FileWriteError naming it) before anything is benched."""
     import tempfile
 
-    from emmy_core.files.safefile import FileWriteError, ensure_folder, shown, why
+    from emmy_core.fileio.safefile import FileWriteError, ensure_folder, shown, why
 
     ensure_folder(folder)
     try:
@@ -148,7 +148,7 @@ def check_db_target(db: Path | None) -> Path:
     Nothing is created. Raises StoreError."""
     import os
 
-    from emmy_core.files.safefile import shown
+    from emmy_core.fileio.safefile import shown
     from emmy_core.store import StoreError, default_db_path, open_store
 
     path = default_db_path() if db is None else Path(db)

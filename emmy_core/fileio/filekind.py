@@ -12,12 +12,19 @@ import json
 import re
 from pathlib import Path
 
-from emmy_core.files.safefile import FileWriteError, shown
-from emmy_core.files.sourcefile import SourceError, load_json_file
+from emmy_core.fileio.safefile import FileWriteError, shown
+from emmy_core.fileio.sourcefile import SourceError, load_json_file
 
 _HEAD = re.compile(rb'\A\{"format":("[a-z-]{1,32}"),"version":[0-9]{1,9},\n"card":(\{[^\n]{0,20000}\}),\n')
 HEAD_BYTES = 32 * 1024
 DUCKDB_MAGIC = b"DUCK"  # bytes 8..12 of a DuckDB database file
+
+FREEZE_FORMAT = "emmy-freeze"
+TUNE_FORMAT = "emmy-tune"
+GOLDEN_FORMAT = "emmy-golden"
+"""The `format` names of Emmy's card documents (a freeze, a tune file, a golden record). They are named on
+this floor, not by the parsers in `emmy_core.formats`, because saying what a file is and refusing to write
+over a file of another kind must not need a format's code (the formats import them from here)."""
 
 UNNAMED_FORMATS = {frozenset({"candidate", "installed", "verdict"}): "emmy-chain-evaluation"}
 """Emmy's own outputs from before their format was named, known by their exact top-level keys: the chain's
@@ -29,6 +36,11 @@ def _unnamed_format(doc: object) -> str | None:
     if isinstance(doc, dict) and "format" not in doc:
         return UNNAMED_FORMATS.get(frozenset(doc))
     return None
+
+
+def is_kernel_tuner_cache(doc: object) -> bool:
+    """Whether a parsed JSON document is a Kernel Tuner cache (its own keys, and no Emmy `format`)."""
+    return isinstance(doc, dict) and "cache" in doc and "tune_params" in doc and "format" not in doc
 
 
 def is_duckdb(path: Path) -> bool:
@@ -43,9 +55,6 @@ def is_duckdb(path: Path) -> bool:
 
 def describe_file(path: Path) -> str:
     """What a file on disk is, in words (for a refusal that must say what it would have overwritten)."""
-    from emmy_core.files.cardfile import FREEZE_FORMAT, TUNE_FORMAT
-    from emmy_core.files.kerneltuner import looks_like_cache
-
     if path.is_dir():
         return "a folder"
     if not path.is_file():
@@ -65,7 +74,7 @@ def describe_file(path: Path) -> str:
         doc = load_json_file(path, 256 * 1024 * 1024)
     except SourceError as exc:
         return f"not a file Emmy writes ({exc.problem[:120]})"
-    if looks_like_cache(doc):
+    if is_kernel_tuner_cache(doc):
         return f"a Kernel Tuner cache of card {str(doc.get('device_name'))[:80]!r}"
     if _unnamed_format(doc) == "emmy-chain-evaluation":
         return "the chain's evaluation report, as written before its format was named"
@@ -81,7 +90,7 @@ def describe_file(path: Path) -> str:
         return f"a freeze{of_card} ({len(kernels)} kernels, {rows} rows)"
     if fmt == TUNE_FORMAT:
         return f"a tune file{of_card} ({len(kernels)} kernels, {rows} rows)"
-    if fmt == "emmy-golden":
+    if fmt == GOLDEN_FORMAT:
         return f"a golden record{of_card}"
     named = {"emmy-export": "a dataset export's manifest", "emmy-prior": "a prior artifact",
              "emmy-eval": "an evaluation report", "emmy-chain-status": "the chain's status record"}

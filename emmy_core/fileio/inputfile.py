@@ -14,10 +14,10 @@ import os
 import stat
 from typing import BinaryIO
 
-from emmy_core.store.errors import StoreError
+from emmy_core.fileio.errors import FileError
 
 
-class InputFileError(StoreError, ValueError):
+class InputFileError(FileError, ValueError):
     """An input file that cannot be read as one: the message names the file and says why."""
 
 

@@ -21,12 +21,12 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from emmy_core.store.errors import StoreError
+from emmy_core.fileio.errors import FileError
 
 MAX_NAME = 200  # longest file name echoed in a message
 
 
-class FileWriteError(StoreError):
+class FileWriteError(FileError):
     """A file could not be written; the message names it, says why, and which old files stand."""
 
 

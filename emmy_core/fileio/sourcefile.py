@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
-from emmy_core.store.errors import BatchError, bounded
+from emmy_core.fileio.errors import FileError, bounded
 
 MAX_SOURCE_BYTES = 512 * 1024 * 1024
 """Default cap on a source file's decompressed size (bytes): beyond it the file is refused unread."""
@@ -53,7 +53,7 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-class SourceError(BatchError):
+class SourceError(FileError, ValueError):
     """A source refused: `file`, `record` (JSON path of the record) and `field` say where, `problem` why."""
 
     def __init__(self, file: str, record: str, field: str, problem: str) -> None:
@@ -81,8 +81,8 @@ def json_path(base: str, *parts: str | int) -> str:
 
 def read_bounded(path: Path | str, max_bytes: int = MAX_SOURCE_BYTES) -> bytes:
     """The (decompressed, when gzip) bytes of `path`; refuses a file whose content exceeds `max_bytes`, and
-    anything that is not a regular file (a FIFO, a device), unread (`emmy_core.files.inputfile`)."""
-    from emmy_core.files.inputfile import InputFileError, open_input
+    anything that is not a regular file (a FIFO, a device), unread (`emmy_core.fileio.inputfile`)."""
+    from emmy_core.fileio.inputfile import InputFileError, open_input
 
     name = str(path)
     try:

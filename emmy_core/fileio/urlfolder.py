@@ -32,8 +32,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from emmy_core.files.safefile import atomic_write_text, ensure_folder
-from emmy_core.store.errors import StoreError
+from emmy_core.fileio.errors import FileError
+from emmy_core.fileio.safefile import atomic_write_text, ensure_folder
 
 POINTER = "HEAD.json"
 POINTER_FORMAT = "emmy-folder-pointer/1"
@@ -46,7 +46,7 @@ NETWORK_WAIT_S = 20
 command may stay silent, so a silent server is given up on in time."""
 
 
-class UrlFolderError(StoreError):
+class UrlFolderError(FileError):
     """A URL folder that cannot be read or written as Emmy's rules require; the message names the key."""
 
 

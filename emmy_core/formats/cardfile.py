@@ -29,7 +29,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from emmy_core.codegen.backend import SETTINGS
-from emmy_core.files.sourcefile import Fields, SourceError, json_path
+from emmy_core.fileio.filekind import FREEZE_FORMAT, TUNE_FORMAT
+from emmy_core.fileio.sourcefile import Fields, SourceError, json_path
 from emmy_core.ir import IRError, Kernel, kernel_id, parse
 from emmy_core.ir.sizes import format_sizes, parse_sizes
 from emmy_core.ir.text import MAX_TEXT_BYTES
@@ -48,8 +49,6 @@ from emmy_core.store.rows import (
 )
 from emmy_core.targets.card import TARGETS
 
-FREEZE_FORMAT = "emmy-freeze"
-TUNE_FORMAT = "emmy-tune"
 DOC_VERSION = 1
 TOP_KEYS = frozenset({"format", "version", "knob_vocab", "card", "kernels", "decisions"})
 KERNEL_KEYS = frozenset({"program", "c_name", "rows", "goldens"})

@@ -18,17 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from emmy_core.files.cardfile import (
-    FREEZE_FORMAT,
+from emmy_core.fileio.filekind import FREEZE_FORMAT, check_replaceable
+from emmy_core.fileio.safefile import write_all
+from emmy_core.fileio.sourcefile import gc_paused
+from emmy_core.formats.cardfile import (
     KernelEntry,
     RowWriter,
     canonical_knob_text,
     golden_entry,
     render_document,
 )
-from emmy_core.files.filekind import check_replaceable
-from emmy_core.files.safefile import write_all
-from emmy_core.files.sourcefile import gc_paused
 from emmy_core.ir import Axis, Program, parse, parse_sizes, render
 from emmy_core.store.errors import StoreError
 from emmy_core.store.interface import MeasurementStore

@@ -22,7 +22,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emmy_core.files.cardfile import (
+from emmy_core.fileio.filekind import GOLDEN_FORMAT
+from emmy_core.fileio.sourcefile import Fields, SourceError, json_path
+from emmy_core.formats.cardfile import (
     DOC_VERSION,
     RowReader,
     _header,
@@ -32,13 +34,11 @@ from emmy_core.files.cardfile import (
     parse_card,
     parse_kernel_text,
 )
-from emmy_core.files.sourcefile import Fields, SourceError, json_path
 from emmy_core.ir import Kernel, kernel_id, render
 from emmy_core.knobs.vocab import KNOB_VOCAB_VERSION, canonical_knobs, parse_decision
 from emmy_core.store.batch import Batch
 from emmy_core.store.rows import CardRow, GoldenRow, RoutingRow
 
-GOLDEN_FORMAT = "emmy-golden"
 MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:/+-]{0,127}\Z")
 MAX_RANK = 8
 MAX_DIM = 2**31 - 1
@@ -96,8 +96,8 @@ def render_golden_file(card: CardRow, records: Iterable[GoldenRecord]) -> str:
 def write_golden_file(path: Path | str, card: CardRow, records: Iterable[GoldenRecord]) -> Path:
     """Checks the records (by parsing what would be written) and writes the file atomically; refuses to
     write over anything but a golden record of the same card."""
-    from emmy_core.files.filekind import check_replaceable
-    from emmy_core.files.safefile import atomic_write_text
+    from emmy_core.fileio.filekind import check_replaceable
+    from emmy_core.fileio.safefile import atomic_write_text
 
     text = render_golden_file(card, records)
     parse_golden_file(json.loads(text), str(path)).batch.prepare()

@@ -23,7 +23,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from emmy_core.files.sourcefile import Fields, SourceError, json_path
+from emmy_core.fileio.sourcefile import Fields, SourceError, json_path
 from emmy_core.ir import Extern, IRError
 from emmy_core.ir.check import check_extern
 from emmy_core.knobs.vocab import EXTERN_PREFIX, knobs_problem
@@ -55,10 +55,6 @@ def space_digest(tune_params: dict) -> str:
     """sha256 of the canonical JSON of `tune_params` (sorted keys, compact): the knob space's identity."""
     text = json.dumps(tune_params, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
     return hashlib.sha256(text.encode("ascii")).hexdigest()
-
-
-def looks_like_cache(doc: object) -> bool:
-    return isinstance(doc, dict) and "cache" in doc and "tune_params" in doc and "format" not in doc
 
 
 def _value_key(v: object) -> tuple[type, object]:

@@ -20,15 +20,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from emmy_core.files.cardfile import TUNE_FORMAT, CardDocument, parse_card_document
-from emmy_core.files.filekind import describe_file
-from emmy_core.files.freeze import (
-    ROW_COLUMNS,
-    CardSnapshot,
-    card_file_slug,
-    render_snapshot,
-)
-from emmy_core.files.safefile import (
+from emmy_core.fileio.filekind import TUNE_FORMAT, describe_file
+from emmy_core.fileio.safefile import (
     FileWriteError,
     FolderBusyError,
     atomic_write_text,
@@ -37,7 +30,14 @@ from emmy_core.files.safefile import (
     shown,
     write_new,
 )
-from emmy_core.files.sourcefile import SourceError, load_json_file
+from emmy_core.fileio.sourcefile import SourceError, load_json_file
+from emmy_core.formats.cardfile import CardDocument, parse_card_document
+from emmy_core.formats.freeze import (
+    ROW_COLUMNS,
+    CardSnapshot,
+    card_file_slug,
+    render_snapshot,
+)
 from emmy_core.ir import Kernel
 from emmy_core.store.batch import MEASUREMENT_COLUMNS, Batch, Prepared
 from emmy_core.store.errors import BatchError

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from emmy_core.files.freeze import card_file_slug
-from emmy_core.files.safefile import atomic_write_text
-from emmy_core.files.sourcefile import SourceError, gc_paused
-from emmy_core.files.urlfolder import (
+from emmy_core.exchange.importer import Progress, load_source
+from emmy_core.fileio.safefile import atomic_write_text
+from emmy_core.fileio.sourcefile import SourceError, gc_paused
+from emmy_core.fileio.urlfolder import (
     drop_keys,
     fetch_folder,
     inbox_keys,
@@ -31,10 +31,10 @@ from emmy_core.files.urlfolder import (
     publish_folder,
     staged_inbox,
 )
+from emmy_core.formats.freeze import card_file_slug
 from emmy_core.freezefolder.freeze_names import TUNE_NAME, freeze_folder
 from emmy_core.freezefolder.refresh import RefreshReport, refresh_freeze
 from emmy_core.store.errors import StoreError
-from emmy_core.store.importer import Progress, load_source
 from emmy_core.store.memory import MemoryStore
 
 
@@ -100,7 +100,7 @@ def fold_tune_files(freeze_dir: Path | str, inbox: Path | str | None = None,
 
     Refuses (nothing moved, nothing folded) an inbox file that is not a tune file of the card its
     name says, or whose name is taken beside the freeze by a file with other content. Either folder may be
-    an fsspec URL (`emmy_core.files.urlfolder`: memory://, s3://, file://), under the same rules.
+    an fsspec URL (`emmy_core.fileio.urlfolder`: memory://, s3://, file://), under the same rules.
     """
     if is_url(freeze_dir) or is_url(inbox) or str(freeze_dir).startswith("file://") \
             or str(inbox).startswith("file://"):

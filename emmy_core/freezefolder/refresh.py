@@ -14,12 +14,13 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emmy_core.files.freeze import card_file_slug, freeze_store
-from emmy_core.files.safefile import FileWriteError, locked_folder, shown, why
-from emmy_core.files.sourcefile import SourceError, gc_paused
+from emmy_core.exchange.importer import Progress, load_source
+from emmy_core.fileio.errors import FileError
+from emmy_core.fileio.safefile import FileWriteError, locked_folder, shown, why
+from emmy_core.fileio.sourcefile import SourceError, gc_paused
+from emmy_core.formats.freeze import card_file_slug, freeze_store
 from emmy_core.freezefolder.freeze_names import FREEZE_NAME, TUNE_NAME, freeze_folder
 from emmy_core.store.errors import StoreError
-from emmy_core.store.importer import Progress, load_source
 
 
 @dataclass
@@ -50,7 +51,7 @@ def refresh_freeze(freeze_dir: Path | str, progress: Progress | None = None,
             report.freezes = _fold(d, freezes, tunes, report, progress)
         except SourceError:
             raise
-        except StoreError as exc:
+        except FileError as exc:  # the store, a write or a read refused: nothing was replaced
             raise type(exc)(f"{exc}; the refresh stopped and the freeze and tune files in {shown(d)} are as they "
                             "were") from None
         for path in tunes:

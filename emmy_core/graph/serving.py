@@ -144,8 +144,8 @@ def parse_serving_matrix(text: bytes | str, source: str = "<serving matrix>") ->
 
 def load_serving_matrix(path: Path | str | None = None) -> ServingMatrix:
     """The committed serving matrix (or the one at `path`), read strictly: a regular file of at most
-    `MAX_BYTES` (a FIFO, a device or a larger file is refused unread: `emmy_core.files.inputfile`)."""
-    from emmy_core.files.inputfile import InputFileError, read_input
+    `MAX_BYTES` (a FIFO, a device or a larger file is refused unread: `emmy_core.fileio.inputfile`)."""
+    from emmy_core.fileio.inputfile import InputFileError, read_input
 
     p = Path(path) if path is not None else DEFAULT_PATH
     try:

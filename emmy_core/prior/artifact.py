@@ -264,9 +264,9 @@ def _parse(doc: object, path: str) -> Prior:
 
 def load_prior(path: Path | str) -> Prior:
     """Reads a prior artifact strictly; PriorError naming the file when it cannot be used (the JSON read by
-    `emmy_core.files.sourcefile.loads_strict`: UTF-8, no repeated key, no NaN, not nested too deeply)."""
-    from emmy_core.files.inputfile import InputFileError, read_input
-    from emmy_core.files.sourcefile import SourceError, loads_strict
+    `emmy_core.fileio.sourcefile.loads_strict`: UTF-8, no repeated key, no NaN, not nested too deeply)."""
+    from emmy_core.fileio.inputfile import InputFileError, read_input
+    from emmy_core.fileio.sourcefile import SourceError, loads_strict
 
     p = Path(path)
     if not p.exists() and not p.is_symlink():
@@ -311,7 +311,7 @@ def check_artifact_out(out: Path | str, *, install: bool = False) -> None:
     """Refuses an artifact's output before any work: the installed prior unless `install` (only
     `emmy fit --install` and the chain's install step, after its gate, replace it), and any file of
     another kind (FileWriteError: an output replaces only a file of its own kind)."""
-    from emmy_core.files.filekind import check_output
+    from emmy_core.fileio.filekind import check_output
 
     if is_installed_path(out) and not install:
         raise PriorError(f"{out}: is the installed prior; it is replaced only by `emmy fit --install` or the "
@@ -323,9 +323,9 @@ def check_artifact_out(out: Path | str, *, install: bool = False) -> None:
 def write_artifact(doc: Mapping[str, Any], out: Path | str, *, install: bool = False) -> Path:
     """Writes an artifact atomically: checked by the loader's own rules first (never replace a working
     prior by one that does not load), then a temporary file beside `out` and a rename
-    (`emmy_core.files.safefile`). `out` must be absent or a prior artifact, and not the installed prior
+    (`emmy_core.fileio.safefile`). `out` must be absent or a prior artifact, and not the installed prior
     unless `install` (see `check_artifact_out`)."""
-    from emmy_core.files.safefile import atomic_write_text
+    from emmy_core.fileio.safefile import atomic_write_text
 
     out = Path(out)
     check_artifact_out(out, install=install)

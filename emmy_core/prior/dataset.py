@@ -132,7 +132,7 @@ def describe_cards(rows: list[dict[str, Any]], names: set[str], cards_file: Path
 
 def _kernel(snap: Any, kernels: dict[str, str], kid: str) -> Program | Extern:
     """A pool's kernel parsed from the export's text; SourceError naming the file, row and column else."""
-    from emmy_core.files.sourcefile import SourceError
+    from emmy_core.fileio.sourcefile import SourceError
     from emmy_core.ir import IRError
 
     try:
@@ -148,7 +148,7 @@ def read_dataset(export_dir: Path | str, cards_file: Path | str | None = None,
     """Every fork of a verified export (refused naming both versions when it is another export version)."""
     import polars as pl
 
-    from emmy_core.store.export import open_snapshot
+    from emmy_core.exchange.export import open_snapshot
 
     snap = open_snapshot(export_dir)  # the manifest and the tables of one export, their content checked
     manifest, tables = snap.manifest, snap.tables

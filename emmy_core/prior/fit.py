@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from emmy_core.compute import Scheduler, parse_scheduler, task_map
-from emmy_core.files.safefile import atomic_write_text, fresh_folder
+from emmy_core.fileio.safefile import atomic_write_text, fresh_folder
 from emmy_core.ir import Extern
 from emmy_core.prior import metrics
 from emmy_core.prior.artifact import (
@@ -373,7 +373,7 @@ def fit_prior(dataset_dir: Path | str, out_path: Path | str, *, pools: str = DEF
     if where.kind == "inprocess":
         return fit_dataset(dataset, out_path, pools=pools, folds=folds, seed=seed, params=params,
                            tracking_uri=tracking_uri, tags=tags, progress=progress)
-    from emmy_core.files.urlfolder import shared_location
+    from emmy_core.fileio.urlfolder import shared_location
 
     ref = DatasetRef(shared_location(dataset_dir), None if cards_file is None else str(Path(cards_file).resolve()), dataset.digest)
     if progress is not None:

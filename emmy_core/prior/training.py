@@ -256,7 +256,7 @@ def model_json(model: Any) -> dict[str, Any]:
     os.close(fd)
     from catboost import CatBoostError
 
-    from emmy_core.files.safefile import FileWriteError, why
+    from emmy_core.fileio.safefile import FileWriteError, why
 
     try:
         model.save_model(tmp, format="json")

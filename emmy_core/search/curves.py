@@ -273,7 +273,7 @@ def check_plots_out(out_dir: Any, names: Sequence[str] | None = None) -> None:
     checked before a replay (the overall plot) and again before any plot is written (every card's)."""
     from pathlib import Path
 
-    from emmy_core.files.filekind import check_output
+    from emmy_core.fileio.filekind import check_output
 
     for name in names if names is not None else [plot_name(ALL_POOLS)]:
         check_output(Path(out_dir) / name, "png", "a search-curve plot")
@@ -291,7 +291,7 @@ def plot_curves(curves: SearchCurves, out_dir: Any) -> list[Any]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from emmy_core.files.safefile import ensure_folder, write_all
+    from emmy_core.fileio.safefile import ensure_folder, write_all
 
     out = Path(out_dir)
     panels: list[tuple[str, Mapping[str, Mapping[str, Mapping[str, Any]]]]] = [(ALL_POOLS, curves.curves)]
@@ -331,7 +331,7 @@ def write_curves(curves: SearchCurves, out: Any) -> Any:
     import json
     from pathlib import Path
 
-    from emmy_core.files.safefile import atomic_write_text
+    from emmy_core.fileio.safefile import atomic_write_text
 
     path = Path(out)
     check_curves_out(path)
@@ -343,6 +343,6 @@ def check_curves_out(out: Any) -> None:
     """Refuses (FileWriteError) a `--json` path that holds anything but search curves, before a replay."""
     from pathlib import Path
 
-    from emmy_core.files.filekind import check_output
+    from emmy_core.fileio.filekind import check_output
 
     check_output(Path(out), CURVES_FORMAT, "search curves")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from emmy_core.compute import parse_scheduler, task_map
-from emmy_core.files.urlfolder import shared_location
+from emmy_core.fileio.urlfolder import shared_location
 from emmy_core.prior import load_installed_prior, load_prior
 from emmy_core.prior.dataset import read_dataset
 from emmy_core.prior.provenance import content_digest

@@ -58,9 +58,9 @@ def tune_module(module: nn.Module, example_inputs: Sequence[Any], *, budget: int
     1, or a strategy that needs a prior when none loads."""
     from emmy_core.bench.harness import bench
     from emmy_core.bench.plan import tune_plan
+    from emmy_core.exchange.recorders import db_recorder
     from emmy_core.search.strategy import STRATEGIES
     from emmy_core.search.tune import PRIOR_STRATEGIES, StrategyChooser, strategy_prior
-    from emmy_core.store.recorders import db_recorder
     from emmy_core.targets import local_card
 
     if strategy is not None and strategy not in STRATEGIES:

@@ -17,10 +17,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from emmy_core.codegen.backend import SETTINGS
+from emmy_core.fileio.errors import bounded
 from emmy_core.ir import Extern, IRError, Kernel, Program, format_sizes, kernel_id, parse, parse_sizes, render
 from emmy_core.ir.check import validate
 from emmy_core.knobs.vocab import EXTERN_PREFIX, SCHEDULE_KNOBS, parse_decision
-from emmy_core.store.errors import BatchError, bounded
+from emmy_core.store.errors import BatchError
 from emmy_core.store.rows import (
     CARD_NAME_PATTERN,
     FAILURE_KINDS,

@@ -64,8 +64,8 @@ def refuse_unusable(path: Path | str) -> None:
     DuckDB would block for ever on a FIFO and read a device without end; readers and writers both come
     here before DuckDB sees the path, so a write refuses exactly what a read refuses. An absent path passes
     (a writer makes a new store; a reader says there is no store)."""
-    from emmy_core.files.inputfile import kind_of_mode
-    from emmy_core.files.safefile import shown
+    from emmy_core.fileio.inputfile import kind_of_mode
+    from emmy_core.fileio.safefile import shown
 
     for p, role in ((Path(path), ""), (Path(f"{path}.wal"), "its write-ahead log ")):
         try:

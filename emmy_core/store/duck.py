@@ -15,11 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from emmy_core.files.safefile import ensure_folder
+from emmy_core.fileio.errors import bounded
+from emmy_core.fileio.safefile import ensure_folder
 from emmy_core.graph.forks import ForkKey
 from emmy_core.store.batch import MEASUREMENT_COLUMNS, Prepared
 from emmy_core.store.connect import DEFAULT_LOCK_TIMEOUT, connect, first_line, refuse_unusable, translated
-from emmy_core.store.errors import BatchError, StoreError, VersionMismatchError, bounded
+from emmy_core.store.errors import BatchError, StoreError, VersionMismatchError
 from emmy_core.store.interface import MeasurementStore
 from emmy_core.store.rows import (
     CARD_NUMBERS,

@@ -1,22 +1,16 @@
 """Errors of the store. Each says which file, record or field is at fault; none wraps a raw DuckDB trace.
 
-Every part of a message that echoes input (a name, a value, a path) is bounded: a 20 MB knob
-name must not become a 20 MB error message.
+Every store error is a `emmy_core.fileio.errors.FileError` (the store is a file), so a caller that
+catches `FileError` catches both a refused file and a refused store; a caller that catches `StoreError`
+catches only what the store itself refuses. Messages that echo input are bounded (`fileio.errors.bounded`).
 """
 
 from __future__ import annotations
 
-MAX_MESSAGE = 2000
+from emmy_core.fileio.errors import FileError
 
 
-def bounded(text: str, limit: int = MAX_MESSAGE) -> str:
-    """`text` cut to at most about `limit` characters, saying how much was cut."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... ({len(text) - limit} more characters)"
-
-
-class StoreError(Exception):
+class StoreError(FileError):
     """The store cannot do what was asked (the message says why, naming the file)."""
 
 

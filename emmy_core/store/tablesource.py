@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from emmy_core.files.sourcefile import SourceError
+from emmy_core.fileio.sourcefile import SourceError
 from emmy_core.ir import IRError, kernel_id, parse
 from emmy_core.store.batch import Batch
 from emmy_core.store.rows import (

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from emmy_core.files.safefile import FileWriteError, aside_name, fsync_folder, shown, why
+from emmy_core.fileio.safefile import FileWriteError, aside_name, fsync_folder, shown, why
 from emmy_core.store.connect import translated
 from emmy_core.store.errors import StoreError, VersionMismatchError
 from emmy_core.store.schema import SCHEMA_VERSION, TABLE_NAMES, VIEW_NAMES, WRITER_VERSION, ddl

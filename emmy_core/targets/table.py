@@ -124,8 +124,8 @@ def _default_table() -> tuple[tuple[str, Card], ...]:
 
 def _load(path: Path, file: str) -> dict[str, Card]:
     """Reads `path`; messages call it `file` (the packaged table by its name, a user's file as given)."""
-    from emmy_core.files.inputfile import InputFileError, read_input
-    from emmy_core.files.sourcefile import SourceError, loads_strict
+    from emmy_core.fileio.inputfile import InputFileError, read_input
+    from emmy_core.fileio.sourcefile import SourceError, loads_strict
 
     try:  # strict JSON: UTF-8, no repeated key, no NaN, not nested too deeply (a SourceError naming `file`)
         doc = loads_strict(read_input(path, MAX_TABLE_BYTES, "card table"), file)

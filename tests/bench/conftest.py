@@ -29,7 +29,7 @@ def cpu_card() -> Card:
 @pytest.fixture(scope="session")
 def planted_run(cpu_card: Card) -> tuple[BenchReport, MemoryStore]:
     """Every planted behaviour, in one bench of one tiny kernel, recorded into an in-memory store."""
-    from emmy_core.store.recorders import StoreRecorder
+    from emmy_core.exchange.recorders import StoreRecorder
 
     store = MemoryStore()
     report = bench([(Unit(tiny_kernel(), {"B": 4}), [{"unroll": p} for p in PLANTS])], cpu_card, planted.SPEC,

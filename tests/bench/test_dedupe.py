@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from emmy_core.bench.harness import BenchConfig, Unit, bench, dedupe
+from emmy_core.exchange.recorders import StoreRecorder
 from emmy_core.ir.builders import elementwise
 from emmy_core.store import MemoryStore
-from emmy_core.store.recorders import StoreRecorder
 from tests.bench import planted
 from tests.bench.conftest import tiny_kernel
 from tests.bench.probes import quiet

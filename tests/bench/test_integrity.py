@@ -6,9 +6,9 @@ import dataclasses
 
 from emmy_core.bench.harness import BenchConfig, Unit, bench
 from emmy_core.bench.integrity import Stats, summarize, timing_flags
+from emmy_core.exchange.recorders import StoreRecorder
 from emmy_core.knobs.vocab import schedule_id
 from emmy_core.store import MemoryStore
-from emmy_core.store.recorders import StoreRecorder
 from tests.bench import planted
 from tests.bench.conftest import tiny_kernel
 from tests.bench.probes import quiet

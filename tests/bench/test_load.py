@@ -21,8 +21,8 @@ from emmy_core.bench.load import (
 )
 from emmy_core.bench.progress import BenchProgress
 from emmy_core.cli.tune_cmd import print_report
+from emmy_core.exchange.recorders import StoreRecorder
 from emmy_core.store import MemoryStore
-from emmy_core.store.recorders import StoreRecorder
 from tests.bench import planted
 from tests.bench.conftest import tiny_kernel
 from tests.bench.probes import ScriptedProbe, quiet

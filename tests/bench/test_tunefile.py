@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from emmy_core.bench import PLACEHOLDER_US
+from emmy_core.exchange.importer import import_into
+from emmy_core.exchange.recorders import TuneFileRecorder
 from emmy_core.store import MemoryStore
-from emmy_core.store.importer import import_into
-from emmy_core.store.recorders import TuneFileRecorder
 
 
 def test_a_tune_file_holds_the_recorded_rows_and_imports_back(planted_run, cpu_card, tmp_path: Path) -> None:

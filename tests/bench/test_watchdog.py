@@ -68,7 +68,7 @@ def test_a_hang_while_preparing_is_reported_and_the_next_kernel_still_runs(cpu_c
     """A reference that cannot be prepared in time skips that kernel's variants, nothing else."""
     big = tiny_kernel()
     store = MemoryStore()
-    from emmy_core.store.recorders import StoreRecorder
+    from emmy_core.exchange.recorders import StoreRecorder
 
     config = BenchConfig(setting="rank", timeout_s=TIMEOUT_S, prepare_timeout_s=0.001, spread_limit=50.0)
     report = bench([(Unit(big, {"B": 4}), [{"unroll": 1}])], cpu_card, planted.SPEC, StoreRecorder(store), config,

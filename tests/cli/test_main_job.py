@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from emmy_core.chain.evaluation import write_evaluation
 from emmy_core.cli.main import app
-from emmy_core.store.export import export_db
-from emmy_core.store.importer import import_db
+from emmy_core.exchange.export import export_db
+from emmy_core.exchange.importer import import_db
 from tests.chain.reports import evaluation
 
 ROOT = Path(__file__).resolve().parents[2]

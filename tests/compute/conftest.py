@@ -16,8 +16,8 @@ def toy_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Three cards x three kernels of 12 tiles, times a known function of card, kernel and tile."""
     import json
 
-    from emmy_core.store.export import export_db
-    from emmy_core.store.importer import import_db
+    from emmy_core.exchange.export import export_db
+    from emmy_core.exchange.importer import import_db
     from tests.eval.conftest import cache_doc
 
     tmp = tmp_path_factory.mktemp("toy")

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from emmy_core.cli.main import app
-from emmy_core.files.urlfolder import OBJECTS, POINTER, publish_folder, read_pointer
+from emmy_core.fileio.urlfolder import OBJECTS, POINTER, publish_folder, read_pointer
 from emmy_core.prior.dataset import read_dataset
 
 

@@ -37,8 +37,8 @@ def caches_export(tmp_path: Path) -> Callable[..., tuple[Path, list[Path]]]:
     """Writes caches (kernel name -> entries), imports and exports them: (export folder, cache files)."""
 
     def make(pools: Mapping[str, Sequence[Entry]], card: str = CARD) -> tuple[Path, list[Path]]:
-        from emmy_core.store.export import export_db
-        from emmy_core.store.importer import import_db
+        from emmy_core.exchange.export import export_db
+        from emmy_core.exchange.importer import import_db
 
         files = []
         for kernel, entries in pools.items():

@@ -10,7 +10,7 @@ import pytest
 
 from emmy_core.eval import evaluate
 from emmy_core.eval.extern_order import file_order
-from emmy_core.files.sourcefile import SourceError
+from emmy_core.fileio.sourcefile import SourceError
 from emmy_core.prior import load_installed_prior
 from emmy_core.prior import metrics as m
 from tests.conftest import PeerStore

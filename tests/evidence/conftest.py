@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from emmy_core.files.freeze import freeze_store
+from emmy_core.formats.freeze import freeze_store
 from emmy_core.graph.decisions import Decision
 from emmy_core.graph.lower import Lowered
 from emmy_core.graph.pipeline import compile_module

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from emmy_core.files.freeze import freeze_db
-from emmy_core.files.golden import GoldenRecord, Trace, write_golden_file
-from emmy_core.files.tunefile import write_tune_file
+from emmy_core.exchange.export import MANIFEST, content_digest, export_db
+from emmy_core.exchange.importer import SourceOutcome, import_into
+from emmy_core.formats.freeze import freeze_db
+from emmy_core.formats.golden import GoldenRecord, Trace, write_golden_file
+from emmy_core.formats.tunefile import write_tune_file
 from emmy_core.ir import kernel_id
 from emmy_core.store import MeasurementRow, MeasurementStore, MemoryStore, open_store
-from emmy_core.store.export import MANIFEST, content_digest, export_db
-from emmy_core.store.importer import SourceOutcome, import_into
 from tests.store.test_files_freeze import H200, MM, NORM, PIECE_A, PIECE_B, populate
 
 JSON_KINDS = ("freeze", "tune", "golden", "kerneltuner")

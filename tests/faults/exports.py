@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from emmy_core.store.export import MANIFEST, content_digest
+from emmy_core.exchange.export import MANIFEST, content_digest
 
 
 def rehash(export: Path) -> None:

@@ -22,15 +22,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emmy_core.files.freeze import freeze_db
-from emmy_core.files.tunefile import tune_file_name, write_tune_file
+from emmy_core.exchange.importer import import_db, import_into
+from emmy_core.formats.freeze import freeze_db
+from emmy_core.formats.tunefile import tune_file_name, write_tune_file
 from emmy_core.freezefolder.freeze_names import freeze_folder
 from emmy_core.freezefolder.promote import promote_fastest
 from emmy_core.freezefolder.refresh import refresh_freeze
 from emmy_core.ir import kernel_id
 from emmy_core.store import MeasurementRow, MeasurementStore, MemoryStore, open_store
 from emmy_core.store.check import check_db
-from emmy_core.store.importer import import_db, import_into
 from tests.store.test_files_freeze import CPU, H100, H200, KERNELS, populate
 
 ROOT = Path(__file__).resolve().parents[2]

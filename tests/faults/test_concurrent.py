@@ -9,11 +9,11 @@ import sys
 import time
 from pathlib import Path
 
-from emmy_core.files.tunefile import tune_file_name, write_tune_file
+from emmy_core.exchange.importer import import_into
+from emmy_core.formats.tunefile import tune_file_name, write_tune_file
 from emmy_core.ir import kernel_id
 from emmy_core.store import MeasurementRow, MemoryStore, open_store
 from emmy_core.store.check import check_db
-from emmy_core.store.importer import import_into
 from tests.store.test_files_freeze import H100, H200, KERNELS, populate
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from emmy_core.files.freeze import freeze_db
-from emmy_core.files.tunefile import tune_file_name, write_tune_file
+from emmy_core.exchange.export import export_db
+from emmy_core.formats.freeze import freeze_db
+from emmy_core.formats.tunefile import tune_file_name, write_tune_file
 from emmy_core.ir import kernel_id
 from emmy_core.store import MeasurementRow, open_store
 from emmy_core.store.check import check_db
-from emmy_core.store.export import export_db
 from tests.store.test_files_freeze import H200, NORM, populate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,13 +115,13 @@ def test_disk_full_during_refresh_folds_nothing_and_removes_no_tune_file(small_d
 TUNE_WRITER = """
 import sys
 from pathlib import Path
-from emmy_core.store import StoreError
-from emmy_core.files.tunefile import merge_into_tune_file
+from emmy_core.fileio.errors import FileError
+from emmy_core.formats.tunefile import merge_into_tune_file
 from tests.faults.test_diskfull import big_rows
 from tests.store.test_files_freeze import H200, NORM
 try:
     merge_into_tune_file(Path(sys.argv[1]), card=H200, setting="deploy", kernels=[NORM], measurements=big_rows(2000))
-except StoreError as exc:
+except FileError as exc:
     print(exc, file=sys.stderr)
     sys.exit(2)
 """

@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from emmy_core.cli.main import app
-from emmy_core.files.sourcefile import SourceError
-from emmy_core.store.check_export import check_export
-from emmy_core.store.export import open_snapshot
+from emmy_core.exchange.check_export import check_export
+from emmy_core.exchange.export import open_snapshot
+from emmy_core.fileio.sourcefile import SourceError
 from tests.faults.exports import CORRUPTIONS, corrupted_copy
 from tests.prior.conftest import freeze_export  # noqa: F401  (the repository freeze as an export)
 
@@ -92,7 +92,7 @@ def test_a_file_that_is_not_parquet_under_a_matching_hash_is_refused_not_a_parse
     import json
     import shutil
 
-    from emmy_core.store.export import content_digest
+    from emmy_core.exchange.export import content_digest
 
     bad = tmp_path / "bad"
     shutil.copytree(freeze_export, bad)

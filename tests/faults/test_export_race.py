@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from emmy_core.exchange.export import export_db, open_snapshot
 from emmy_core.store import MeasurementRow, open_store
-from emmy_core.store.export import export_db, open_snapshot
 from tests.store.test_files_freeze import H200, NORM, populate
 
 
@@ -81,7 +81,7 @@ def test_ctrl_c_inside_duckdbs_write_is_a_keyboard_interrupt_and_the_old_export_
     interrupted' from a relation's write); the export makes it a KeyboardInterrupt (exit 130), not an error."""
     import duckdb
 
-    from emmy_core.store import export
+    from emmy_core.exchange import export
 
     a, b = two_stores(tmp_path)
     out = tmp_path / "dataset"

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from emmy_core.store.export import export_db, open_snapshot
+from emmy_core.exchange.export import export_db, open_snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 120
 PAUSED = textwrap.dedent("""
     import sys, time
-    from emmy_core.store.export import export_db
+    from emmy_core.exchange.export import export_db
 
     def progress(table: str) -> None:
         print("exporting", table, flush=True)

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from emmy_core.exchange.importer import import_into
 from emmy_core.store import open_store
-from emmy_core.store.importer import import_into
 from tests.faults.corpus import JSON_KINDS, check_outcome, hostile_source, import_checked, primed_store, state
 from tests.store.test_files_freeze import populate
 

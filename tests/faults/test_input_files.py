@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from emmy_core.files.inputfile import InputFileError, read_input
+from emmy_core.fileio.inputfile import InputFileError, read_input
 
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 120  # a reader that blocks on a FIFO would run into this instead of returning at once
@@ -49,7 +49,7 @@ def test_a_file_that_grows_after_it_is_checked_is_read_whole_under_the_cap_and_r
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grows_by: int, whole: bool) -> None:
     """The read is sized by the file's size when opened; bytes appended after that are still read (never
     a silently cut file), up to the cap."""
-    from emmy_core.files import inputfile
+    from emmy_core.fileio import inputfile
 
     path = tmp_path / "growing.json"
     path.write_bytes(b"a" * 1000)
@@ -86,7 +86,7 @@ def test_a_fifo_or_dev_zero_as_cards_file_is_refused_at_once(fifo: Path, special
 
 def test_a_fifo_as_extern_order_is_refused_at_once(fifo: Path) -> None:
     from emmy_core.eval.extern_order import file_order
-    from emmy_core.files.sourcefile import SourceError
+    from emmy_core.fileio.sourcefile import SourceError
 
     with pytest.raises(SourceError, match="not a regular file"):
         file_order([fifo])

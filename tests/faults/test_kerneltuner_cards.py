@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from emmy_core.files.localcard import local_cpu
+from emmy_core.exchange.importer import import_into
+from emmy_core.formats.localcard import local_cpu
 from emmy_core.store import MemoryStore, open_store
-from emmy_core.store.importer import import_into
 from tests.faults.corpus import kt_cache
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from emmy_core.files.safefile import atomic_write_text, write_all
+from emmy_core.exchange.importer import import_db
+from emmy_core.fileio.safefile import atomic_write_text, write_all
 from emmy_core.store import open_store
-from emmy_core.store.importer import import_db
 from tests.store.test_files_import import kt_cache, write
 
 

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from emmy_core.compute.scheduler import ComputeError, probe_dask
-from emmy_core.files import urlfolder
-from emmy_core.files.urlfolder import UrlFolderError, read_pointer
-from emmy_core.store.export import export_db, open_snapshot
+from emmy_core.exchange.export import export_db, open_snapshot
+from emmy_core.fileio import urlfolder
+from emmy_core.fileio.urlfolder import UrlFolderError, read_pointer
 from tests.faults.peers import closed_port, http_server, silent_listener
 
 ROOT = Path(__file__).resolve().parents[2]

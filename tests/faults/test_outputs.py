@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from emmy_core.cli.main import app
-from emmy_core.files.safefile import FileWriteError, fresh_folder
+from emmy_core.fileio.safefile import FileWriteError, fresh_folder
 from emmy_core.prior import installed_prior_path, load_prior
 from emmy_core.prior.artifact import write_artifact
 from emmy_core.store import open_store
@@ -122,7 +122,7 @@ def test_a_failed_artifact_write_names_the_target_and_says_the_old_file_stands(t
     out.write_text(json.dumps(json.loads(out.read_text()), indent=1))  # other bytes, or the write is skipped
     before = out.read_bytes()
     script = ("import sys; from emmy_core.prior import load_prior, installed_prior_path; "
-              "from emmy_core.prior.artifact import write_artifact; from emmy_core.files.safefile import FileWriteError\n"
+              "from emmy_core.prior.artifact import write_artifact; from emmy_core.fileio.safefile import FileWriteError\n"
               "try:\n    write_artifact(load_prior(installed_prior_path()).doc, sys.argv[1])\n"
               "except FileWriteError as e:\n    print(e); sys.exit(3)\n")
 
@@ -142,10 +142,10 @@ def test_disk_full_during_a_fit_keeps_the_old_artifact_and_says_so(freeze_export
     write_artifact(load_prior(installed_prior_path()).doc, out)
     before = out.read_bytes()
     script = ("import sys\nfrom emmy_core.prior.dataset import read_dataset\nfrom emmy_core.prior.fit import "
-              "fit_dataset\nfrom emmy_core.prior.training import Params\nfrom emmy_core.store.errors import "
-              "StoreError\ntry:\n    fit_dataset(read_dataset(sys.argv[1]), sys.argv[2], folds=2, "
+              "fit_dataset\nfrom emmy_core.prior.training import Params\nfrom emmy_core.fileio.errors import "
+              "FileError\ntry:\n    fit_dataset(read_dataset(sys.argv[1]), sys.argv[2], folds=2, "
               "params=Params(iterations=10, depth=3), tracking_uri='off', fits_dir=sys.argv[3])\n"
-              "except StoreError as e:\n    print(e); sys.exit(3)\n")
+              "except FileError as e:\n    print(e); sys.exit(3)\n")
 
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (48 * 1024, 48 * 1024))
@@ -211,7 +211,7 @@ def test_the_chain_replaces_its_evaluation_report_from_before_the_format_was_nam
     """A workspace's `_data/evaluation/report.json` written before the report named its format is the same
     output one version older: the chain's writer may replace it. A format-less document of any other shape
     still stands."""
-    from emmy_core.files.filekind import check_output
+    from emmy_core.fileio.filekind import check_output
 
     old = tmp_path / "report.json"
     old.write_text(json.dumps({"candidate": {}, "installed": {}, "verdict": "install"}))

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from emmy_core.cli.main import app
-from emmy_core.files.sourcefile import SourceError
+from emmy_core.fileio.sourcefile import SourceError
 from emmy_core.prior import PriorError, installed_prior_path, load_prior
 from emmy_core.prior.artifact import artifact_text
 from tests.eval.conftest import cache_doc, caches_export  # noqa: F401  (small exports from Kernel Tuner caches)
@@ -143,7 +143,7 @@ def test_a_400_digit_integer_in_a_card_file_is_refused_naming_the_field(tmp_path
 
 
 def test_a_400_digit_integer_in_a_source_number_field_is_refused_not_an_overflow() -> None:
-    from emmy_core.files.sourcefile import Fields
+    from emmy_core.fileio.sourcefile import Fields
 
     with pytest.raises(SourceError, match="400 digits"):
         Fields("f.json", "$", {"x": BIG}).number("x")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from emmy_core.exchange.importer import import_into
 from emmy_core.ir import parse, render
 from emmy_core.ir.builders import rmsnorm
 from emmy_core.store import MemoryStore
-from emmy_core.store.importer import import_into
 from tests.faults.corpus import kt_cache
 from tests.faults.scaling import FACTOR, LIMIT, growth
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from emmy_core.store.export import export_db
-from emmy_core.store.importer import import_db
+from emmy_core.exchange.export import export_db
+from emmy_core.exchange.importer import import_db
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "measurements_and_the_prior.py"

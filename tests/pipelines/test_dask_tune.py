@@ -16,7 +16,7 @@ import pytest
 
 from assets.resources import EmmyPaths
 from emmy_core.compute.placement import card_resource
-from emmy_core.files.freeze import card_file_slug
+from emmy_core.formats.freeze import card_file_slug
 from emmy_core.targets import local_card
 from pipelines.jobs import build_tune_job, card_partitions
 from tests.store.test_url_folders import small_tune_file

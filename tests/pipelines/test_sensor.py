@@ -6,7 +6,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from emmy_core.files.tunefile import tune_file_name
+from emmy_core.formats.tunefile import tune_file_name
 from pipelines.sensors import new_tune_files, read_cursor
 from tests.pipelines.conftest import make_resources
 

@@ -10,7 +10,7 @@ import dagster as dg
 
 from assets.freeze import freeze_files, refreshed_freeze
 from assets.tune import tune_files
-from emmy_core.files.freeze import card_file_slug
+from emmy_core.formats.freeze import card_file_slug
 from emmy_core.ir import kernel_id, parse
 from emmy_core.targets import local_card
 from pipelines.jobs import build_tune_job, card_partitions

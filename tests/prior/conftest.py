@@ -17,9 +17,9 @@ SMALL = Params(iterations=60, depth=4)  # a quick fit for tests that need any fi
 @pytest.fixture(scope="session")
 def freeze_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The committed freeze imported into a fresh database and exported (what `emmy fit` reads)."""
+    from emmy_core.exchange.export import export_db
+    from emmy_core.exchange.importer import import_db
     from emmy_core.freezefolder.freeze_names import freeze_folder
-    from emmy_core.store.export import export_db
-    from emmy_core.store.importer import import_db
 
     files = freeze_folder(FREEZES).reviewed
     if not files:

@@ -168,10 +168,10 @@ def test_emmy_fit_compare_is_told_where_no_run_can_be_and_creates_no_store(tmp_p
 
 
 def test_a_card_the_dataset_does_not_describe_is_read_from_the_cards_file_else_counted(tmp_path: Path) -> None:
+    from emmy_core.exchange.export import export_db
     from emmy_core.ir import kernel_id
     from emmy_core.prior.dataset import read_dataset
     from emmy_core.store import CardRow, MeasurementRow, open_store
-    from emmy_core.store.export import export_db
 
     kernel = matmul(64, 64, 64)
     rows = [MeasurementRow.ok(kernel_id(kernel), "", {"block": b, "num_warps": 4}, "Mystery GPU", "deploy", 10.0 + b)

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from emmy_core.files.sourcefile import SourceError
+from emmy_core.exchange.check_export import check_export
+from emmy_core.exchange.export import export_db
+from emmy_core.fileio.sourcefile import SourceError
 from emmy_core.store import open_store
-from emmy_core.store.check_export import check_export
-from emmy_core.store.export import export_db
 from tests.store.test_files_freeze import populate
 
 
@@ -33,7 +33,7 @@ def test_the_tables_are_checked_not_the_code(export: Path, tmp_path: Path) -> No
     """A row the writer would never write, planted in a Parquet file (and the manifest re-signed), is counted."""
     import duckdb
 
-    from emmy_core.store.export import _sha256, content_digest, read_manifest
+    from emmy_core.exchange.export import _sha256, content_digest, read_manifest
 
     path = export / "schedules.parquet"
     con = duckdb.connect()

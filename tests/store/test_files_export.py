@@ -11,13 +11,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from emmy_core.files.sourcefile import SourceError
+from emmy_core.exchange.export import export_db, read_export, read_pools, verify_export
+from emmy_core.exchange.importer import import_db
+from emmy_core.fileio.sourcefile import SourceError
 from emmy_core.ir import identity, kernel_id
 from emmy_core.knobs import candidates
 from emmy_core.knobs.vocab import schedule_id
 from emmy_core.store import StoreError, open_store
-from emmy_core.store.export import export_db, read_export, read_pools, verify_export
-from emmy_core.store.importer import import_db
 from tests.store.test_files_freeze import H200, NORM, populate, stats_of
 
 
@@ -215,7 +215,7 @@ def test_a_card_the_store_does_not_describe_gets_measured_pools_only_and_is_coun
 
 
 def test_export_imports_no_torch(db: Path, tmp_path: Path) -> None:
-    script = ("import sys\nfrom emmy_core.store.export import export_db\n"
+    script = ("import sys\nfrom emmy_core.exchange.export import export_db\n"
               f"export_db({str(db)!r}, {str(tmp_path / 'x')!r})\n"
               "assert 'torch' not in sys.modules, 'export imported torch'\n")
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)

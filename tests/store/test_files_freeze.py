@@ -11,8 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emmy_core.files.cardfile import parse_card_document
-from emmy_core.files.freeze import freeze_db, freeze_store, render_snapshot, snapshot
+from emmy_core.exchange.importer import import_db, import_into
+from emmy_core.fileio.safefile import FileWriteError
+from emmy_core.formats.cardfile import parse_card_document
+from emmy_core.formats.freeze import freeze_db, freeze_store, render_snapshot, snapshot
 from emmy_core.ir import identity, kernel_id, render
 from emmy_core.ir.builders import matmul, rmsnorm, softmax
 from emmy_core.store import (
@@ -22,10 +24,8 @@ from emmy_core.store import (
     MeasurementStore,
     MemoryStore,
     RoutingRow,
-    StoreError,
     open_store,
 )
-from emmy_core.store.importer import import_db, import_into
 from emmy_core.store.stats import db_stats
 
 H200 = CardRow("NVIDIA H200", "cuda", {"sm_count": 132, "bandwidth_gbs": 4800.0, "memory_gb": 141.0})
@@ -269,7 +269,7 @@ def test_freeze_never_writes_over_a_file_of_another_kind_or_card(db: Path, tmp_p
                           (b'{"format":"emmy-freeze","version":1,\n"card":{"name":"NVIDIA H100 80GB HBM3"},\n"x":1}',
                            "a freeze of card 'NVIDIA H100 80GB HBM3'")):
         precious.write_bytes(content)
-        with pytest.raises(StoreError, match=what):
+        with pytest.raises(FileWriteError, match=what):
             freeze_db(db, out)
         assert precious.read_bytes() == content and sorted(p.name for p in out.iterdir()) == [precious.name]
     precious.unlink()

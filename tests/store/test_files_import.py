@@ -11,11 +11,11 @@ import pytest
 from typer.testing import CliRunner
 
 from emmy_core.cli.main import app
-from emmy_core.files.freeze import freeze_db
-from emmy_core.files.sourcefile import SourceError, load_json_file, read_bounded
+from emmy_core.exchange.importer import import_db
+from emmy_core.fileio.sourcefile import SourceError, load_json_file, read_bounded
+from emmy_core.formats.freeze import freeze_db
 from emmy_core.ir import identity, kernel_id
 from emmy_core.store import BatchError, MeasurementRow, StoreError, open_store
-from emmy_core.store.importer import import_db
 from tests.store.test_files_freeze import NORM, populate, stats_of
 
 
@@ -284,7 +284,7 @@ def test_fresh_import_swaps_in_a_database_holding_only_the_sources(db: Path, tmp
 
 def test_fresh_import_interrupted_leaves_the_old_database_and_no_litter(db: Path, tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from emmy_core.store import importer
+    from emmy_core.exchange import importer
 
     before = db.read_bytes()
     real = importer.import_into

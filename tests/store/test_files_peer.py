@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from emmy_core.files.kerneltuner import KT_FAILURES, space_digest
+from emmy_core.exchange.importer import import_db
+from emmy_core.formats.kerneltuner import KT_FAILURES, space_digest
 from emmy_core.ir import Extern, kernel_id
 from emmy_core.knobs.vocab import EXTERN_PREFIX
 from emmy_core.store import PLACEHOLDER_US, open_store
-from emmy_core.store.importer import import_db
 from tests.conftest import PeerStore
 
 _CACHE: dict[str, object] = {}
@@ -99,8 +99,8 @@ def test_each_kernel_size_and_knob_space_is_one_extern_kernel(peer_db: tuple[Pat
 
 def test_the_imported_peer_store_checks_clean_and_survives_an_export(
         peer_db: tuple[Path, list, dict[str, dict]], tmp_path: Path) -> None:
+    from emmy_core.exchange.export import export_db
     from emmy_core.store.check import check_db
-    from emmy_core.store.export import export_db
     from emmy_core.store.stats import db_stats
 
     db, _, _ = peer_db

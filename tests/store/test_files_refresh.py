@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from emmy_core.files.freeze import freeze_db
-from emmy_core.files.golden import GoldenRecord, Trace, write_golden_file
-from emmy_core.files.tunefile import tune_file_name, write_tune_file
+from emmy_core.exchange.importer import import_into
+from emmy_core.fileio.sourcefile import SourceError
+from emmy_core.formats.freeze import freeze_db
+from emmy_core.formats.golden import GoldenRecord, Trace, write_golden_file
+from emmy_core.formats.tunefile import tune_file_name, write_tune_file
 from emmy_core.freezefolder import refresh as refresh_module
 from emmy_core.freezefolder.refresh import refresh_freeze
 from emmy_core.ir import kernel_id, render
 from emmy_core.store import BatchError, MeasurementRow, MemoryStore, RoutingRow, open_store
-from emmy_core.store.importer import import_into
 from tests.store.test_files_freeze import H100, H200, MM, NORM, PIECE_A, PIECE_B, populate
 
 
@@ -116,7 +117,7 @@ def test_two_refreshes_at_once_take_turns_so_a_tune_file_landing_between_them_ke
 
 def test_a_refresh_waits_for_a_held_folder_only_as_long_as_it_says_and_then_changes_nothing(freezes: Path) -> None:
     """A hung refresh (or merge) holding the folder's lock used to hold every later refresh without a word."""
-    from emmy_core.files.safefile import FolderBusyError, locked_folder
+    from emmy_core.fileio.safefile import FolderBusyError, locked_folder
 
     pending = tune(freezes / tune_file_name(H200.name, "20261130T010000Z"), 10.0)
     before = {p.name: p.read_bytes() for p in freezes.iterdir()}
@@ -160,14 +161,14 @@ def test_a_bad_tune_file_stops_the_refresh_with_nothing_changed(freezes: Path) -
     before = {p.name: p.read_bytes() for p in freezes.iterdir()}
     bad = freezes / tune_file_name(H200.name, "20261130T030000Z")
     bad.write_text('{"format": "emmy-tune", "version": 1')
-    with pytest.raises(BatchError, match="not valid JSON"):
+    with pytest.raises(SourceError, match="not valid JSON"):
         refresh_freeze(freezes)
     assert {p.name: p.read_bytes() for p in freezes.iterdir()} == {**before, bad.name: bad.read_bytes()}
 
 
 def test_a_tune_file_named_for_another_card_is_refused(freezes: Path) -> None:
     wrong = tune(freezes / tune_file_name(H100.name, "20261130T040000Z"), 9.0)
-    with pytest.raises(BatchError, match="belongs in nvidia-h200"):
+    with pytest.raises(SourceError, match="belongs in nvidia-h200"):
         refresh_freeze(freezes)
     assert wrong.exists()
 

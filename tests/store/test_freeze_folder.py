@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from emmy_core.files.sourcefile import SourceError
-from emmy_core.files.tunefile import tune_file_name
+from emmy_core.fileio.sourcefile import SourceError
+from emmy_core.formats.tunefile import tune_file_name
 from emmy_core.freezefolder.fold import fold_tune_files, folder_digest, pending_tune_files
 from emmy_core.store import open_store
 from tests.store.test_files_freeze import H100, H200
@@ -42,7 +42,7 @@ def test_a_fold_takes_the_inbox_into_the_freeze_and_empties_both(freezes: Path, 
     assert [p.name for p in report.refresh.folded] == [name]
     assert pending_tune_files(freezes, inbox) == []
     db = tmp_path / "check.db"
-    from emmy_core.store.importer import import_db
+    from emmy_core.exchange.importer import import_db
 
     assert all(o.ok for o in import_db(db, sorted(freezes.glob("*.json")), fresh=True))
     with open_store(db, "r") as s:

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from emmy_core.evidence.freeze import golden_source
-from emmy_core.files.cardfile import card_json, parse_card_document
-from emmy_core.files.safefile import FileWriteError
-from emmy_core.files.tunefile import merge_into_tune_file, tune_file_name
+from emmy_core.exchange.importer import import_db
+from emmy_core.fileio.safefile import FileWriteError
+from emmy_core.fileio.sourcefile import SourceError
+from emmy_core.formats.cardfile import card_json, parse_card_document
+from emmy_core.formats.tunefile import merge_into_tune_file, tune_file_name
 from emmy_core.freezefolder.refresh import refresh_freeze
 from emmy_core.store import CardRow, open_store
-from emmy_core.store.errors import StoreError
-from emmy_core.store.importer import import_db
 from emmy_core.targets import card_slug, probe_cpu
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,7 +101,7 @@ def test_a_refresh_refuses_a_tune_file_naming_this_machines_card_with_another_de
     tune = folder / tune_file_name(here.name, "20261201T120000Z")
     tune.write_text(json.dumps(small_freeze(here.name, other_numbers, "emmy-tune")))
     before = {p.name: sha(p) for p in folder.iterdir()}
-    with pytest.raises(StoreError, match="this machine's name"):
+    with pytest.raises(SourceError, match="this machine's name"):
         refresh_freeze(folder)
     assert {p.name: sha(p) for p in folder.iterdir()} == before  # no freeze written, the tune file kept
 

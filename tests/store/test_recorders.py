@@ -18,12 +18,13 @@ from typer.testing import CliRunner
 from emmy_core.bench.harness import Outcome, Unit
 from emmy_core.bench.integrity import Stats
 from emmy_core.cli.main import app
-from emmy_core.files.freeze import freeze_db
-from emmy_core.files.safefile import FileWriteError
+from emmy_core.exchange.importer import import_into
+from emmy_core.exchange.recorders import StoreRecorder, TuneFileRecorder, db_recorder
+from emmy_core.fileio.errors import FileError
+from emmy_core.fileio.safefile import FileWriteError
+from emmy_core.formats.freeze import freeze_db
 from emmy_core.ir.builders import rmsnorm
-from emmy_core.store import MemoryStore, StoreError, open_store
-from emmy_core.store.importer import import_into
-from emmy_core.store.recorders import StoreRecorder, TuneFileRecorder, db_recorder
+from emmy_core.store import MemoryStore, open_store
 from emmy_core.targets import Card, card_slug, resolve_card
 from tests.store.test_files_freeze import populate
 
@@ -117,8 +118,8 @@ def test_a_tune_files_merge_waits_for_a_held_folder_only_as_long_as_it_says_and_
     """A hung process holding the folder's lock (a refresh, another tune's merge) held a tune at its next
     kernel without a word, for ever; now it waits as long as it says, leaves the file as it was and keeps
     every row so far whole in a tune file of its own, which the refresh folds like any other."""
-    from emmy_core.files.safefile import FolderBusyError, locked_folder
-    from emmy_core.files.tunefile import read_own_tune_file, tune_file_name
+    from emmy_core.fileio.safefile import FolderBusyError, locked_folder
+    from emmy_core.formats.tunefile import read_own_tune_file, tune_file_name
     from emmy_core.freezefolder.freeze_names import TUNE_NAME
 
     path = tmp_path / tune_file_name(card.name, "20261203T000000Z")
@@ -180,9 +181,9 @@ def test_recorders_name_where_they_record(tmp_path: Path, card: Card) -> None:
     assert StoreRecorder(MemoryStore()).label == "<memory>"
 
 
-def test_store_errors_stay_store_errors(tmp_path: Path, card: Card) -> None:
+def test_a_recorders_refusal_is_a_file_error_not_a_raw_os_error(tmp_path: Path, card: Card) -> None:
     (tmp_path / "f").write_text("x")
-    with pytest.raises(StoreError, match="exists and is not a folder"):
+    with pytest.raises(FileError, match="exists and is not a folder"):
         TuneFileRecorder(tmp_path / "f" / "t.json").record_kernel(NORM, card, [outcome(card, {"unroll": 1}, 5.0)])
 
 
@@ -207,12 +208,12 @@ def test_tune_file_an_empty_path_is_refused_not_taken_as_the_current_folder(tmp_
 
 _READ_ONLY_PROBE = """
 import sys
-from emmy_core.store import StoreError
-from emmy_core.store.recorders import TuneFileRecorder
+from emmy_core.fileio.errors import FileError
+from emmy_core.exchange.recorders import TuneFileRecorder
 from emmy_core.targets import resolve_card
 try:
     TuneFileRecorder(sys.argv[1], resolve_card("local"), "deploy")
-except StoreError as exc:
+except FileError as exc:
     print(exc)
 """
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 import emmy_core.store.batch as batch_module
+from emmy_core.exchange.export import export_db
+from emmy_core.exchange.importer import import_db
 from emmy_core.store import MeasurementRow, open_store
-from emmy_core.store.export import export_db
-from emmy_core.store.importer import import_db
 from tests.store.conftest import ADD, ADD_ID, CARDS, H100, KNOBS_A
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from emmy_core.files.urlfolder import POINTER, UrlFolderError, fetch_folder, publish_folder, read_pointer
+from emmy_core.fileio.urlfolder import POINTER, UrlFolderError, fetch_folder, publish_folder, read_pointer
 from emmy_core.freezefolder.fold import fold_tune_files
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,9 +18,9 @@ FROZEN = ROOT / "freezes" / "intel-r-xeon-r-processor-avx-512-x2.json"
 
 def small_tune_file(out: Path) -> tuple[Path, int]:
     """A tune file of the Xeon card: the first kernel's deploy rows of its committed freeze."""
-    from emmy_core.files.cardfile import parse_card_document
-    from emmy_core.files.sourcefile import load_json_file
-    from emmy_core.files.tunefile import tune_file_name, write_tune_file
+    from emmy_core.fileio.sourcefile import load_json_file
+    from emmy_core.formats.cardfile import parse_card_document
+    from emmy_core.formats.tunefile import tune_file_name, write_tune_file
     from emmy_core.ir import kernel_id
 
     doc = parse_card_document(load_json_file(FROZEN), str(FROZEN))
@@ -83,9 +83,9 @@ def test_a_blob_nobody_points_to_is_invisible_and_a_tampered_blob_is_refused(tmp
 
 
 def test_an_export_to_a_memory_url_reads_back_as_the_local_export(tmp_path: Path, mem: str) -> None:
+    from emmy_core.exchange.export import export_db
+    from emmy_core.exchange.importer import import_db
     from emmy_core.prior.dataset import read_dataset
-    from emmy_core.store.export import export_db
-    from emmy_core.store.importer import import_db
 
     tune, _rows = small_tune_file(tmp_path / "inbox")
     outcomes = import_db(tmp_path / "t.db", [tune], fresh=True)
