@@ -27,7 +27,9 @@ from emmy_core.evidence.sources import (
     relative,
 )
 from emmy_core.graph.forks import Fork, ForkKey, ScheduleOption, StructuralOption
+from emmy_core.ir.identity import kernel_id
 from emmy_core.ir.nodes import Program
+from emmy_core.knobs.route import is_library
 
 LOCAL_LOCK_TIMEOUT_S = 0.5  # a compile does not wait on a tune holding the database
 
@@ -56,6 +58,7 @@ class MeasuredSource(Source):
         self.setting = setting
         self._kernels: dict[str, tuple[dict[str, list[Row]], dict[str, tuple[str | None, str | None]]]] = {}
         self._names = dict(names or {})
+        self._routes: dict[str, bool] = {}  # kernel id -> whether it has a library route (`knobs.route`)
 
     @abstractmethod
     def _load_kernel(self, kernel_id: str) -> tuple[dict[str, list[Row]], dict[str, tuple[str | None, str | None]]]:
@@ -75,14 +78,37 @@ class MeasuredSource(Source):
     def _measured(self, key: ForkKey, row: Row, kernel: str = "") -> Measured:
         return Measured(key, row.schedule_id, row.median_us, row.measured_at, kernel)
 
-    def price(self, kernel: Program, key: ForkKey) -> Measured | None:
+    def price(self, kernel: Program, key: ForkKey, library: bool = False) -> Measured | None:
+        """The kernel's measured time at `key`: the row its schedule fork would take. With `library` (torch's kernel
+        first at a matrix product), a product whose library route is not measured here has no price: without that
+        row it would run as torch runs it, at a time nobody measured."""
         rows, golden = self._pool(key)
+        lib = self._library_row(kernel, rows) if library else None
+        if lib is not None and lib[1] is None:
+            return None
+        lib_row = lib[1] if lib is not None else None
         if not self.answers_with_rows:  # a reviewed source prices a kernel by its golden's row only
             sid = golden[0] if golden else None
             row = next((r for r in rows if r.schedule_id == sid), None)
+            if lib_row is not None and (row is None or lib_row.median_us < row.median_us):
+                row = lib_row
         else:
             row = rows[0] if rows else None
         return None if row is None else self._measured(key, row, kernel.name)
+
+    def _library_row(self, kernel: Program, rows: list[Row]) -> tuple[str, Row | None] | None:
+        """For a matrix product with a library route: its schedule id and its measured row here (None: not
+        measured); None for a kernel without one."""
+        from emmy_core.knobs.route import library_knobs, routes
+        from emmy_core.knobs.view import view
+
+        kid = kernel_id(kernel)
+        if kid not in self._routes:
+            self._routes[kid] = routes(view(kernel))
+        if not self._routes[kid]:
+            return None
+        sid = ScheduleOption.of(library_knobs()).schedule_id
+        return sid, next((r for r in rows if r.schedule_id == sid), None)
 
     def _option(self, fork: Fork, schedule_id: str) -> ScheduleOption | None:
         candidates = fork.options if fork.enumerated else (fork.default,)
@@ -95,11 +121,25 @@ class MeasuredSource(Source):
     def schedule(self, fork: Fork, key: ForkKey, blocked: Mapping[str, str], sources: Sources) -> Answer | Miss:
         rows, golden = self._pool(key)
         usable = [r for r in rows if r.schedule_id not in blocked]
+        # torch's kernel first (`knobs.route`): Emmy's kernel is taken only where it was measured beside torch's
+        first = fork.default
+        lib_sid = first.schedule_id if isinstance(first, ScheduleOption) and is_library(first.knobs) and \
+            first.schedule_id not in blocked else None
+        lib_row = next((r for r in rows if r.schedule_id == lib_sid), None) if lib_sid else None
+        unmatched = Miss("torch's kernel was not measured beside Emmy's here: no evidence that Emmy's kernel wins")
         sid = golden[0] if golden else None
         if sid is not None and sid not in blocked:
             option = self._option(fork, sid)
             if option is not None:
                 row = next((r for r in rows if r.schedule_id == sid), None)
+                if lib_sid is not None and sid != lib_sid:
+                    if lib_row is None:
+                        return unmatched
+                    if row is None or lib_row.median_us < row.median_us:
+                        return Answer(first, f"torch's kernel measured faster than golden {sid[:12]}: "
+                                      f"{lib_row.median_us:.2f} us", lib_row.median_us, None,
+                                      (self._measured(key, lib_row, fork.kernel.name),), option.label,
+                                      relative(row.median_us if row else None, lib_row.median_us))
                 runner = next((r for r in usable if r.schedule_id != sid), None)
                 t = row.median_us if row else None
                 ev = f"golden {sid[:12]}" + (f": {t:.2f} us" if t is not None else " (no measured time kept)")
@@ -114,6 +154,8 @@ class MeasuredSource(Source):
             option = self._option(fork, row.schedule_id)
             if option is None:
                 continue
+            if lib_sid is not None and lib_row is None:
+                return unmatched
             runner = usable[i + 1] if i + 1 < len(usable) else None
             when = f", measured {row.measured_at}" if row.measured_at else ""
             return Answer(option, f"fastest of {len(rows)} measured row(s): {row.median_us:.2f} us{when}",
@@ -134,7 +176,7 @@ class MeasuredSource(Source):
         _, golden = self._pool(key)
         recorded = golden[1] if golden else None
         by_label = {o.label: o for o in fork.options if isinstance(o, StructuralOption)}
-        priced, unpriced = self._price_options(fork, key, blocked)
+        priced, unpriced = self._price_options(fork, key, blocked, sources.library)
         if recorded is not None and recorded in by_label and recorded not in blocked:
             option = by_label[recorded]
             total, rows = priced.get(recorded, (None, ()))
@@ -159,7 +201,7 @@ class MeasuredSource(Source):
         return Answer(by_label[label], f"{what}: {total:.2f} us", total, None, rows,
                       runner[0] if runner else None, relative(runner[1][0] if runner else None, total), note)
 
-    def _price_options(self, fork: Fork, key: ForkKey, blocked: Mapping[str, str]
+    def _price_options(self, fork: Fork, key: ForkKey, blocked: Mapping[str, str], library: bool = False
                        ) -> tuple[dict[str, tuple[float, tuple[Measured, ...]]], list[str]]:
         priced: dict[str, tuple[float, tuple[Measured, ...]]] = {}
         unpriced: list[str] = []
@@ -168,7 +210,7 @@ class MeasuredSource(Source):
                 continue
             rows: list[Measured] = []
             for k in option_kernels(fork, o):
-                m = self.price(k, key if o.decision is None else piece_key(k, key))
+                m = self.price(k, key if o.decision is None else piece_key(k, key), library)
                 if m is None:
                     unpriced.append(f"{o.label} ({k.name} not measured)")
                     break

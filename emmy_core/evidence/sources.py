@@ -109,7 +109,7 @@ class Sources:
         """The first measured source's price of `kernel` at `key` (what a priced sum takes from measurements)."""
         for s in self.measured():
             if s.unavailable() is None:
-                m = s.price(kernel, key)
+                m = s.price(kernel, key, self.library)
                 if m is not None:
                     return m
         return None
@@ -135,7 +135,7 @@ class Source(ABC):
         """Why this source cannot answer anything now (None: it can)."""
         return None
 
-    def price(self, kernel: Program, key: ForkKey) -> Measured | None:
+    def price(self, kernel: Program, key: ForkKey, library: bool = False) -> Measured | None:
         """The measured price of `kernel` at `key` in this source (None: not measured here)."""
         return None
 

@@ -106,7 +106,39 @@ def test_a_row_measured_with_another_torch_release_does_not_speak_for_this_one(p
     assert "changes with its release" in str(library_problem(view(k), OLD))
     db = Setup().row(k, OLD, 1.0).row(k, _emmy(proj, 2), 12.0)
     r = _schedule(_explain(proj, tmp_path, db=db))
-    assert dict(r.choice.knobs) == _emmy(proj, 2)  # type: ignore[union-attr]  # the old release's 1 us is not taken
+    # the old release's 1 us is not taken, and without this release's torch measured beside it, Emmy's 12 us has not
+    # shown it wins: the product runs as torch runs it
+    assert r.tier == "first" and dict(r.choice.knobs) == library_knobs()  # type: ignore[union-attr]
+    assert "not measured beside" in dict(r.tried)["local"]
+
+
+def test_emmys_kernel_measured_without_torchs_beside_it_does_not_take_a_product(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A golden or a local row of Emmy's kernel alone is no evidence that it beats torch's on this card."""
+    k = kernels_of(proj[2])[0]
+    freeze = Setup().row(k, _emmy(proj, 1), 5.0).golden(k, _emmy(proj, 1))
+    db = Setup().row(k, _emmy(proj, 2), 4.0)
+    r = _schedule(_explain(proj, tmp_path, freeze, db))
+    assert r.tier == "first" and dict(r.choice.knobs) == library_knobs()  # type: ignore[union-attr]
+    tried = dict(r.tried)
+    assert "not measured beside" in tried["golden"] and "not measured beside" in tried["local"]
+
+
+def test_a_golden_of_emmys_kernel_slower_than_torchs_measured_kernel_gives_torchs(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    k = kernels_of(proj[2])[0]
+    freeze = Setup().row(k, library_knobs(), 7.0).row(k, _emmy(proj, 1), 9.0).golden(k, _emmy(proj, 1))
+    r = _schedule(_explain(proj, tmp_path, freeze))
+    assert r.tier == "golden" and dict(r.choice.knobs) == library_knobs() and r.time_us == 7.0  # type: ignore[union-attr]
+    assert "torch's kernel measured faster" in r.evidence
+
+
+def test_a_product_torch_would_run_unmeasured_is_not_split_on_its_pieces_prices(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Priced sums compare like with like: the kernel kept whole is priced at what it would run, torch's kernel,
+    so without that row the split is not priced against it."""
+    k = kernels_of(proj[2])[0]
+    db = Setup().row(k, _emmy(proj, 2), 40.0)
+    compiled = _explain(proj, tmp_path, db=db)
+    (split,) = [x for x in compiled.record.resolutions if x.rule == "split"]
+    assert split.tier == "first" and split.label == "keep whole"
 
 
 def test_library_off_offers_emmys_kernels_only(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -98,6 +98,6 @@ def test_a_measured_row_outranks_the_prior(proj, tmp_path: Path) -> None:  # typ
     k = kernels_of(lowered)[0]
     knobs = schedule_fork(k, CARD).options[-1].knobs
     write_db(tmp_path / "tune.db", Setup().row(k, knobs, 3.0))
-    compiled = explain(module, example, card=CARD, freezes=tmp_path, tuning_db=tmp_path / "tune.db")
+    compiled = explain(module, example, card=CARD, freezes=tmp_path, tuning_db=tmp_path / "tune.db", library=False)
     (sched,) = [r for r in compiled.record.resolutions if r.rule == "schedule"]
     assert sched.tier == "local" and sched.choice == ScheduleOption.of(knobs)

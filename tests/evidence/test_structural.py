@@ -97,7 +97,7 @@ def test_a_top_pick_beyond_the_cards_limits_is_blocked_and_the_next_option_answe
     too_many = {**pool[1], "threads": 64}  # in the vocabulary, but the card has 2 cores
     write_db(tmp_path / "tune.db", Setup().row(k, too_many, 5.0).row(k, pool[2], 9.0))
     compiled = emmy_compile(module, example, card=CARD, freezes=tmp_path, tuning_db=tmp_path / "tune.db",
-                            prior=False, torch_ops="refuse")
+                            prior=False, torch_ops="refuse", library=False)
     (r,) = _resolutions(compiled, "schedule")
     assert r.tier == "local" and dict(r.choice.knobs) == pool[2]  # type: ignore[union-attr]
     ((option, why),) = r.blocked
@@ -109,11 +109,12 @@ def test_a_top_pick_beyond_the_cards_limits_is_blocked_and_the_next_option_answe
 def test_an_option_that_fails_to_build_is_blocked_and_the_fork_resolved_again(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     _, _, lowered = proj
     k = kernels_of(lowered)[0]
-    pool = [o.knobs for o in schedule_fork(k, CARD).options]
+    pool = [o.knobs for o in schedule_fork(k, CARD, library=False).options]
     write_freeze(tmp_path / "freezes", Setup().row(k, pool[3], 8.0).golden(k, pool[3]))
     write_db(tmp_path / "tune.db", Setup().row(k, pool[3], 8.0).row(k, pool[4], 11.0))
-    sources = open_sources(CARD, "deploy", freezes=tmp_path / "freezes", tuning_db=tmp_path / "tune.db", prior=False)
-    fork = schedule_fork(k, CARD)
+    sources = open_sources(CARD, "deploy", freezes=tmp_path / "freezes", tuning_db=tmp_path / "tune.db", prior=False,
+                           library=False)
+    fork = schedule_fork(k, CARD, library=False)
     key = ForkKey.of(k, {"T": 16}, CARD.name, "deploy")
     refused = ScheduleOption.of(pool[3]).schedule_id
 

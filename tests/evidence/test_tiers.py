@@ -33,6 +33,7 @@ def _explain(proj, tmp_path: Path, freeze: Setup | None = None, db: Setup | None
     if db is not None:
         write_db(path, db)
     kw.setdefault("prior", False)
+    kw.setdefault("library", False)  # the tiers over Emmy's own pool (the route beside it: test_library_route.py)
     return explain(module, example, card=CARD, freezes=folder, tuning_db=path, **kw)
 
 
@@ -63,7 +64,7 @@ def test_a_local_row_answers_when_no_golden_exists(proj, tmp_path: Path) -> None
 def test_the_first_option_answers_with_no_prior(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     compiled = _explain(proj, tmp_path)
     r = _schedule(compiled)
-    assert r.tier == "first" and r.choice == schedule_fork(kernels_of(proj[2])[0], CARD).options[0]
+    assert r.tier == "first" and r.choice == schedule_fork(kernels_of(proj[2])[0], CARD, library=False).options[0]
     assert [t for t, _ in r.tried] == ["golden", "local", "prior"]
     assert "turned off" in r.tried[2][1]
     assert all(res.tier == "first" for res in compiled.record.resolutions)
