@@ -23,11 +23,9 @@ op that fell back with the reason.
 
 from __future__ import annotations
 
-import threading
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,261 +34,26 @@ import torch
 import torch.fx as fx
 from torch import nn
 
-from emmy_core.bench.reference import RTOL
 from emmy_core.compiler.build import Builder, runnable_here
-from emmy_core.compiler.compare import as_exact_as_torch, check_outputs
-from emmy_core.compiler.compiled import Compiled, NoGradientsWarning, card_of
+from emmy_core.compiler.compiled import Compiled, card_of
 from emmy_core.compiler.coverage import FellBack, GraphReport
+from emmy_core.compiler.group import EmmyGroup, GroupStatus
 from emmy_core.compiler.handover import copy_graph, drop_graphargs, lifted_floats, literal_sizes
-from emmy_core.compiler.launch import Launcher
-from emmy_core.compiler.memory import check_fits
-from emmy_core.compiler.race import race
-from emmy_core.compiler.runner import Runner, RunnerCache, output_views
-from emmy_core.compiler.steps import steps_taken
-from emmy_core.compiler.weights import version_of
 from emmy_core.evidence.context import PriorArg, PriorUnavailableWarning, open_sources
 from emmy_core.evidence.freeze import FreezesArg
-from emmy_core.evidence.model import KernelPlan
 from emmy_core.graph.attention import decompose_sdpa, torch_wins
 from emmy_core.graph.dynamo import describe, is_compute, matmul_flops, value
-from emmy_core.graph.dynamo_graph import Translated, to_graph
+from emmy_core.graph.dynamo_graph import to_graph
 from emmy_core.graph.lower import Lowered
 from emmy_core.graph.mha import decompose_mha
 from emmy_core.graph.partition import fuse, plan_partitions
 from emmy_core.graph.pipeline import compile_graph
-from emmy_core.ir.sizes import format_sizes
 from emmy_core.targets.card import Card
 from emmy_core.threads import warn_if_spinning
 
 FALLBACKS = ("eager", "inductor")  # how the ops left to torch run
 BACKEND_OPTIONS = frozenset({"card", "setting", "tuning_db", "freezes", "prior", "attention", "fallback",
                              "library"})
-
-
-@dataclass
-class GroupStatus:
-    """What a graph's report keeps of one group: its ops and, once handed back to torch, why (the group itself,
-    with its buffers and packed weights, lives only as long as the compiled model)."""
-
-    nodes: tuple[str, ...]
-    off: str | None = None
-    torch_calls: int = 0  # calls of a live group that torch ran (autograd on, a size of 0, a changed attribute)
-    raced: dict[str, str] = field(default_factory=dict)  # size text -> why torch's ops run it (`compiler.race`)
-    last: str = ""  # the size text of the last call Emmy's checks let through (the report's sizes)
-
-    def torch_at_last(self) -> str | None:
-        """Why torch runs the group at its last size: handed back for good, or outraced there (None: Emmy)."""
-        return self.off or self.raced.get(self.last)
-
-
-class EmmyGroup(nn.Module):
-    """One partition: Emmy's compiled graph, with the torch submodule it replaces as the reference and fallback."""
-
-    def __init__(self, torch_sub: fx.GraphModule, translated: Translated, compiled: Compiled,
-                 nodes: tuple[str, ...], note: Callable[[str], None], check: bool = True,
-                 resolve_only: bool = False, route: bool = False) -> None:
-        super().__init__()
-        self.torch_sub = torch_sub
-        self.translated = translated
-        self.compiled = compiled
-        self.nodes = nodes
-        self.resolve_only = resolve_only
-        self.status = GroupStatus(nodes, None if compiled.builder is not None or resolve_only else
-                                  (compiled.cannot_run or "nothing builds here"))
-        self.check = check
-        self.route = route  # race torch's ops at each new size (`compiler.race`)
-        self._note = note
-        self._sizes: dict[tuple, dict[str, int] | None] = {}
-        self._texts: dict[tuple, str] = {}  # the same keys' sizes as text (a runner's key)
-        self._runners = RunnerCache()
-        self._building = threading.Lock()
-        self._packs: dict[tuple[object, ...], tuple[object, torch.Tensor]] = {}  # weights packed once for all sizes
-        self._weights_key: tuple = ()
-        self._warned_grad = False
-
-    def _sizes_of(self, args: Sequence[Any]) -> tuple[dict[str, int] | None, str]:
-        """The group's named sizes at `args` (None where one is below 1: torch runs it) and their text (the key
-        of its runner), both worked out once per distinct values of the sizes they are bound from (the
-        binders' dimensions: reading those alone, not every argument's shape, keeps a call's cost flat in
-        the number of weights a group reads)."""
-        binders = self.translated.binders
-        key = tuple(int(args[pos]) if d < 0 else args[pos].shape[d] for _, pos, d, _ in binders)
-        if key in self._sizes:
-            return self._sizes[key], self._texts[key]
-        bound: dict[sympy.Expr, int] = {}
-        for (bound_key, _, _, offset), dim in zip(binders, key, strict=True):
-            bound[bound_key] = int(dim) - offset
-        sizes = {name: bound[expr] if expr in bound else int(expr.xreplace(bound))
-                 for name, expr in self.translated.names.exprs.items()}
-        out = sizes if all(v >= 1 for v in sizes.values()) else None
-        self._sizes[key] = out
-        self._texts[key] = format_sizes(sizes) if out is not None else ""
-        return out, self._texts[key]
-
-    def sizes_seen(self) -> list[dict[str, int]]:
-        """Every size (of the group's named axes) this group was called at, first seen first."""
-        out: list[dict[str, int]] = []
-        for sizes in self._sizes.values():
-            if sizes is not None and sizes not in out:
-                out.append(dict(sizes))
-        return out
-
-    def _launcher(self, plan: KernelPlan) -> Launcher:
-        assert self.compiled.builder is not None and plan.schedule is not None
-        return Launcher(self.compiled.builder.build(plan.program, plan.schedule), plan.sizes, plan.program.name,
-                        self.compiled.card.target)
-
-    def _weights(self, args: Sequence[Any]) -> dict[str, torch.Tensor]:
-        return {path: args[pos].detach().contiguous() for path, pos in self.translated.params}
-
-    def _build(self, sizes: dict[str, int], args: Sequence[Any]) -> Runner | None:
-        compiled = self.compiled
-        text = format_sizes(sizes) or "its static sizes"
-        views = output_views(compiled.lowered) if self.check else frozenset()
-        while True:
-            try:
-                compiled.prepare(sizes)
-                layout = compiled.layout(sizes, views)
-                check_fits(layout.nbytes, compiled.device, f"{compiled.lowered.graph.name} at {text}")
-                runner = Runner(layout, self._weights(args), compiled.device, self._launcher, self._packs)
-            except Exception as exc:  # a group that does not build here runs as torch; the note says why
-                self._hand_back(f"does not build at {text}: {str(exc).strip().splitlines()[0][:200]}")
-                return None
-            if not self.check:
-                return runner
-            why, strides = self._differs(runner, args, views)
-            if why is not None:
-                self._hand_back(f"differs from torch at {text} on fresh inputs: {why}")
-                return None
-            if not views or strides:
-                return runner
-            views = frozenset()  # an output view strided unlike torch's own: hand back contiguous copies
-
-    def _differs(self, runner: Runner, args: Sequence[Any], views: frozenset[str] = frozenset()
-                 ) -> tuple[str | None, bool]:
-        """Why the runner's outputs are not torch's on fresh inputs (None: they agree), and whether the outputs
-        handed back as `views` have torch's own strides."""
-        fresh = self._fresh(args)
-        with torch.no_grad():
-            want = self.torch_sub(*fresh)
-            got = runner.run([fresh[i] for i in self.translated.inputs])
-        want = list(want) if isinstance(want, tuple | list) else [want]
-        # judged at the loosest tolerance of any type the group holds: an f32 output of bf16 work (a residual
-        # widened after a bf16 MLP) carries bf16's rounding, not f32's
-        dtypes = {n.type.dtype for n in self.translated.graph.nodes}
-        strides = all(g.stride() == w.stride() for name, g, w in zip(runner.layout.outputs, got, want, strict=False)
-                      if name in views)
-        dtype = max(("f32", *(d for d in dtypes if d in ("f16", "bf16"))), key=RTOL.__getitem__)
-        why = check_outputs(got, want, dtype)
-        if why is not None and dtype != "f32" and self._near_wider_reference(got, want, fresh, dtype):
-            why = None
-        return why, strides
-
-    def _fresh(self, args: Sequence[Any]) -> list[Any]:
-        """`args` with every activation replaced by random values of its shape and type (weights kept): the
-        check and the race run on these, so a group that writes into its inputs changes nothing of the caller's."""
-        gen = torch.Generator(device="cpu").manual_seed(len(self._runners))
-        params = {pos for _, pos in self.translated.params}
-        return [a if not isinstance(a, torch.Tensor) or i in params else
-                torch.randn(a.shape, generator=gen).to(dtype=a.dtype, device=a.device)
-                for i, a in enumerate(args)]
-
-    def _race(self, runner: Runner, args: Sequence[Any], text: str) -> str | None:
-        """Why torch's ops run this size, measured against Emmy's runner on fresh inputs (None: Emmy's wins)."""
-        fresh = self._fresh(args)
-        inputs = [fresh[i] for i in self.translated.inputs]
-        with torch.no_grad():
-            result = race(lambda: runner.run(inputs), lambda: self.torch_sub(*fresh))
-        return result.verdict(text or "its static sizes")
-
-    def _near_wider_reference(self, got: Sequence[torch.Tensor], want: Sequence[torch.Tensor],
-                              fresh: Sequence[Any], dtype: str) -> bool:
-        """Whether Emmy's 16-bit outputs are as exact as torch's: within the harness's tolerance of the same
-        torch ops run on the inputs widened to f32, or no farther from that answer than torch's own (its
-        worst and its root-mean-square error both). torch rounds every intermediate of a 16-bit graph to 16
-        bits and Emmy keeps them in f32, so a long group can differ from torch by more than the tolerance while
-        being the closer of the two to the exact answer (a bf16 post-norm decoder layer: Emmy 0.026 from the f32
-        answer, torch 0.142; SigLIP's pooling head, where both are 1.1 off at scale 8.5, 2.2 from each other);
-        such a group stays on Emmy. Where torch is the closer, or the ops refuse f32 inputs, the verdict stands."""
-        wide = [a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in fresh]
-        try:
-            with torch.no_grad():
-                ref = self.torch_sub(*wide)
-        except Exception:  # a graph that runs only at its own types: the verdict against torch stands
-            return False
-        ref = list(ref) if isinstance(ref, tuple | list) else [ref]
-        return as_exact_as_torch(got, want, ref, dtype)
-
-    @property
-    def off(self) -> str | None:
-        """Why this group runs as torch (None: it runs on Emmy)."""
-        return self.status.off
-
-    def _hand_back(self, why: str) -> None:
-        self.status.off = why
-        self._runners.clear()
-        self._packs.clear()
-        self._note(f"{self.compiled.lowered.graph.name} runs as torch: {why}")
-
-    @property
-    def torch_calls(self) -> int:
-        """Calls of this live group that torch ran (autograd on, a size of 0, a changed attribute)."""
-        return self.status.torch_calls
-
-    def forward(self, *args: Any) -> Any:
-        if self.off is not None:
-            return self.torch_sub(*args)
-        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-            self.status.torch_calls += 1
-            if not self._warned_grad:  # torch keeps the gradients right; the user should know Emmy did not run
-                self._warned_grad = True
-                warnings.warn(NoGradientsWarning(
-                    f"{self.compiled.lowered.graph.name} was called where torch tracks gradients: torch ran it (Emmy "
-                    "computes no gradients); call it under torch.no_grad() to run Emmy's kernels"), stacklevel=2)
-            return self.torch_sub(*args)
-        sizes, text = self._sizes_of(args)
-        if sizes is None:
-            self.status.torch_calls += 1
-            return self.torch_sub(*args)
-        for pos, want in self.translated.consts:
-            if float(args[pos]) != want:  # a lifted attribute changed since compile: torch computes with it
-                self.status.torch_calls += 1
-                return self.torch_sub(*args)
-        if self.resolve_only:  # explain: the forks settled at this size, the values computed by torch
-            self.compiled.resolve(sizes)
-            return self.torch_sub(*args)
-        self.status.last = text
-        if text in self.status.raced:  # torch's ops were measured faster at this size
-            return self.torch_sub(*args)
-        params = [args[pos] for _, pos in self.translated.params]
-        wkey = (steps_taken(), *((version_of(p), p.data_ptr()) for p in params))  # a fused optimizer bumps no version
-        runner = self._runners.get(text) if wkey == self._weights_key else None
-        if runner is None:
-            with self._building:  # one thread settles, builds and checks a size; the others then find it
-                if wkey != self._weights_key:  # a weight was edited or replaced: launches bound to the old one go
-                    self._runners.clear()
-                    self._packs.clear()
-                    self._weights_key = wkey
-                runner = self._runners.get(text)
-                if runner is None:
-                    if self.off is not None:  # handed back while this thread waited
-                        return self.torch_sub(*args)
-                    runner = self._build(sizes, args)
-                    if runner is None:
-                        return self.torch_sub(*args)
-                    if self.route and text not in self.status.raced:
-                        why = self._race(runner, args, text)
-                        if why is not None:
-                            self.status.raced[text] = why
-                            if len(self.status.raced) == 1:  # once per group: a server's every length would grow it
-                                self._note(f"{self.compiled.lowered.graph.name} runs as torch: {why}")
-                            return self.torch_sub(*args)
-                    self._runners.put(text, runner)
-        inputs = [args[i] for i in self.translated.inputs]
-        if not torch.is_grad_enabled():  # the usual inference call: no context to enter
-            return runner.run(inputs)
-        with torch.no_grad():
-            return runner.run(inputs)
 
 
 class GraphState:

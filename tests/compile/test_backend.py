@@ -15,8 +15,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import emmy_core
-from emmy_core.compiler.backend import EmmyGroup, GraphReport, compile_reports, emmy_backend
+from emmy_core.compiler.backend import GraphReport, compile_reports, emmy_backend
 from emmy_core.compiler.compare import check_outputs
+from emmy_core.compiler.group import EmmyGroup
 from emmy_core.graph.attention import DECODE
 from emmy_core.graph.errors import UnsupportedOp
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from emmy_core.compiler import backend as be
+from emmy_core.compiler import group as be
 from emmy_core.compiler.backend import _GRAPHS, compile_reports, emmy_backend
 from emmy_core.compiler.race import RACE_ROUNDS, Race, race
 

@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 import emmy_core
-from emmy_core.compiler.backend import EmmyGroup, emmy_backend
+from emmy_core.compiler.backend import emmy_backend
+from emmy_core.compiler.group import EmmyGroup
 
 
 class _Mlp(nn.Module):
