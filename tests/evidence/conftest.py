@@ -113,3 +113,25 @@ def kernels_of(lowered: Lowered) -> list[Program]:
 
 def pieces(decisions: Iterable[Decision]) -> list[Program]:
     return [p for d in decisions for p in d.pieces]
+
+
+def schedule_of(compiled):  # type: ignore[no-untyped-def]
+    """The record's schedule resolution (the one-matmul model has one)."""
+    return next(r for r in compiled.record.resolutions if r.rule == "schedule")
+
+
+def explain_with(proj, tmp_path: Path, freeze: Setup | None = None, db: Setup | None = None, **kw):  # type: ignore[no-untyped-def]
+    """`explain` of the one-matmul model on CARD with `freeze` written as its freeze folder and `db` as its tuning
+    database (no prior unless `prior=` says so)."""
+    from emmy_core.compiler import explain
+
+    module, example, _ = proj
+    folder = tmp_path / "freezes"
+    folder.mkdir(exist_ok=True)
+    if freeze is not None:
+        write_freeze(folder, freeze)
+    path = tmp_path / "tune.db"
+    if db is not None:
+        write_db(path, db)
+    kw.setdefault("prior", False)
+    return explain(module, example, card=CARD, freezes=folder, tuning_db=path, **kw)

@@ -12,34 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from emmy_core.compiler import StrictEvidenceError, explain
-from emmy_core.evidence.resolution import Resolution
+from emmy_core.compiler import StrictEvidenceError
 from emmy_core.graph.decisions import split_k
 from emmy_core.graph.forks import ScheduleOption, emmy_options, schedule_fork
 from emmy_core.ir.builders import Dim, layernorm, matmul
 from emmy_core.knobs import view
 from emmy_core.knobs.route import is_library, library_knobs, library_problem
 from emmy_core.knobs.validity import fit_problem
-from tests.evidence.conftest import CARD, Setup, kernels_of, write_db, write_freeze
+from tests.evidence.conftest import CARD, Setup, explain_with, kernels_of, schedule_of
 
 OLD = {"library": "torch", "library_version": "1.13.1"}
-
-
-def _schedule(compiled) -> Resolution:  # type: ignore[no-untyped-def]
-    return next(r for r in compiled.record.resolutions if r.rule == "schedule")
-
-
-def _explain(proj, tmp_path: Path, freeze: Setup | None = None, db: Setup | None = None, **kw):  # type: ignore[no-untyped-def]
-    module, example, _ = proj
-    folder = tmp_path / "freezes"
-    folder.mkdir(exist_ok=True)
-    if freeze is not None:
-        write_freeze(folder, freeze)
-    path = tmp_path / "tune.db"
-    if db is not None:
-        write_db(path, db)
-    kw.setdefault("prior", False)
-    return explain(module, example, card=CARD, freezes=folder, tuning_db=path, **kw)
 
 
 def _emmy(proj, i: int) -> dict[str, object]:  # type: ignore[no-untyped-def]
@@ -65,13 +47,13 @@ def test_only_whole_matrix_products_have_a_library_route() -> None:
 
 
 def test_where_no_measurement_answers_a_product_runs_as_torch_runs_it(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    r = _schedule(_explain(proj, tmp_path))
+    r = schedule_of(explain_with(proj, tmp_path))
     assert r.tier == "first" and dict(r.choice.knobs) == library_knobs()  # type: ignore[union-attr]
 
 
 def test_the_prior_ranks_emmys_kernels_and_never_settles_the_route(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    compiled = _explain(proj, tmp_path, prior=None)
-    r = _schedule(compiled)
+    compiled = explain_with(proj, tmp_path, prior=None)
+    r = schedule_of(compiled)
     assert r.tier == "first" and dict(r.choice.knobs) == library_knobs()  # type: ignore[union-attr]
     assert any(t == "prior" and "settled by measurement" in why for t, why in r.tried)
     (split,) = [x for x in compiled.record.resolutions if x.rule == "split"]  # nor splits it away from torch
@@ -81,7 +63,7 @@ def test_the_prior_ranks_emmys_kernels_and_never_settles_the_route(proj, tmp_pat
 def test_a_local_row_of_emmys_kernel_faster_than_torchs_takes_emmys_kernel(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     k = kernels_of(proj[2])[0]
     db = Setup().row(k, library_knobs(), 20.0).row(k, _emmy(proj, 2), 12.0).row(k, _emmy(proj, 3), 30.0)
-    r = _schedule(_explain(proj, tmp_path, db=db))
+    r = schedule_of(explain_with(proj, tmp_path, db=db))
     assert r.tier == "local" and dict(r.choice.knobs) == _emmy(proj, 2)  # type: ignore[union-attr]
     assert r.runner_up == ScheduleOption.of(library_knobs()).label and r.margin == pytest.approx(20 / 12 - 1)
 
@@ -89,7 +71,7 @@ def test_a_local_row_of_emmys_kernel_faster_than_torchs_takes_emmys_kernel(proj,
 def test_a_local_row_of_torchs_kernel_faster_than_emmys_keeps_torchs_kernel(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     k = kernels_of(proj[2])[0]
     db = Setup().row(k, library_knobs(), 9.0).row(k, _emmy(proj, 2), 12.0)
-    r = _schedule(_explain(proj, tmp_path, db=db))
+    r = schedule_of(explain_with(proj, tmp_path, db=db))
     assert r.tier == "local" and dict(r.choice.knobs) == library_knobs() and r.time_us == 9.0  # type: ignore[union-attr]
 
 
@@ -97,7 +79,7 @@ def test_a_golden_of_the_library_route_answers_over_a_faster_local_row(proj, tmp
     k = kernels_of(proj[2])[0]
     freeze = Setup().row(k, library_knobs(), 50.0).row(k, _emmy(proj, 1), 60.0).golden(k, library_knobs())
     db = Setup().row(k, _emmy(proj, 2), 10.0)
-    r = _schedule(_explain(proj, tmp_path, freeze, db))
+    r = schedule_of(explain_with(proj, tmp_path, freeze, db))
     assert r.tier == "golden" and dict(r.choice.knobs) == library_knobs()  # type: ignore[union-attr]
 
 
@@ -105,7 +87,7 @@ def test_a_row_measured_with_another_torch_release_does_not_speak_for_this_one(p
     k = kernels_of(proj[2])[0]
     assert "changes with its release" in str(library_problem(view(k), OLD))
     db = Setup().row(k, OLD, 1.0).row(k, _emmy(proj, 2), 12.0)
-    r = _schedule(_explain(proj, tmp_path, db=db))
+    r = schedule_of(explain_with(proj, tmp_path, db=db))
     # the old release's 1 us is not taken, and without this release's torch measured beside it, Emmy's 12 us has not
     # shown it wins: the product runs as torch runs it
     assert r.tier == "first" and dict(r.choice.knobs) == library_knobs()  # type: ignore[union-attr]
@@ -117,7 +99,7 @@ def test_emmys_kernel_measured_without_torchs_beside_it_does_not_take_a_product(
     k = kernels_of(proj[2])[0]
     freeze = Setup().row(k, _emmy(proj, 1), 5.0).golden(k, _emmy(proj, 1))
     db = Setup().row(k, _emmy(proj, 2), 4.0)
-    r = _schedule(_explain(proj, tmp_path, freeze, db))
+    r = schedule_of(explain_with(proj, tmp_path, freeze, db))
     assert r.tier == "first" and dict(r.choice.knobs) == library_knobs()  # type: ignore[union-attr]
     tried = dict(r.tried)
     assert "not measured beside" in tried["golden"] and "not measured beside" in tried["local"]
@@ -126,7 +108,7 @@ def test_emmys_kernel_measured_without_torchs_beside_it_does_not_take_a_product(
 def test_a_golden_of_emmys_kernel_slower_than_torchs_measured_kernel_gives_torchs(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     k = kernels_of(proj[2])[0]
     freeze = Setup().row(k, library_knobs(), 7.0).row(k, _emmy(proj, 1), 9.0).golden(k, _emmy(proj, 1))
-    r = _schedule(_explain(proj, tmp_path, freeze))
+    r = schedule_of(explain_with(proj, tmp_path, freeze))
     assert r.tier == "golden" and dict(r.choice.knobs) == library_knobs() and r.time_us == 7.0  # type: ignore[union-attr]
     assert "torch's kernel measured faster" in r.evidence
 
@@ -136,7 +118,7 @@ def test_a_product_torch_would_run_unmeasured_is_not_split_on_its_pieces_prices(
     so without that row the split is not priced against it."""
     k = kernels_of(proj[2])[0]
     db = Setup().row(k, _emmy(proj, 2), 40.0)
-    compiled = _explain(proj, tmp_path, db=db)
+    compiled = explain_with(proj, tmp_path, db=db)
     (split,) = [x for x in compiled.record.resolutions if x.rule == "split"]
     assert split.tier == "first" and split.label == "keep whole"
 
@@ -144,10 +126,10 @@ def test_a_product_torch_would_run_unmeasured_is_not_split_on_its_pieces_prices(
 def test_library_off_offers_emmys_kernels_only(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     k = kernels_of(proj[2])[0]
     assert not any(is_library(o.knobs) for o in schedule_fork(k, CARD, library=False).options)
-    r = _schedule(_explain(proj, tmp_path, library=False))
+    r = schedule_of(explain_with(proj, tmp_path, library=False))
     assert r.tier == "first" and not is_library(r.choice.knobs)  # type: ignore[union-attr]
     with pytest.raises(TypeError, match="library= must be True"):
-        _explain(proj, tmp_path, library="no")
+        explain_with(proj, tmp_path, library="no")
 
 
 def test_strict_evidence_treats_the_route_like_any_fork(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

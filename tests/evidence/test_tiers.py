@@ -9,32 +9,26 @@ from pathlib import Path
 
 import pytest
 
-from emmy_core.compiler import StrictEvidenceError, explain
-from emmy_core.evidence.resolution import Resolution
+from emmy_core.compiler import StrictEvidenceError
 from emmy_core.graph.forks import ScheduleOption, schedule_fork
-from tests.evidence.conftest import CARD, SIZES, Setup, kernels_of, write_db, write_freeze
-
-
-def _schedule(compiled) -> Resolution:  # type: ignore[no-untyped-def]
-    return next(r for r in compiled.record.resolutions if r.rule == "schedule")
+from tests.evidence.conftest import (
+    CARD,
+    SIZES,
+    Setup,
+    explain_with,
+    kernels_of,
+    schedule_of,
+    write_db,
+)
 
 
 def _pool(lowered):  # type: ignore[no-untyped-def]
-    return [o.knobs for o in schedule_fork(kernels_of(lowered)[0], CARD).options]
+    return [o.knobs for o in schedule_fork(kernels_of(lowered)[0], CARD, library=False).options]
 
 
 def _explain(proj, tmp_path: Path, freeze: Setup | None = None, db: Setup | None = None, **kw):  # type: ignore[no-untyped-def]
-    module, example, _ = proj
-    folder = tmp_path / "freezes"
-    folder.mkdir(exist_ok=True)
-    if freeze is not None:
-        write_freeze(folder, freeze)
-    path = tmp_path / "tune.db"
-    if db is not None:
-        write_db(path, db)
-    kw.setdefault("prior", False)
     kw.setdefault("library", False)  # the tiers over Emmy's own pool (the route beside it: test_library_route.py)
-    return explain(module, example, card=CARD, freezes=folder, tuning_db=path, **kw)
+    return explain_with(proj, tmp_path, freeze, db, **kw)
 
 
 def test_a_golden_answers_over_a_faster_local_row(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -42,7 +36,7 @@ def test_a_golden_answers_over_a_faster_local_row(proj, tmp_path: Path) -> None:
     pool = _pool(proj[2])
     freeze = Setup().row(k, pool[3], 80.0).row(k, pool[4], 90.0).golden(k, pool[3])
     db = Setup().row(k, pool[5], 10.0)  # faster, but only a local measurement
-    r = _schedule(_explain(proj, tmp_path, freeze, db))
+    r = schedule_of(_explain(proj, tmp_path, freeze, db))
     assert r.tier == "golden" and isinstance(r.choice, ScheduleOption) and dict(r.choice.knobs) == pool[3]
     assert r.time_us == 80.0 and r.measurements[0].median_us == 80.0
     assert r.measurements[0].key.card == CARD.name and r.measurements[0].key.sizes == "T=16"
@@ -54,7 +48,7 @@ def test_a_local_row_answers_when_no_golden_exists(proj, tmp_path: Path) -> None
     pool = _pool(proj[2])
     db = Setup().row(k, pool[6], 30.0).row(k, pool[2], 12.5).row(k, pool[1], 40.0)
     compiled = _explain(proj, tmp_path, None, db)
-    r = _schedule(compiled)
+    r = schedule_of(compiled)
     assert r.tier == "local" and dict(r.choice.knobs) == pool[2] and r.time_us == 12.5  # type: ignore[union-attr]
     assert r.source == str(tmp_path / "tune.db") and r.measurements[0].measured_at  # the row's time is kept
     assert r.runner_up == ScheduleOption.of(pool[6]).label and r.margin == pytest.approx(30 / 12.5 - 1)
@@ -63,7 +57,7 @@ def test_a_local_row_answers_when_no_golden_exists(proj, tmp_path: Path) -> None
 
 def test_the_first_option_answers_with_no_prior(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     compiled = _explain(proj, tmp_path)
-    r = _schedule(compiled)
+    r = schedule_of(compiled)
     assert r.tier == "first" and r.choice == schedule_fork(kernels_of(proj[2])[0], CARD, library=False).options[0]
     assert [t for t, _ in r.tried] == ["golden", "local", "prior"]
     assert "turned off" in r.tried[2][1]
@@ -80,7 +74,7 @@ def test_the_match_is_by_exact_identity_and_compile_context_only(proj, tmp_path:
     other = Setup().row(k, pool[1], 5.0)
     with __import__("emmy_core.store", fromlist=["open_store"]).open_store(tmp_path / "tune.db", "w") as store:
         other.write(store, setting="rank")
-    r = _schedule(_explain(proj, tmp_path))
+    r = schedule_of(_explain(proj, tmp_path))
     assert r.tier == "first" and "no measured row for this pool" in dict(r.tried)["local"]
 
 
@@ -124,7 +118,7 @@ def test_a_locked_tuning_database_is_skipped_with_a_note(proj, tmp_path: Path) -
     finally:
         holder.kill()
         holder.wait()
-    r = _schedule(compiled)
+    r = schedule_of(compiled)
     assert r.tier == "first" and "locked" in dict(r.tried)["local"]
     assert any("locked" in n for n in compiled.record.notes)
 
