@@ -29,7 +29,8 @@ from emmy_core.evidence.sources import (
 from emmy_core.graph.forks import Fork, ForkKey, ScheduleOption, StructuralOption
 from emmy_core.ir.identity import kernel_id
 from emmy_core.ir.nodes import Program
-from emmy_core.knobs.route import is_library
+from emmy_core.knobs.route import is_library, library_knobs, routes
+from emmy_core.knobs.view import view
 
 LOCAL_LOCK_TIMEOUT_S = 0.5  # a compile does not wait on a tune holding the database
 
@@ -99,9 +100,6 @@ class MeasuredSource(Source):
     def _library_row(self, kernel: Program, rows: list[Row]) -> tuple[str, Row | None] | None:
         """For a matrix product with a library route: its schedule id and its measured row here (None: not
         measured); None for a kernel without one."""
-        from emmy_core.knobs.route import library_knobs, routes
-        from emmy_core.knobs.view import view
-
         kid = kernel_id(kernel)
         if kid not in self._routes:
             self._routes[kid] = routes(view(kernel))
