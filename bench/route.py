@@ -9,12 +9,13 @@ shape, every answer checked against eager:
 - eager (the baseline every ratio is against), Inductor (`torch.compile` default);
 - `emmy`: the backend's default, every matrix product's first option torch's own kernel, Emmy's kernels where
   this machine's evidence (freeze goldens, the local tuning database) says they win;
-- `emmy-only`: `options={"library": False}`, Emmy's kernels wherever Emmy lowers (the round before this fork).
+- `emmy-only`: `options={"library": False}`, Emmy's kernels wherever Emmy lowers (the round before this fork);
+- with `--dynamo`, `torch.compile(backend="eager")`: what capturing the model costs with no compiler behind it.
 
 Prints per case the medians, eager/X and Inductor/X, where the forks were settled (tiers, and how many
 products run as torch), the CPU model and its ISA, the load average, and peak memory.
 
-Run: .venv/bin/python bench/route.py [--repeats 10] [--dtypes f32,bf16] [--shapes 1x128,8x128] [--models tinyllama,qwen2]
+Run: .venv/bin/python bench/route.py [--repeats 10] [--dtypes f32,bf16] [--shapes 1x128,8x128] [--models tinyllama,qwen2] [--dynamo]
 """
 
 from __future__ import annotations
@@ -130,6 +131,8 @@ def main() -> int:
     ap.add_argument("--shapes", default="1x128", help="comma list of BxS")
     ap.add_argument("--models", default="tinyllama,qwen2")
     ap.add_argument("--no-emmy-only", action="store_true", help="skip the library-off contender")
+    ap.add_argument("--dynamo", action="store_true",
+                    help="add torch.compile(backend='eager'): Dynamo's own cost, no compiler behind it")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     torch._dynamo.config.recompile_limit = 64
@@ -156,6 +159,8 @@ def main() -> int:
                     "inductor": torch.compile(model, dynamic=False),
                     "emmy": torch.compile(model, backend="emmy", dynamic=True),
                 }
+                if args.dynamo:
+                    fns["dynamo"] = torch.compile(model, backend="eager", dynamic=True)
                 if not args.no_emmy_only:
                     fns["emmy-only"] = torch.compile(model, backend="emmy", dynamic=True,
                                                      options={"library": False})
@@ -176,9 +181,12 @@ def main() -> int:
                 t = _time(fns, make, args.repeats)
                 only = t.get("emmy-only", float("nan"))
                 case = f"{name} {dt} B={b},S={s}"
-                print(f"{case:<28} {t['eager']:>8.1f}ms {t['inductor']:>8.1f}ms {t['emmy']:>8.1f}ms {only:>9.1f}ms  "
+                print(f"{case:<28} {t['eager']:>8.2f}ms {t['inductor']:>8.2f}ms {t['emmy']:>8.2f}ms {only:>9.2f}ms  "
                       f"{t['eager'] / t['emmy']:>10.2f} {t['inductor'] / t['emmy']:>9.2f} {t['inductor'] / only:>9.2f}")
                 print(f"  {routes}")
+                if "dynamo" in t:
+                    print(f"  Dynamo alone (backend='eager'): {t['dynamo']:.2f} ms; eager/dynamo "
+                          f"{t['eager'] / t['dynamo']:.2f}, dynamo/emmy {t['dynamo'] / t['emmy']:.2f}")
                 worst.append(t["eager"] / t["emmy"])
     print(f"eager/emmy: worst {min(worst):.2f}, geomean {statistics.geometric_mean(worst):.2f} "
           f"(never slower than torch: >= 0.95 within noise)")
