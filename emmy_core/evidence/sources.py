@@ -32,6 +32,7 @@ from emmy_core.graph.forks import (
 )
 from emmy_core.ir.identity import kernel_id
 from emmy_core.ir.nodes import Program
+from emmy_core.knobs.parallel import keep_busy
 from emmy_core.knobs.route import is_library
 from emmy_core.prior.geometry import knob_columns
 from emmy_core.targets.card import Card
@@ -101,6 +102,11 @@ class Sources:
         if kid not in self._schedule_forks:
             self._schedule_forks[kid] = schedule_fork(kernel, self.card, lazy=True, library=self.library)
         return self._schedule_forks[kid]
+
+    def emmy_only(self) -> Sources:
+        """The same sources offering Emmy's kernels only (`library=False`): what the group race's own contender
+        settles with; the sources themselves are shared (one prior loaded, one database opened)."""
+        return Sources(self.card, self.setting, self.items, list(self.notes), library=False)
 
     def measured(self) -> tuple[Source, ...]:
         return tuple(s for s in self.items if s.tier in MEASURED_TIERS)
@@ -186,6 +192,14 @@ def within_sight(prior: Any, options: list[ScheduleOption], fork: Fork) -> list[
     return kept or options
 
 
+def busy_at(options: list[ScheduleOption], kernel: Program, key: ForkKey) -> list[ScheduleOption]:
+    """The options that keep every thread busy at the key's sizes (`knobs.parallel`): one that leaves a thread
+    idle runs as a finer one would with fewer threads, so the prior ranks it out rather than learn it per card."""
+    if not options:
+        return options
+    return [options[i] for i in keep_busy(kernel, sizes_of(key), [o.knobs for o in options])]
+
+
 class PriorSource(Source):
     """Tier 3: the prior ranks a schedule fork's options and prices a structural fork's kernels.
 
@@ -236,7 +250,7 @@ class PriorSource(Source):
             # this card is a measurement (golden or local), so without one the product runs as torch runs it
             return Miss("the prior ranks Emmy's kernels, not torch's: the library route is settled by measurement")
         options = [o for o in emmy_options(fork) if o.schedule_id not in blocked]
-        options = within_sight(self.prior, options, fork)
+        options = busy_at(within_sight(self.prior, options, fork), fork.kernel, key)
         if not options:
             return Miss("every option is blocked")
         scores = self._scores(fork.kernel, key, options, sources.card)
@@ -252,7 +266,7 @@ class PriorSource(Source):
             options = list(emmy_options(sources.schedule_fork(kernel)))
             if not options:
                 raise ValueError(f"{kernel.name} has no schedule options on {sources.card.name}")
-            options = within_sight(self.prior, options, sources.schedule_fork(kernel))
+            options = busy_at(within_sight(self.prior, options, sources.schedule_fork(kernel)), kernel, key)
             scores, rows, own = self._scored_pool(kernel, key, options, sources.card)
             top = max(range(len(options)), key=lambda i: (scores[i], -i))
             if own is None:

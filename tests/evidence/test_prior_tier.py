@@ -10,14 +10,17 @@ import pytest
 
 from emmy_core.compiler import PriorUnavailableWarning, StrictEvidenceError, explain
 from emmy_core.compiler import compile as emmy_compile
+from emmy_core.evidence.sources import sizes_of
 from emmy_core.graph.forks import ScheduleOption, schedule_fork, structural_forks
 from emmy_core.ir import kernel_id
+from emmy_core.knobs.parallel import keep_busy
 from emmy_core.prior import FEATURE_VERSION, installed_prior_path, load_installed_prior
 from tests.evidence.conftest import CARD, Setup, kernels_of, write_db
 
 
 def test_the_prior_answers_with_neither_a_golden_nor_a_local_row(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """Among Emmy's kernels (library=False): torch's own is settled by measurement (test_library_route)."""
+    """Among Emmy's kernels (library=False): torch's own is settled by measurement (test_library_route); among
+    those that keep every thread busy at the size (`knobs.parallel`, test_parallel_blocks)."""
     module, example, lowered = proj
     compiled = explain(module, example, card=CARD, freezes=tmp_path, tuning_db=tmp_path / "none.db", library=False)
     top = kernels_of(lowered)[0]
@@ -34,6 +37,8 @@ def test_the_prior_answers_with_neither_a_golden_nor_a_local_row(proj, tmp_path:
     for sched in scheds:
         program = programs[sched.key.kernel_id]
         options = schedule_fork(program, CARD, library=False).options
+        sizes = dict(sizes_of(sched.key))  # the options ranked: those that keep every thread busy there
+        options = tuple(options[i] for i in keep_busy(program, sizes, [o.knobs for o in options]))
         scores = prior.score(program, sched.key.sizes, CARD, "deploy", [dict(o.knobs) for o in options])
         best = max(range(len(options)), key=lambda i: (scores[i], -i))  # ties: the first emitted
         assert sched.choice == options[best] and sched.score == pytest.approx(float(scores[best]))

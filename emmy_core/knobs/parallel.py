@@ -1,0 +1,54 @@
+"""How many threads a CPU matrix product's schedule keeps busy at given sizes.
+
+A CPU matmul shares its work among `threads` as blocks: every batch index times the blocks along `par_axis`
+(rows of `tile_m` for `m`, columns of `tile_n` for `n`; `codegen.c_matmul`). Where a size offers fewer blocks
+than threads, the extra threads wait: the schedule runs as the same one with fewer threads would, so another
+option of the pool that splits the work finer is at least as fast. On a card no measurement covers, the prior
+chose one such schedule at 128 rows (row blocks of 128, two threads: one idle; 11.3 ms a product where the
+rule's first option took 5.8, on a 2-core AMD EPYC). A dynamic axis makes this a question of the size being
+settled, not of the pool, which is a function of the kernel and the card alone (`knobs.view`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from math import prod
+
+from emmy_core.ir.family import MatmulShape, classify
+from emmy_core.ir.nodes import Program
+from emmy_core.ir.sizes import extents
+
+Knobs = Mapping[str, object]
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // max(1, b))
+
+
+def parallel_blocks(kernel: Program, sizes: Mapping[str, int], knobs: Knobs) -> int | None:
+    """The blocks a CPU matmul schedule shares among its threads at `sizes` (None: not a CPU matmul schedule)."""
+    if not all(k in knobs for k in ("threads", "par_axis", "tile_m", "tile_n")):
+        return None
+    shape = classify(kernel)
+    if not isinstance(shape, MatmulShape):
+        return None
+    ext = extents(kernel, dict(sizes))
+    batch = prod(ext[a] for a in shape.batch)
+    if knobs["par_axis"] == "m":
+        return batch * _ceil(ext[shape.m], int(knobs["tile_m"]))  # type: ignore[call-overload]
+    return batch * _ceil(ext[shape.n], int(knobs["tile_n"]))  # type: ignore[call-overload]
+
+
+def idle_threads(kernel: Program, sizes: Mapping[str, int], knobs: Knobs) -> int:
+    """How many of the schedule's threads find no block at `sizes` (0 for any other kind of schedule)."""
+    blocks = parallel_blocks(kernel, sizes, knobs)
+    if blocks is None:
+        return 0
+    return max(0, int(knobs["threads"]) - blocks)  # type: ignore[call-overload]
+
+
+def keep_busy(kernel: Program, sizes: Mapping[str, int], knobs: Sequence[Knobs]) -> list[int]:
+    """The indices of `knobs` that leave no thread idle at `sizes`; all of them where every one does (a product
+    of one row on a card of many cores: nothing finer is offered, and the ranking decides among them)."""
+    busy = [i for i, k in enumerate(knobs) if idle_threads(kernel, sizes, k) == 0]
+    return busy or list(range(len(knobs)))

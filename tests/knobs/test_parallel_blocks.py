@@ -1,0 +1,56 @@
+"""Threads kept busy (`emmy_core.knobs.parallel`): a CPU matmul shares batch x blocks along `par_axis` among
+its threads; at a size with fewer blocks than threads the others wait, so the prior ranks such an option out
+at the sizes it settles (a dynamic axis makes it a question of the size, not of the pool)."""
+
+from __future__ import annotations
+
+from emmy_core.evidence.context import open_sources
+from emmy_core.evidence.sources import PriorSource
+from emmy_core.graph.forks import ForkKey, schedule_fork
+from emmy_core.ir.builders import Dim, matmul
+from emmy_core.knobs.parallel import idle_threads, keep_busy, parallel_blocks
+from emmy_core.targets import Card
+
+ZEN4 = Card("AMD EPYC (family 25 model 17 stepping 1) AVX-512 x2", "cpu", "x86_64", "", ("avx512_bf16",),
+            "test card", cores=2, simd_bits=512, l1d_kib=32.0, l2_kib=1024.0, l3_kib=32768.0, freq_mhz=2596.0)
+UP = matmul(Dim("T", 128), 4864, 896, dtype="f32", b_transposed=True)  # a decoder's MLP up-projection
+SCORES = matmul(Dim("S", 128), Dim("S2", 128), 64, dtype="f32", batch=(Dim("B", 1), 4))  # q @ k^T, 4 heads
+KNOBS = {"tile_m": 128, "tile_n": 256, "tile_k": 128, "vec": 64, "unroll": 6, "threads": 2, "simd": 512,
+         "par_axis": "m"}
+
+
+def test_parallel_blocks_count_batch_times_blocks_along_the_axis() -> None:
+    assert parallel_blocks(UP, {"T": 128}, KNOBS) == 1
+    assert parallel_blocks(UP, {"T": 129}, KNOBS) == 2
+    assert parallel_blocks(UP, {"T": 1}, {**KNOBS, "par_axis": "n"}) == 19  # 4864 / 256
+    assert parallel_blocks(SCORES, {"B": 2, "S": 16, "S2": 16}, {**KNOBS, "tile_m": 64}) == 8  # 2 x 4 heads x 1
+    assert parallel_blocks(UP, {"T": 8}, {"vec": 32, "threads": 2}) is None  # not a CPU matmul schedule
+
+
+def test_idle_threads_at_a_size_that_offers_fewer_blocks() -> None:
+    assert idle_threads(UP, {"T": 128}, KNOBS) == 1
+    assert idle_threads(UP, {"T": 128}, {**KNOBS, "tile_m": 64}) == 0
+    assert idle_threads(UP, {"T": 128}, {**KNOBS, "threads": 1}) == 0
+    assert idle_threads(UP, {"T": 1}, {**KNOBS, "tile_m": 16, "threads": 4}) == 3
+
+
+def test_keep_busy_keeps_every_option_where_none_keeps_the_threads_busy() -> None:
+    pool = [KNOBS, {**KNOBS, "tile_m": 64}, {**KNOBS, "par_axis": "n"}]
+    assert keep_busy(UP, {"T": 128}, pool) == [1, 2]
+    assert keep_busy(UP, {"T": 1}, pool[:2]) == [0, 1]  # one row: every row block leaves a thread idle
+
+
+def test_prior_ranks_out_options_that_leave_threads_idle() -> None:
+    """The installed prior at the sizes of a decoder's prompt and decode steps, on a 2-core card it never saw:
+    its answer keeps both threads busy wherever the pool offers an option that does (at 128 rows it ranked a
+    128-row block first, leaving a thread idle: twice the time of the rule's first option)."""
+    sources = open_sources(ZEN4, "deploy", freezes=(), prior=None, local=False, library=False)
+    prior = next(s for s in sources.items if isinstance(s, PriorSource))
+    assert prior.unavailable() is None, prior.unavailable()
+    fork = schedule_fork(UP, ZEN4, library=False)
+    for t in (1, 16, 128, 512):
+        key = ForkKey.of(UP, {"T": t}, ZEN4.name, "deploy")
+        answer = prior.schedule(fork, key, {}, sources)
+        knobs = answer.option.knobs  # type: ignore[union-attr]
+        busy = [o for o in fork.options if idle_threads(UP, {"T": t}, o.knobs) == 0]  # type: ignore[union-attr]
+        assert not busy or idle_threads(UP, {"T": t}, knobs) == 0, (t, knobs)
