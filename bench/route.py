@@ -8,7 +8,8 @@ shape, every answer checked against eager:
 
 - eager (the baseline every ratio is against), Inductor (`torch.compile` default);
 - `emmy`: the backend's default, every matrix product's first option torch's own kernel, Emmy's kernels where
-  this machine's evidence (freeze goldens, the local tuning database) says they win;
+  this machine's evidence (freeze goldens, the local tuning database) says they win, and each group raced at
+  its size against the same group on Emmy's kernels only and against torch's ops (`compiler.race`);
 - `emmy-only`: `options={"library": False}`, Emmy's kernels wherever Emmy lowers (the round before this fork);
 - with `--dynamo`, `torch.compile(backend="eager")`: what capturing the model costs with no compiler behind it.
 
@@ -99,7 +100,7 @@ def _time(fns: dict[str, Callable[[torch.Tensor], torch.Tensor]], make: Callable
 
 def _routes(first: int, last: int) -> str:
     tiers: dict[str, int] = {}
-    torch_products = emmy_products = groups = raced = 0
+    torch_products = emmy_products = groups = raced = own = 0
     for graph in _GRAPHS[first:last]:
         kept = []
         for grp in graph.live_groups():
@@ -108,7 +109,8 @@ def _routes(first: int, last: int) -> str:
                 raced += 1
             else:
                 kept.append(grp)
-        for rec in (grp.compiled.record for grp in kept):
+                own += grp.active is not grp.compiled
+        for rec in (grp.active.record for grp in kept):
             for r in rec.resolutions:
                 if not r.applied:
                     continue
@@ -119,7 +121,8 @@ def _routes(first: int, last: int) -> str:
                         torch_products += 1
                     else:
                         emmy_products += 1
-    return (f"groups: {raced} of {groups} run as torch ran them (outraced here); products in the rest: "
+    return (f"groups: {raced} of {groups} run as torch ran them, {own} on Emmy's kernels only (each the race's "
+            f"winner here); products in the rest: "
             f"{torch_products} as torch runs them, {emmy_products} on Emmy's kernels; forks by tier: "
             + ", ".join(f"{k} {v}" for k, v in sorted(tiers.items())))
 

@@ -173,6 +173,8 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
                                             strict=False) if isinstance(ex, nn.Parameter)}
         sources = open_sources(the_card, setting, freezes=freezes, tuning_db=tuning_db, prior=prior,
                                library=library)
+        # Emmy's kernels only: the race's contender where a product went to torch's kernel for want of evidence
+        own_sources = sources.emmy_only() if library and build else None
         why = next(s for s in sources.items if s.tier == "prior").unavailable()
         if why is not None and prior is not False and not warned:
             warned.append(True)
@@ -205,8 +207,11 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
             lowered[sub_name] = compile_graph(tr.graph)
             compiled = Compiled(lowered[sub_name], the_card, setting, sources, strict_evidence=False,
                                 device=torch.device(device), builder=builder)
+            own = Compiled(lowered[sub_name], the_card, setting, own_sources, strict_evidence=False,
+                           device=torch.device(device), builder=builder) \
+                if own_sources is not None and builder is not None else None
             group = EmmyGroup(sub, tr, compiled, nodes, state.notes.append, check, resolve_only=not build,
-                              route=library)
+                              route=library, own=own)
             setattr(gm, sub_name, group)
             state.add(group)
         gm.recompile()

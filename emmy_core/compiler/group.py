@@ -2,8 +2,9 @@
 
 An `EmmyGroup` is called where the group's ops were: at each new size it settles its forks, builds its
 kernels and checks them against the torch ops on fresh inputs (a mismatch or failed build hands it back to
-torch for good), then races the two (`compiler.race`, with the library route on) and keeps torch's ops at a
-size where they are faster. Autograd, a size of 0 or a changed lifted attribute run torch's ops for that call.
+torch for good), then, with the library route on, races its contenders (`compiler.race`): itself, the same
+group on Emmy's kernels only where it had a product on torch's kernel, and the torch ops; the fastest runs
+that size. Autograd, a size of 0 or a changed lifted attribute run torch's ops for that call.
 `GroupStatus` is what the graph's report keeps of it.
 """
 
@@ -25,13 +26,14 @@ from emmy_core.compiler.compare import as_exact_as_torch, check_outputs
 from emmy_core.compiler.compiled import Compiled, NoGradientsWarning
 from emmy_core.compiler.launch import Launcher
 from emmy_core.compiler.memory import check_fits
-from emmy_core.compiler.race import race
+from emmy_core.compiler.race import TORCH, race
 from emmy_core.compiler.runner import Runner, RunnerCache, output_views
 from emmy_core.compiler.steps import steps_taken
 from emmy_core.compiler.weights import version_of
 from emmy_core.evidence.model import KernelPlan
 from emmy_core.graph.dynamo_graph import Translated
 from emmy_core.ir.sizes import format_sizes
+from emmy_core.knobs.route import is_library
 
 
 @dataclass
@@ -43,6 +45,7 @@ class GroupStatus:
     off: str | None = None
     torch_calls: int = 0  # calls of a live group that torch ran (autograd on, a size of 0, a changed attribute)
     raced: dict[str, str] = field(default_factory=dict)  # size text -> why torch's ops run it (`compiler.race`)
+    own: dict[str, str] = field(default_factory=dict)  # size text -> why Emmy's kernels only run it (`compiler.race`)
     last: str = ""  # the size text of the last call Emmy's checks let through (the report's sizes)
 
     def torch_at_last(self) -> str | None:
@@ -51,15 +54,20 @@ class GroupStatus:
 
 
 class EmmyGroup(nn.Module):
-    """One partition: Emmy's compiled graph, with the torch submodule it replaces as the reference and fallback."""
+    """One partition: Emmy's compiled graph, with the torch submodule it replaces as the reference and fallback.
+
+    `own` is the same graph compiled with Emmy's kernels as the only candidates (`library=False`): a contender
+    of the race at a size where `compiled` runs a product on torch's kernel for want of a measurement."""
 
     def __init__(self, torch_sub: fx.GraphModule, translated: Translated, compiled: Compiled,
                  nodes: tuple[str, ...], note: Callable[[str], None], check: bool = True,
-                 resolve_only: bool = False, route: bool = False) -> None:
+                 resolve_only: bool = False, route: bool = False, own: Compiled | None = None) -> None:
         super().__init__()
         self.torch_sub = torch_sub
         self.translated = translated
         self.compiled = compiled
+        self.own = own if route else None
+        self._own_off: str | None = None  # why the own contender left the races (it failed to build or check)
         self.nodes = nodes
         self.resolve_only = resolve_only
         self.status = GroupStatus(nodes, None if compiled.builder is not None or resolve_only else
@@ -102,32 +110,45 @@ class EmmyGroup(nn.Module):
                 out.append(dict(sizes))
         return out
 
-    def _launcher(self, plan: KernelPlan) -> Launcher:
-        assert self.compiled.builder is not None and plan.schedule is not None
-        return Launcher(self.compiled.builder.build(plan.program, plan.schedule), plan.sizes, plan.program.name,
-                        self.compiled.card.target)
+    @property
+    def active(self) -> Compiled:
+        """The compiled graph whose kernels ran the last size: `own` where it won that size's race."""
+        return self.own if self.own is not None and self.status.last in self.status.own else self.compiled
+
+    @staticmethod
+    def _launcher_of(compiled: Compiled) -> Callable[[KernelPlan], Launcher]:
+        def launcher(plan: KernelPlan) -> Launcher:
+            assert compiled.builder is not None and plan.schedule is not None
+            return Launcher(compiled.builder.build(plan.program, plan.schedule), plan.sizes, plan.program.name,
+                            compiled.card.target)
+        return launcher
 
     def _weights(self, args: Sequence[Any]) -> dict[str, torch.Tensor]:
         return {path: args[pos].detach().contiguous() for path, pos in self.translated.params}
 
-    def _build(self, sizes: dict[str, int], args: Sequence[Any]) -> Runner | None:
-        compiled = self.compiled
+    def _build(self, sizes: dict[str, int], args: Sequence[Any], own: bool = False) -> Runner | None:
+        """The checked runner at `sizes` (None: torch runs it). A failure hands the group back to torch for good,
+        except on its `own` contender, which is only left out of the race."""
+        compiled = self.own if own else self.compiled
+        assert compiled is not None
         text = format_sizes(sizes) or "its static sizes"
+        fail = self._drop_own if own else self._hand_back
         views = output_views(compiled.lowered) if self.check else frozenset()
         while True:
             try:
                 compiled.prepare(sizes)
                 layout = compiled.layout(sizes, views)
                 check_fits(layout.nbytes, compiled.device, f"{compiled.lowered.graph.name} at {text}")
-                runner = Runner(layout, self._weights(args), compiled.device, self._launcher, self._packs)
+                runner = Runner(layout, self._weights(args), compiled.device, self._launcher_of(compiled),
+                                self._packs)
             except Exception as exc:  # a group that does not build here runs as torch; the note says why
-                self._hand_back(f"does not build at {text}: {str(exc).strip().splitlines()[0][:200]}")
+                fail(f"does not build at {text}: {str(exc).strip().splitlines()[0][:200]}")
                 return None
             if not self.check:
                 return runner
             why, strides = self._differs(runner, args, views)
             if why is not None:
-                self._hand_back(f"differs from torch at {text} on fresh inputs: {why}")
+                fail(f"differs from torch at {text} on fresh inputs: {why}")
                 return None
             if not views or strides:
                 return runner
@@ -162,13 +183,36 @@ class EmmyGroup(nn.Module):
                 torch.randn(a.shape, generator=gen).to(dtype=a.dtype, device=a.device)
                 for i, a in enumerate(args)]
 
-    def _race(self, runner: Runner, args: Sequence[Any], text: str) -> str | None:
-        """Why torch's ops run this size, measured against Emmy's runner on fresh inputs (None: Emmy's wins)."""
+    def _on_library(self, sizes: dict[str, int]) -> bool:
+        """Whether the group as settled runs a matrix product on torch's kernel at `sizes`."""
+        return any(r.applied and r.rule == "schedule" and is_library(getattr(r.choice, "knobs", None) or {})
+                   for r in self.compiled.prepare(sizes))
+
+    def _race(self, runner: Runner, sizes: dict[str, int], args: Sequence[Any], text: str) -> Runner | None:
+        """The runner that wins this size's race on fresh inputs (None: torch's ops), the verdict kept."""
+        own = self._build(sizes, args, own=True) \
+            if self.own is not None and self._own_off is None and self._on_library(sizes) else None
         fresh = self._fresh(args)
         inputs = [fresh[i] for i in self.translated.inputs]
+        sides: dict[str, Callable[[], object]] = {"emmy": lambda: runner.run(inputs)}
+        if own is not None:
+            sides["own"] = lambda: own.run(inputs)
+        sides[TORCH] = lambda: self.torch_sub(*fresh)
         with torch.no_grad():
-            result = race(lambda: runner.run(inputs), lambda: self.torch_sub(*fresh))
-        return result.verdict(text or "its static sizes")
+            result = race(sides)
+        win, why = result.winner, result.verdict(text or "its static sizes")
+        if win == "emmy":
+            return runner
+        kept = self.status.raced if win == TORCH else self.status.own
+        kept[text] = why
+        if len(self.status.raced) + len(self.status.own) == 1:  # once per group: a server's every length would grow it
+            self._note(f"{self.compiled.lowered.graph.name} runs as {'torch' if win == TORCH else 'Emmy only'}: {why}")
+        return own if win == "own" else None
+
+    def _drop_own(self, why: str) -> None:
+        """The own contender failed at a size: left out of every later race (the group itself stays)."""
+        self._own_off = why
+        self._note(f"{self.compiled.lowered.graph.name} on Emmy's kernels only: {why}")
 
     def _near_wider_reference(self, got: Sequence[torch.Tensor], want: Sequence[torch.Tensor],
                               fresh: Sequence[Any], dtype: str) -> bool:
@@ -245,12 +289,9 @@ class EmmyGroup(nn.Module):
                     runner = self._build(sizes, args)
                     if runner is None:
                         return self.torch_sub(*args)
-                    if self.route and text not in self.status.raced:
-                        why = self._race(runner, args, text)
-                        if why is not None:
-                            self.status.raced[text] = why
-                            if len(self.status.raced) == 1:  # once per group: a server's every length would grow it
-                                self._note(f"{self.compiled.lowered.graph.name} runs as torch: {why}")
+                    if self.route:
+                        runner = self._race(runner, sizes, args, text)
+                        if runner is None:
                             return self.torch_sub(*args)
                     self._runners.put(text, runner)
         inputs = [args[i] for i in self.translated.inputs]

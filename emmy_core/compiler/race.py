@@ -1,12 +1,16 @@
-"""The group route: a partition of the backend runs as torch ran it wherever torch's ops are measured faster.
+"""The group route: a partition of the backend runs on whichever of its ways is measured fastest at a size.
 
 A matrix product's route is a schedule option measured like any other (`emmy_core.knobs.route`); a group's
 other kernels (its norms, elementwise chains, softmax) have none, and a group of several kernels can lose to
-the torch ops it replaces through its fixed cost alone. So when a group is first run at a size, after the
-check against torch, the backend races the two on the same fresh inputs, alternating which goes first: at
-least RACE_ROUNDS[0] rounds, then more until RACE_SECONDS have passed, at most RACE_ROUNDS[1]. Emmy's group
-keeps the size unless torch's ops are faster by the median. The verdict is per size and
-said in the graph's report; it is decided on the machine at hand, never by a rule about one machine.
+the torch ops it replaces through its fixed cost alone. Where no measurement settles a product, its first
+option is torch's kernel, and Emmy's own kernels (ranked by the prior) are not tried at all, though on a card
+where the library is weak they are the faster. So when a group is first run at a size, after the check
+against torch, the backend races its contenders on the same fresh inputs: Emmy's group as the evidence
+settled it, the same group on Emmy's kernels only (where the first had a product on torch's kernel), and
+torch's ops; in turn, each round in the other direction: at least RACE_ROUNDS[0] rounds, then more until
+RACE_SECONDS have passed, at most RACE_ROUNDS[1]. The fastest by the median keeps the size, the earlier
+contender on a tie. The verdict is per size and said in the graph's report; it is decided on the machine
+at hand, never by a rule about one machine.
 
 The race is not written to the store: a group is no kernel identity there (its kernels are, and `emmy tune`
 measures them and the library route beside them); at the next compile it is run again.
@@ -16,54 +20,67 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 RACE_ROUNDS = (3, 15)
 RACE_SECONDS = 0.02
 
 
+TORCH = "torch"  # the contender that runs the group's torch ops
+
+
 @dataclass(frozen=True)
 class Race:
-    """Both sides' times (seconds) at one size, round by round."""
+    """Every contender's times (seconds) at one size, round by round, in the order they were entered."""
 
-    emmy: tuple[float, ...]
-    torch: tuple[float, ...]
+    times: Mapping[str, tuple[float, ...]]
+
+    def __post_init__(self) -> None:
+        counts = {len(t) for t in self.times.values()}
+        if len(self.times) < 2 or len(counts) != 1 or 0 in counts:
+            raise ValueError("a race needs two contenders or more with as many rounds each, at least one; got "
+                             + ", ".join(f"{k}: {len(t)}" for k, t in self.times.items()))
+
+    def median(self, name: str) -> float:
+        return statistics.median(self.times[name])
 
     @property
-    def emmy_median(self) -> float:
-        return statistics.median(self.emmy)
+    def rounds(self) -> int:
+        return len(next(iter(self.times.values())))
 
     @property
-    def torch_median(self) -> float:
-        return statistics.median(self.torch)
+    def winner(self) -> str:
+        """The fastest contender by the median; the earlier one on a tie (Emmy's before torch's)."""
+        names = list(self.times)
+        return min(names, key=lambda k: (self.median(k), names.index(k)))
 
-    def verdict(self, at: str) -> str | None:
-        """Why torch's ops run this size (None: Emmy's group is at least as fast by the median)."""
-        if not self.emmy or len(self.emmy) != len(self.torch):
-            raise ValueError(f"a race needs as many rounds of each side, at least one; got {len(self.emmy)} "
-                             f"and {len(self.torch)}")
-        e, t = self.emmy_median, self.torch_median
-        if e <= t:
-            return None
-        return (f"torch's ops measured faster at {at}: {t * 1e6:.0f} us against Emmy's {e * 1e6:.0f} us "
-                f"(median of {len(self.emmy)} rounds)")
+    def verdict(self, at: str) -> str:
+        """Why the winner runs this size: its median beside every other contender's."""
+        win = self.winner
+        others = ", ".join(f"{k} {self.median(k) * 1e6:.0f} us" for k in self.times if k != win)
+        who = "torch's ops" if win == TORCH else f"Emmy's group ({win})"
+        return f"{who} measured fastest at {at}: {self.median(win) * 1e6:.0f} us against {others} " \
+               f"(median of {self.rounds} rounds)"
 
 
-def race(emmy: Callable[[], object], torch_ops: Callable[[], object],
-         rounds: Sequence[int] = RACE_ROUNDS, seconds: float = RACE_SECONDS) -> Race:
-    """Times `emmy` and `torch_ops` alternately after one warm call of each (first launches pay for page
-    faults and cold caches), each round starting with the side the last one ended with."""
-    emmy()
-    torch_ops()
+def race(sides: Mapping[str, Callable[[], object]], rounds: Sequence[int] = RACE_ROUNDS,
+         seconds: float = RACE_SECONDS) -> Race:
+    """Times the contenders in turn after one warm call of each (first launches pay for page faults and cold
+    caches), every other round in the reverse order, so none always runs on the caches another left."""
+    if len(sides) < 2:
+        raise ValueError(f"a race needs two contenders or more, got {len(sides)}")
+    for fn in sides.values():
+        fn()
     low, high = rounds
-    e: list[float] = []
-    t: list[float] = []
+    names = list(sides)
+    times: dict[str, list[float]] = {k: [] for k in names}
+    done = 0
     deadline = time.perf_counter() + seconds
-    while len(e) < high and (len(e) < low or time.perf_counter() < deadline):
-        sides = ((emmy, e), (torch_ops, t)) if len(e) % 2 == 0 else ((torch_ops, t), (emmy, e))
-        for fn, times in sides:
+    while done < high and (done < low or time.perf_counter() < deadline):
+        for name in (names if done % 2 == 0 else names[::-1]):
             t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-    return Race(tuple(e), tuple(t))
+            sides[name]()
+            times[name].append(time.perf_counter() - t0)
+        done += 1
+    return Race({k: tuple(v) for k, v in times.items()})

@@ -5,6 +5,7 @@ is per size, said in the report, and never taken with `library=False` (Emmy's ke
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -13,6 +14,11 @@ from torch import nn
 from emmy_core.compiler import group as be
 from emmy_core.compiler.backend import _GRAPHS, compile_reports, emmy_backend
 from emmy_core.compiler.race import RACE_ROUNDS, Race, race
+from emmy_core.knobs.route import is_library
+
+
+def _slowed(fn: Callable[[], object]) -> Callable[[], object]:
+    return lambda: (fn(), time.sleep(0.002))
 
 
 @pytest.fixture(autouse=True)
@@ -30,40 +36,46 @@ class Mlp(nn.Module):
         return x + self.down(torch.relu(self.up(x)) * 0.5)
 
 
-def test_race_keeps_emmy_where_it_is_as_fast() -> None:
-    assert Race((2.0, 1.0, 3.0), (2.0, 5.0, 1.0)).verdict("m=8") is None  # a tie by the median: Emmy keeps it
+def test_race_keeps_the_earlier_contender_on_a_tie() -> None:
+    result = Race({"emmy": (2.0, 1.0, 3.0), "torch": (2.0, 5.0, 1.0)})
+    assert result.winner == "emmy"  # a tie by the median: Emmy keeps it
 
 
-def test_race_verdict_names_both_times_and_the_size() -> None:
-    why = Race((3e-6, 5e-6, 4e-6), (1e-6, 2e-6, 9e-6)).verdict("m=8")
-    assert why is not None and "m=8" in why and "2 us against Emmy's 4 us" in why and "3 rounds" in why
+def test_race_verdict_names_every_time_and_the_size() -> None:
+    why = Race({"emmy": (3e-6, 5e-6, 4e-6), "own": (5e-6, 6e-6, 7e-6), "torch": (1e-6, 2e-6, 9e-6)}).verdict("m=8")
+    assert "torch's ops measured fastest at m=8: 2 us against emmy 4 us, own 6 us" in why and "3 rounds" in why
 
 
-def test_race_refuses_uneven_rounds() -> None:
+def test_race_refuses_uneven_rounds_or_a_lone_contender() -> None:
     with pytest.raises(ValueError, match="as many rounds"):
-        Race((1.0,), ()).verdict("m=8")
+        Race({"emmy": (1.0,), "torch": ()})
+    with pytest.raises(ValueError, match="two contenders"):
+        Race({"emmy": (1.0,)})
+    with pytest.raises(ValueError, match="two contenders"):
+        race({"emmy": lambda: None})
 
 
-def test_race_times_both_sides_alternately_within_its_bounds() -> None:
+def test_race_times_every_side_in_turn_within_its_bounds() -> None:
     calls: list[str] = []
 
     def slow() -> None:
         calls.append("emmy")
         time.sleep(0.002)
 
-    result = race(slow, lambda: calls.append("torch"), rounds=(3, 5), seconds=0.0)
-    assert len(result.emmy) == len(result.torch) == 3  # the least rounds once the time is spent
-    assert calls[:2] == ["emmy", "torch"]  # the warm call of each
-    assert calls[2:4] == ["emmy", "torch"] and calls[4:6] == ["torch", "emmy"]  # who goes first alternates
-    assert result.verdict("m=1") is not None and result.emmy_median >= 0.002 > result.torch_median
-    assert len(race(lambda: None, lambda: None, seconds=10.0).emmy) == RACE_ROUNDS[1]
+    result = race({"emmy": slow, "own": lambda: calls.append("own"), "torch": lambda: calls.append("torch")},
+                  rounds=(3, 5), seconds=0.0)
+    assert [len(t) for t in result.times.values()] == [3, 3, 3]  # the least rounds once the time is spent
+    assert calls[:3] == ["emmy", "own", "torch"]  # the warm call of each
+    assert calls[3:6] == ["emmy", "own", "torch"] and calls[6:9] == ["torch", "own", "emmy"]  # the order turns
+    assert result.winner != "emmy" and result.median("emmy") >= 0.002 > result.median("torch")
+    assert race({"emmy": lambda: None, "torch": lambda: None}, seconds=10.0).rounds == RACE_ROUNDS[1]
 
 
 def test_group_route_runs_torch_at_a_size_torch_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     """Emmy's side made slower for real (2 ms a call): its group hands that size to torch, the answer is torch's,
     and the report says why; a group that is not outraced stays on Emmy."""
     real = be.race
-    monkeypatch.setattr(be, "race", lambda emmy, torch_ops: real(lambda: (emmy(), time.sleep(0.002)), torch_ops))
+    monkeypatch.setattr(be, "race", lambda sides: real({k: _slowed(f) if k != "torch" else f for k, f in sides.items()}))
     torch.manual_seed(0)
     model = Mlp().eval()
     x = torch.randn(3, 32)
@@ -74,16 +86,16 @@ def test_group_route_runs_torch_at_a_size_torch_wins(monkeypatch: pytest.MonkeyP
     torch.testing.assert_close(got, want)
     groups = [g for s in _GRAPHS[before:] for g in s.live_groups()]
     assert groups and all(g.status.raced for g in groups)
-    assert all("torch's ops measured faster" in why for g in groups for why in g.status.raced.values())
+    assert all("torch's ops measured fastest" in why for g in groups for why in g.status.raced.values())
     report = compile_reports()[before]
-    assert report.ops_on_emmy == 0 and any("measured faster" in f.reason for f in report.fell_back)
+    assert report.ops_on_emmy == 0 and any("measured fastest" in f.reason for f in report.fell_back)
     with torch.no_grad():
         torch.testing.assert_close(fn(x), want)  # the next call at the size runs torch's ops without a new race
 
 
 def test_group_route_keeps_a_group_that_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     real = be.race
-    monkeypatch.setattr(be, "race", lambda emmy, torch_ops: real(emmy, lambda: (torch_ops(), time.sleep(0.002))))
+    monkeypatch.setattr(be, "race", lambda sides: real({k: _slowed(f) if k == "torch" else f for k, f in sides.items()}))
     model = Mlp().eval()
     x = torch.randn(3, 32)
     before = len(_GRAPHS)
@@ -103,3 +115,50 @@ def test_group_route_is_off_with_library_off(monkeypatch: pytest.MonkeyPatch) ->
     with torch.no_grad():
         fn(torch.randn(3, 32))
     assert raced == []
+
+
+def test_group_route_runs_emmy_only_where_its_kernels_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With nothing measured, a product's first option is torch's kernel; the race's third contender, the group
+    on Emmy's kernels only, takes the size where it is the fastest (the others made slower for real), and the
+    answer is still torch's to within the check."""
+    real = be.race
+    entered: list[tuple[str, ...]] = []
+
+    def slow_all_but_own(sides: dict[str, Callable[[], object]]) -> object:
+        entered.append(tuple(sides))
+        return real({k: f if k == "own" else _slowed(f) for k, f in sides.items()})
+
+    monkeypatch.setattr(be, "race", slow_all_but_own)
+    torch.manual_seed(0)
+    model = Mlp().eval()
+    x = torch.randn(3, 32)
+    before = len(_GRAPHS)
+    fn = torch.compile(model, backend=emmy_backend(prior=False), dynamic=False)
+    with torch.no_grad():
+        torch.testing.assert_close(fn(x), model(x))
+        torch.testing.assert_close(fn(x), model(x))
+    assert entered and all(e == ("emmy", "own", "torch") for e in entered)
+    groups = [g for s in _GRAPHS[before:] for g in s.live_groups()]
+    assert groups and all(g.status.own and not g.status.raced for g in groups)
+    assert all("Emmy's group (own) measured fastest" in why for g in groups for why in g.status.own.values())
+    for g in groups:
+        assert g.active is g.own and g.status.torch_at_last() is None
+        products = [r for r in g.active.record.resolutions if r.applied and r.rule == "schedule"
+                    and r.kernel.startswith("matmul")]
+        assert products and not any(is_library(r.choice.knobs) for r in products)
+    assert compile_reports()[before].ops_on_emmy > 0
+
+
+def test_group_route_enters_no_own_contender_where_no_product_is_on_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    entered: list[tuple[str, ...]] = []
+    real = be.race
+    monkeypatch.setattr(be, "race", lambda sides: (entered.append(tuple(sides)), real(sides))[1])
+
+    class Chain(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(x * 2.0 + 1.0).sum(dim=-1)
+
+    fn = torch.compile(Chain(), backend=emmy_backend(prior=False), dynamic=False)
+    with torch.no_grad():
+        fn(torch.randn(4, 32))
+    assert entered and all(e == ("emmy", "torch") for e in entered)
