@@ -144,9 +144,33 @@ def _depth(v: KernelView, card: Card, nr: int) -> int:
 
 
 def _cpu_first_matmul(v: KernelView, card: Card) -> Knobs:
-    """The fma rule's option (`_cpu_fma_first`), or on a card with AMX-BF16 a bf16 product's AMX one (`_amx_first`)."""
+    """The fma rule's option (`_cpu_fma_first`), or for a bf16 product the card's own dot-product instruction:
+    AMX tiles where the probe lists AMX-BF16 (`_amx_first`), else `vdpbf16ps` with AVX512-BF16 (`_dpbf16_first`)."""
     fma = _cpu_fma_first(v, card)
-    return _amx_first(v, card, fma) or fma
+    return _amx_first(v, card, fma) or _dpbf16_first(v, card, fma) or fma
+
+
+def _dpbf16_first(v: KernelView, card: Card, fma: Knobs) -> Knobs | None:
+    """On a card whose probe lists AVX512-BF16, a bf16 matmul's first option multiplies pairs with `vdpbf16ps`:
+    two 512-bit registers a row (32 columns) and as many rows as the registers hold, both operands packed, the
+    whole depth up to 1024 per pass, the fma rule's row block, column block, split and threads; None where the
+    card or the kernel takes none. Measured on an AMD EPYC with AVX512-BF16 (Zen 4, 2 cores, medians of 5):
+    397 GFLOP/s against torch's 368 at 128 x 4864 x 896, where widening to f32 FMAs reached 217; 299 against
+    206 at 16 x 4864 x 896; 114 against 33 at one row."""
+    if "avx512_bf16" not in card.tensor_cores or (card.simd_bits or 0) < 512:
+        return None
+    shape = _micro(v, card, 512, 2)
+    if shape is None:
+        return None
+    mr, nr = shape
+    tn = int(fma["tile_n"])  # type: ignore[call-overload]
+    cap_k = v.cap("k")
+    knobs: Knobs = {**fma, "tile_k": min(CPU_MAX_TILE_K, cap_k) if cap_k is not None else CPU_MAX_TILE_K,
+                    "vec": nr, "unroll": mr, "simd": 512, "pack_a": True, "pack_b": True, "prefetch": 0,
+                    "prefetch_c": False, "dot": "dpbf16"}
+    if tn < nr or tn % nr or dot_problem(v, card, knobs) is not None or fit_problem(v, card, knobs) is not None:
+        return None
+    return knobs
 
 
 def _cpu_fma_first(v: KernelView, card: Card) -> Knobs:
@@ -363,8 +387,10 @@ def _cpu_matmul(v: KernelView, card: Card) -> list[Knobs]:
     tks = tuple(t for t in CPU_TILE_K if _fits(t, ck)) or ((ck,) if ck is not None else ())
     tms = tuple(t for t in CPU_TILE_M if _fits(t, cm)) or ((cm,) if cm is not None else ())
     whole = min(cn or 1024, 1024)
-    # where AMX took the first place, the fma rule's option leads the rest (elsewhere it is the first: deduplicated)
-    out: list[Knobs] = [_cpu_fma_first(v, card)] if "amx_bf16" in card.tensor_cores else []
+    # where a dot-product instruction took the first place, the fma rule's option leads the rest (elsewhere it is
+    # the first: deduplicated)
+    out: list[Knobs] = [_cpu_fma_first(v, card)] \
+        if {"amx_bf16", "avx512_bf16"} & set(card.tensor_cores) else []
     for simd in widths:
         for vectors in CPU_MICRO_VECTORS:
             shape = _micro(v, card, simd, vectors)

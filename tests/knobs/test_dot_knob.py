@@ -1,6 +1,6 @@
 """The knob `dot`: the bf16 matmul's dot-product options exist only on a card whose probe lists the
 instruction, follow every fma option (which keep their places and ids), and the first option multiplies
-on AMX tiles only for a bf16 product on a card with AMX-BF16."""
+on the card's instruction only for a bf16 product: AMX tiles with AMX-BF16, else `vdpbf16ps` with AVX512-BF16."""
 
 from __future__ import annotations
 
@@ -38,22 +38,29 @@ def test_dot_options_follow_the_fma_ones_only_where_the_card_lists_the_instructi
         rest = [canonical_knobs(o) for o in pool if "dot" not in o]
         assert set(rest) == set(fma_keys)  # the fma options are the plain card's, unchanged
         at = [i for i, o in enumerate(pool) if "dot" not in o]  # one run, from the first place or the second
-        assert at == list(range(at[0], at[0] + len(at))) and at[0] == (1 if pool[0].get("dot") == "amx" else 0)
+        assert at == list(range(at[0], at[0] + len(at))) and at[0] == (1 if pool[0].get("dot") else 0)
     for o in amx:
         if o.get("dot") == "amx":
             assert option_problem(kernel, PLAIN, o) is not None  # never valid on a card without it
             assert option_problem(kernel, AMX, o) is None
 
 
-def test_the_first_option_is_amx_only_for_bf16_on_an_amx_card() -> None:
+def test_the_first_option_is_the_cards_dot_instruction_only_for_bf16() -> None:
     for kernel in KERNELS:
         first = candidates(kernel, AMX)[0]
         assert first["dot"] == "amx" and first["unroll"] in (1, 2) and first["vec"] in (16, 32)
-        assert candidates(kernel, BF16_ONLY)[0] == candidates(kernel, PLAIN)[0]  # dpbf16 is a candidate only
+        dp = candidates(kernel, BF16_ONLY)[0]
+        assert dp["dot"] == "dpbf16" and dp["vec"] == 32 and dp["pack_a"] is True and dp["pack_b"] is True
+        assert option_problem(kernel, BF16_ONLY, dp) is None and option_problem(kernel, PLAIN, dp) is not None
+        fma = candidates(kernel, PLAIN)[0]
+        assert candidates(kernel, BF16_ONLY)[1] == fma  # the fma rule's option leads the rest
+        assert {k: dp[k] for k in ("tile_m", "tile_n", "threads", "par_axis")} == \
+            {k: fma[k] for k in ("tile_m", "tile_n", "threads", "par_axis")}  # its blocks and split
     assert candidates(KERNELS[2], AMX)[0]["unroll"] == 1  # 16 rows: one tile of them
+    assert candidates(KERNELS[3], BF16_ONLY)[0]["unroll"] == 1  # one row: one row of registers
     for dtype in ("f32", "f16"):
         k = matmul(Dim("T", 128), 896, 4864, dtype=dtype, b_transposed=True)
-        assert candidates(k, AMX) == candidates(k, PLAIN)  # other types: nothing changes
+        assert candidates(k, AMX) == candidates(k, PLAIN) == candidates(k, BF16_ONLY)  # other types: nothing changes
 
 
 def test_the_validity_of_dot_names_what_is_missing() -> None:
