@@ -25,30 +25,46 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // max(1, b))
 
 
-def parallel_blocks(kernel: Program, sizes: Mapping[str, int], knobs: Knobs) -> int | None:
-    """The blocks a CPU matmul schedule shares among its threads at `sizes` (None: not a CPU matmul schedule)."""
-    if not all(k in knobs for k in ("threads", "par_axis", "tile_m", "tile_n")):
-        return None
+def _extents(kernel: Program, sizes: Mapping[str, int]) -> tuple[int, int, int] | None:
+    """(batch, M, N) of a matmul at `sizes` (None: not a matmul): read once for a whole pool."""
     shape = classify(kernel)
     if not isinstance(shape, MatmulShape):
         return None
     ext = extents(kernel, dict(sizes))
-    batch = prod(ext[a] for a in shape.batch)
+    return prod(ext[a] for a in shape.batch), ext[shape.m], ext[shape.n]
+
+
+def _blocks(work: tuple[int, int, int], knobs: Knobs) -> int | None:
+    if not all(k in knobs for k in ("threads", "par_axis", "tile_m", "tile_n")):
+        return None
+    batch, m, n = work
     if knobs["par_axis"] == "m":
-        return batch * _ceil(ext[shape.m], int(knobs["tile_m"]))  # type: ignore[call-overload]
-    return batch * _ceil(ext[shape.n], int(knobs["tile_n"]))  # type: ignore[call-overload]
+        return batch * _ceil(m, int(knobs["tile_m"]))  # type: ignore[call-overload]
+    return batch * _ceil(n, int(knobs["tile_n"]))  # type: ignore[call-overload]
+
+
+def _idle(work: tuple[int, int, int], knobs: Knobs) -> int:
+    blocks = _blocks(work, knobs)
+    return 0 if blocks is None else max(0, int(knobs["threads"]) - blocks)  # type: ignore[call-overload]
+
+
+def parallel_blocks(kernel: Program, sizes: Mapping[str, int], knobs: Knobs) -> int | None:
+    """The blocks a CPU matmul schedule shares among its threads at `sizes` (None: not a CPU matmul schedule)."""
+    work = _extents(kernel, sizes)
+    return None if work is None else _blocks(work, knobs)
 
 
 def idle_threads(kernel: Program, sizes: Mapping[str, int], knobs: Knobs) -> int:
     """How many of the schedule's threads find no block at `sizes` (0 for any other kind of schedule)."""
-    blocks = parallel_blocks(kernel, sizes, knobs)
-    if blocks is None:
-        return 0
-    return max(0, int(knobs["threads"]) - blocks)  # type: ignore[call-overload]
+    work = _extents(kernel, sizes)
+    return 0 if work is None else _idle(work, knobs)
 
 
 def keep_busy(kernel: Program, sizes: Mapping[str, int], knobs: Sequence[Knobs]) -> list[int]:
     """The indices of `knobs` that leave no thread idle at `sizes`; all of them where every one does (a product
     of one row on a card of many cores: nothing finer is offered, and the ranking decides among them)."""
-    busy = [i for i, k in enumerate(knobs) if idle_threads(kernel, sizes, k) == 0]
+    work = _extents(kernel, sizes)
+    if work is None:
+        return list(range(len(knobs)))
+    busy = [i for i, k in enumerate(knobs) if _idle(work, k) == 0]
     return busy or list(range(len(knobs)))
