@@ -206,9 +206,9 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
             tr = to_graph(sub, params, f"{name}.{sub_name}", consts)
             lowered[sub_name] = compile_graph(tr.graph)
             compiled = Compiled(lowered[sub_name], the_card, setting, sources, strict_evidence=False,
-                                device=torch.device(device), builder=builder)
+                                device=torch.device(device), builder=builder, buckets=build)
             own = Compiled(lowered[sub_name], the_card, setting, own_sources, strict_evidence=False,
-                           device=torch.device(device), builder=builder) \
+                           device=torch.device(device), builder=builder, buckets=True) \
                 if own_sources is not None and builder is not None else None
             group = EmmyGroup(sub, tr, compiled, nodes, state.notes.append, check, resolve_only=not build,
                               route=library, own=own)

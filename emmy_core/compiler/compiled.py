@@ -61,7 +61,8 @@ class Compiled:
     """A compiled model: call it like the module; forks are settled and buffers allocated once per size."""
 
     def __init__(self, lowered: Lowered, card: Card, setting: str, sources: Sources, *, strict_evidence: bool,
-                 device: torch.device, builder: Builder | None = None, module: nn.Module | None = None) -> None:
+                 device: torch.device, builder: Builder | None = None, module: nn.Module | None = None,
+                 buckets: bool = False) -> None:
         self.lowered = lowered
         self.card = card
         self.setting = setting
@@ -73,8 +74,9 @@ class Compiled:
         self.record = ResolutionRecord(lowered.graph.name, card.name, setting)
         for note in sources.notes:
             self.record.add_note(note)
-        self._static = ModelResolver(sources)
-        self._built = ModelResolver(sources, builder.check) if builder is not None else None
+        # `buckets`: a size of a bucket settled before takes that settle's choices (`ModelResolver`)
+        self._static = ModelResolver(sources, buckets=buckets)
+        self._built = ModelResolver(sources, builder.check, buckets=buckets) if builder is not None else None
         self._plans: dict[str, list[KernelPlan]] = {}
         self._runners = RunnerCache()
         self._building = threading.RLock()  # settling forks, following weights, building runners

@@ -32,7 +32,7 @@ from emmy_core.compiler.steps import steps_taken
 from emmy_core.compiler.weights import version_of
 from emmy_core.evidence.model import KernelPlan
 from emmy_core.graph.dynamo_graph import Translated
-from emmy_core.ir.sizes import format_sizes
+from emmy_core.ir.sizes import format_sizes, size_bucket
 from emmy_core.knobs.route import is_library
 
 
@@ -68,6 +68,9 @@ class EmmyGroup(nn.Module):
         self.compiled = compiled
         self.own = own if route else None
         self._own_off: str | None = None  # why the own contender left the races (it failed to build or check)
+        # per size bucket (`ir.sizes.size_bucket`): the race's winner at its first size, and that size; every other
+        # size of the bucket runs the same contender, checked, without a race of its own
+        self._verdicts: dict[tuple[tuple[str, int], ...], tuple[str, str]] = {}
         self.nodes = nodes
         self.resolve_only = resolve_only
         self.status = GroupStatus(nodes, None if compiled.builder is not None or resolve_only else
@@ -189,7 +192,8 @@ class EmmyGroup(nn.Module):
                    for r in self.compiled.prepare(sizes))
 
     def _race(self, runner: Runner, sizes: dict[str, int], args: Sequence[Any], text: str) -> Runner | None:
-        """The runner that wins this size's race on fresh inputs (None: torch's ops), the verdict kept."""
+        """The runner that wins this size's race on fresh inputs (None: torch's ops), the verdict kept for the size
+        and its bucket."""
         own = self._build(sizes, args, own=True) \
             if self.own is not None and self._own_off is None and self._on_library(sizes) else None
         fresh = self._fresh(args)
@@ -201,6 +205,7 @@ class EmmyGroup(nn.Module):
         with torch.no_grad():
             result = race(sides)
         win, why = result.winner, result.verdict(text or "its static sizes")
+        self._verdicts[size_bucket(sizes)] = (win, text)
         if win == "emmy":
             return runner
         kept = self.status.raced if win == TORCH else self.status.own
@@ -208,6 +213,27 @@ class EmmyGroup(nn.Module):
         if len(self.status.raced) + len(self.status.own) == 1:  # once per group: a server's every length would grow it
             self._note(f"{self.compiled.lowered.graph.name} runs as {'torch' if win == TORCH else 'Emmy only'}: {why}")
         return own if win == "own" else None
+
+    def _settle_size(self, sizes: dict[str, int], args: Sequence[Any], text: str) -> Runner | None:
+        """The checked runner of a new size (None: torch's ops run it): at a size whose bucket was raced, the
+        bucket's winner, with no race of its own; else the group's, raced where the route is on."""
+        seen = self._verdicts.get(size_bucket(sizes)) if self.route else None
+        if seen is not None:
+            win, first = seen
+            why = f"as at {first or 'its static sizes'}, the first size of its bucket raced"
+            if win == TORCH:
+                self.status.raced[text] = f"torch's ops measured fastest {why}"
+                return None
+            if win == "own" and self._own_off is None:
+                runner = self._build(sizes, args, own=True)
+                if runner is not None:
+                    self.status.own[text] = f"Emmy's group (own) measured fastest {why}"
+                    return runner
+            return self._build(sizes, args)
+        runner = self._build(sizes, args)
+        if runner is None or not self.route:
+            return runner
+        return self._race(runner, sizes, args, text)
 
     def _drop_own(self, why: str) -> None:
         """The own contender failed at a size: left out of every later race (the group itself stays)."""
@@ -286,13 +312,9 @@ class EmmyGroup(nn.Module):
                 if runner is None:
                     if self.off is not None:  # handed back while this thread waited
                         return self.torch_sub(*args)
-                    runner = self._build(sizes, args)
+                    runner = self._settle_size(sizes, args, text)
                     if runner is None:
                         return self.torch_sub(*args)
-                    if self.route:
-                        runner = self._race(runner, sizes, args, text)
-                        if runner is None:
-                            return self.torch_sub(*args)
                     self._runners.put(text, runner)
         inputs = [args[i] for i in self.translated.inputs]
         if not torch.is_grad_enabled():  # the usual inference call: no context to enter

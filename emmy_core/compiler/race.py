@@ -9,8 +9,9 @@ against torch, the backend races its contenders on the same fresh inputs: Emmy's
 settled it, the same group on Emmy's kernels only (where the first had a product on torch's kernel), and
 torch's ops; in turn, each round in the other direction: at least RACE_ROUNDS[0] rounds, then more until
 RACE_SECONDS have passed, at most RACE_ROUNDS[1]. The fastest by the median keeps the size, the earlier
-contender on a tie. The verdict is per size and said in the graph's report; it is decided on the machine
-at hand, never by a rule about one machine.
+contender on a tie. The verdict is taken at the first size of each size bucket (`ir.sizes.size_bucket`: a
+server's prompt of 33 to 64 tokens) and serves the bucket's other sizes, each still built and checked; it is
+said per size in the graph's report, and decided on the machine at hand, never by a rule about one machine.
 
 The race is not written to the store: a group is no kernel identity there (its kernels are, and `emmy tune`
 measures them and the library route beside them); at the next compile it is run again.

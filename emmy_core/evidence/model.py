@@ -31,6 +31,7 @@ from emmy_core.graph.forks import (
 )
 from emmy_core.ir.identity import kernel_id
 from emmy_core.ir.nodes import Program
+from emmy_core.ir.sizes import size_bucket
 
 if TYPE_CHECKING:
     from emmy_core.graph.lower import Lowered
@@ -60,14 +61,32 @@ def _own_sizes(program: Program, sizes: Mapping[str, int]) -> dict[str, int]:
     return {a.name: int(sizes[a.name]) for a in program.dynamic_axes}
 
 
-class ModelResolver:
-    """Settles kernels in one compile context; plans are shared by key across steps and sizes."""
+def resized(plan: KernelPlan, sizes: Mapping[str, int], card: str, setting: str, why: str) -> KernelPlan:
+    """`plan` (settled at other sizes) at `sizes`: the same choices, keys and sizes of the new ones, each
+    resolution noting `why` (a pool depends on the kernel and the card only, so every choice is an option here)."""
+    own = _own_sizes(plan.program, sizes)
+    key = ForkKey.of(plan.program, own, card, setting)
+    notes = tuple(replace(r, key=key, note=f"{r.note}; {why}" if r.note else why) for r in plan.resolutions)
+    pieces = tuple(resized(p, own, card, setting, why) for p in plan.pieces)
+    return KernelPlan(key, plan.program, own, plan.schedule, plan.decision, pieces, notes)
 
-    def __init__(self, sources: Sources, check: Check | None = None, max_depth: int = MAX_DEPTH) -> None:
+
+class ModelResolver:
+    """Settles kernels in one compile context; plans are shared by key across steps and sizes.
+
+    With `buckets`, a kernel at a size of a bucket (`ir.sizes.size_bucket`) where it was settled before, and where
+    no measurement speaks of this exact size, takes that settle's choices instead of settling again: what keeps a
+    server's every new prompt length cheap (the backend's groups). A measured row at the size is settled as ever.
+    """
+
+    def __init__(self, sources: Sources, check: Check | None = None, max_depth: int = MAX_DEPTH,
+                 buckets: bool = False) -> None:
         self.sources = sources
         self.check = check
         self.max_depth = max_depth
+        self.buckets = buckets
         self.plans: dict[ForkKey, KernelPlan] = {}
+        self._bucketed: dict[tuple[str, tuple[tuple[str, int], ...]], KernelPlan] = {}  # first settle per bucket
         self._forks: dict[str, tuple[Fork, tuple[Fork, ...]]] = {}  # per identity: options do not depend on sizes
 
     def forks_of(self, program: Program, cuts: tuple[Decision, ...], depth: int) -> tuple[Fork, tuple[Fork, ...]]:
@@ -100,6 +119,13 @@ class ModelResolver:
         key = ForkKey.of(program, own, self.sources.card.name, self.sources.setting)
         if key in self.plans:
             return self.plans[key]
+        bucket = (key.kernel_id, size_bucket(own))
+        if self.buckets and own and bucket in self._bucketed and not self._measured_at(program, key):
+            first = self._bucketed[bucket]
+            plan = resized(first, own, key.card, key.setting,
+                           f"as settled at {first.key.sizes} (the same size bucket)")
+            self.plans[key] = plan
+            return plan
         check = self._checker(depth, own)
         sched, structural = self.forks_of(program, cuts, depth)
         results = [resolve(fork, key, self.sources, check) for fork in structural]
@@ -121,7 +147,12 @@ class ModelResolver:
             assert isinstance(res.choice, ScheduleOption)
             plan = KernelPlan(key, program, own, res.choice, None, (), (*results, res))
         self.plans[key] = plan
+        self._bucketed.setdefault(bucket, plan)
         return plan
+
+    def _measured_at(self, program: Program, key: ForkKey) -> bool:
+        """Whether a measured source (golden, local) has a row of `program` at exactly the key's sizes."""
+        return self.sources.measured_price(program, key) is not None
 
     def model(self, lowered: Lowered, graph_sizes: Mapping[str, int]) -> list[KernelPlan]:
         """One plan per kernel step of `lowered` at the model's sizes (steps of one kernel share a plan)."""

@@ -44,6 +44,12 @@ def format_sizes(sizes: dict[str, int]) -> str:
     return ",".join(f"{k}={sizes[k]}" for k in sorted(sizes))
 
 
+def size_bucket(sizes: dict[str, int]) -> tuple[tuple[str, int], ...]:
+    """The bucket of sizes a size falls in: each size rounded up to a power of two (a prompt of 33 to 64 tokens
+    shares the bucket of 64). What was settled at one size of a bucket serves the others (`ModelResolver`)."""
+    return tuple((k, 1 << max(0, int(sizes[k]) - 1).bit_length()) for k in sorted(sizes))
+
+
 def resolve_sizes(program: Program, sizes: dict[str, int] | None = None) -> dict[str, int]:
     """The size of every dynamic axis of `program`: given, else its expected size. Unknown names refused."""
     sizes = dict(sizes or {})

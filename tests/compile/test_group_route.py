@@ -162,3 +162,49 @@ def test_group_route_enters_no_own_contender_where_no_product_is_on_torch(monkey
     with torch.no_grad():
         fn(torch.randn(4, 32))
     assert entered and all(e == ("emmy", "torch") for e in entered)
+
+
+def test_group_route_races_once_per_size_bucket(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows 5, 6 and 7 share the bucket of 8: one race, at 5; the others run its winner (torch's ops here, Emmy
+    made slower for real), said per size; 9 is another bucket, raced again. Answers stay torch's."""
+    real = be.race
+    raced: list[int] = []
+
+    def slow_emmy(sides: dict[str, Callable[[], object]]) -> object:
+        raced.append(1)
+        return real({k: f if k == "torch" else _slowed(f) for k, f in sides.items()})
+
+    monkeypatch.setattr(be, "race", slow_emmy)
+    model = Mlp().eval()
+    before = len(_GRAPHS)
+    fn = torch.compile(model, backend=emmy_backend(prior=False), dynamic=True)
+    with torch.no_grad():
+        for rows in (5, 6, 7):
+            x = torch.randn(rows, 32)
+            torch.testing.assert_close(fn(x), model(x))
+        assert len(raced) == 1
+        groups = [g for s in _GRAPHS[before:] for g in s.live_groups()]
+        assert groups and all(len(g.status.raced) == 3 for g in groups)
+        assert all("the first size of its bucket raced" in why
+                   for g in groups for size, why in g.status.raced.items() if "5" not in size)
+        x = torch.randn(9, 32)
+        torch.testing.assert_close(fn(x), model(x))
+    assert len(raced) == 2
+
+
+def test_a_new_size_of_a_bucket_emmy_won_is_built_and_checked_without_a_race(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = be.race
+    raced: list[int] = []
+    monkeypatch.setattr(be, "race", lambda sides: (raced.append(1),
+                                                  real({k: _slowed(f) if k == "torch" else f
+                                                        for k, f in sides.items()}))[1])
+    checked: list[int] = []
+    differs = be.EmmyGroup._differs
+    monkeypatch.setattr(be.EmmyGroup, "_differs", lambda self, *a: (checked.append(1), differs(self, *a))[1])
+    model = Mlp().eval()
+    fn = torch.compile(model, backend=emmy_backend(prior=False), dynamic=True)
+    with torch.no_grad():
+        for rows in (5, 6, 7):
+            x = torch.randn(rows, 32)
+            torch.testing.assert_close(fn(x), model(x))
+    assert len(raced) == 1 and len(checked) >= 3  # every new size checked against torch

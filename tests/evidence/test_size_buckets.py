@@ -1,0 +1,49 @@
+"""Size buckets (`ModelResolver(buckets=True)`, `ir.sizes.size_bucket`): a kernel at a new size of a bucket it
+was settled in takes that settle's choices, keyed and noted at the new size, unless a measurement speaks of the
+new size exactly; another bucket is settled anew."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from emmy_core.evidence.context import open_sources
+from emmy_core.evidence.model import ModelResolver
+from emmy_core.ir.sizes import size_bucket
+from emmy_core.knobs import candidates
+from tests.evidence.conftest import CARD, Setup, kernels_of, write_db
+
+
+def test_size_bucket_rounds_each_size_up_to_a_power_of_two() -> None:
+    assert size_bucket({"T": 33}) == size_bucket({"T": 64}) == (("T", 64),)
+    assert size_bucket({"T": 65}) == (("T", 128),) and size_bucket({"T": 1}) == (("T", 1),)
+    assert size_bucket({"S": 5, "B": 2}) == (("B", 2), ("S", 8))
+
+
+def test_a_size_of_a_settled_bucket_takes_its_choices(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _, _, lowered = proj
+    sources = open_sources(CARD, "deploy", freezes=tmp_path, tuning_db=tmp_path / "none.db", library=False)
+    resolver = ModelResolver(sources, buckets=True)
+    first = resolver.model(lowered, {"B": 1, "S": 40})[0]
+    same = resolver.model(lowered, {"B": 1, "S": 50})[0]
+    other = resolver.model(lowered, {"B": 1, "S": 70})[0]
+    assert same.sizes == {"T": 50} and same.key.sizes == "T=50" and same.key.kernel_id == first.key.kernel_id
+    assert (same.schedule, same.decision) == (first.schedule, first.decision)
+    assert all("as settled at T=40 (the same size bucket)" in r.note and r.key == same.key
+               for p in same.walk() for r in p.resolutions)
+    assert not any("size bucket" in r.note for p in other.walk() for r in p.resolutions)  # T=70: bucket 128
+    plain = ModelResolver(sources).model(lowered, {"B": 1, "S": 50})[0]
+    assert not any("size bucket" in r.note for p in plain.walk() for r in p.resolutions)  # off unless asked
+
+
+def test_a_measurement_at_the_new_size_is_settled_as_ever(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _, _, lowered = proj
+    top = kernels_of(lowered)[0]
+    fast = dict(candidates(top, CARD)[3])
+    db = write_db(tmp_path / "tune.db", Setup().row(top, fast, 1.0, {"T": 50}))
+    sources = open_sources(CARD, "deploy", freezes=tmp_path, tuning_db=db, library=False)
+    resolver = ModelResolver(sources, buckets=True)
+    resolver.model(lowered, {"B": 1, "S": 40})
+    plan = resolver.model(lowered, {"B": 1, "S": 50})[0]
+    assert not any("size bucket" in r.note for p in plan.walk() for r in p.resolutions)
+    sched = next(r for p in plan.walk() for r in p.resolutions if r.rule == "schedule")
+    assert sched.tier == "local" and dict(sched.choice.knobs) == fast  # type: ignore[union-attr]
