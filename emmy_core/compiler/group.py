@@ -208,11 +208,13 @@ class EmmyGroup(nn.Module):
         self._verdicts[size_bucket(sizes)] = (win, text)
         if win == "emmy":
             return runner
-        kept = self.status.raced if win == TORCH else self.status.own
-        kept[text] = why
-        if len(self.status.raced) + len(self.status.own) == 1:  # once per group: a server's every length would grow it
-            self._note(f"{self.compiled.lowered.graph.name} runs as {'torch' if win == TORCH else 'Emmy only'}: {why}")
-        return own if win == "own" else None
+        if win == "own":  # kept in the status, not a note: the graph's notes say what was handed back to torch
+            self.status.own[text] = why
+            return own
+        self.status.raced[text] = why
+        if len(self.status.raced) == 1:  # once per group: a server's every length would grow it
+            self._note(f"{self.compiled.lowered.graph.name} runs as torch: {why}")
+        return None
 
     def _settle_size(self, sizes: dict[str, int], args: Sequence[Any], text: str) -> Runner | None:
         """The checked runner of a new size (None: torch's ops run it): at a size whose bucket was raced, the
