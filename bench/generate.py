@@ -7,6 +7,8 @@ sequence. A tiny-vocabulary `LlamaForCausalLM` with random weights (no downloads
 from the same prompt with each contender: the first `generate` (Dynamo's compile, Emmy's builds and
 every new size: what a user's first call costs), one from a longer prompt (every cache length new, the
 graphs compiled), then `--repeats` more calls over the first call's lengths, interleaved (median). The tokens must equal eager's. Ratios are eager's time over each contender's.
+Then the cost of a new prompt length in a size bucket seen before (`ir.sizes.size_bucket`: the longer prompt's):
+a forward at each of 4 lengths never run, its first call's time less its second's (median), beside eager's call.
 
 Run: .venv/bin/python bench/generate.py [--hidden 64,1024] [--dtypes f16,f32] [--tokens 40] [--repeats 5]
 """
@@ -83,6 +85,19 @@ def main() -> int:
                         t0 = time.perf_counter()
                         m.generate(ids, max_new_tokens=args.tokens, min_new_tokens=args.tokens, do_sample=False)
                         times[name].append(time.perf_counter() - t0)
+                lengths = [args.prompt + args.tokens + 1 + i for i in range(4)]  # the longer prompt's bucket
+                extra: dict[str, list[float]] = {k: [] for k in models}
+                call: dict[str, list[float]] = {k: [] for k in models}
+                for n in lengths:
+                    x = torch.randint(0, 1000, (1, n), generator=torch.Generator().manual_seed(n))
+                    for name, m in models.items():
+                        t0 = time.perf_counter()
+                        m(x)
+                        t1 = time.perf_counter()
+                        m(x)
+                        t2 = time.perf_counter()
+                        extra[name].append(t1 - t0 - (t2 - t1))
+                        call[name].append(t2 - t1)
             med = {k: statistics.median(v) for k, v in times.items()}
             for name in models:
                 assert out[name].shape[-1] == args.prompt + args.tokens, out[name].shape
@@ -90,6 +105,9 @@ def main() -> int:
                 print(f"{dt:<5} {hidden:>6} {name:<10} {first[name]:>10.2f}s {fresh[name]:>9.3f}s "
                       f"{fresh['eager'] / fresh[name]:>8.2f}x {med[name]:>8.3f}s {1e3 * med[name] / args.tokens:>9.2f} "
                       f"{med['eager'] / med[name]:>8.2f}x {same:>7}", flush=True)
+            print(f"  a new prompt length in a seen bucket ({lengths[0]}-{lengths[-1]} tokens), first call's extra "
+                  "time (median): " + ", ".join(f"{k} {1e3 * statistics.median(v):.1f} ms" for k, v in extra.items())
+                  + f" (a call of eager: {1e3 * statistics.median(call['eager']):.1f} ms)", flush=True)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak memory {peak:.0f} MiB; load {os.getloadavg()[0]:.2f}")
     return 0
