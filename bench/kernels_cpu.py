@@ -10,9 +10,9 @@ B=1,S=128 and B=8,S=128) and data type (f32, f16), on this machine's CPU:
   `F.layer_norm`, with the epilogue as torch ops) and `torch.compile` of the same function.
 
 The four run interleaved (one call of each per round, `--rounds` rounds) and medians are printed,
-with GFLOP/s and the share of the machine's nominal f32 peak (cores x clock x the probed FMA pipes:
-`emmy_core.targets.cpu.fma_pipes`, which knows Zen 4 runs 512-bit operations through 256-bit pipes)
-for the matrix products, and torch eager / Emmy (above 1: Emmy faster).
+with GFLOP/s and the share of the machine's f32 FMA peak, as measured by independent FMA chains on every
+thread (`measured_fma_peak`; the nominal one, cores x clock x the probed FMA pipes of
+`emmy_core.targets.cpu.fma_pipes`, is printed beside it, and used where no C compiler runs) for the matrix products, and torch eager / Emmy (above 1: Emmy faster).
 Then the whole block: its kernels chained in graph order (layout steps in torch between them)
 with first options and with the tuned ones, against the eager module and `torch.compile` of it.
 Last, the Python cost of one launch: prepared, checked and the raw ctypes call of the same build.
@@ -344,6 +344,62 @@ def stream_note(launch: Callable[..., Fn], knobs: dict[str, object], w: torch.Te
             f"{mem:.1f} ({got / mem:.0%})")
 
 
+_FMA_PEAK_C = r"""
+#include <omp.h>
+#include <stdio.h>
+#include <time.h>
+typedef float vf __attribute__((vector_size(VBYTES)));
+int main(void) {
+    const long iters = ITERS;
+    double best = 0.0;
+    for (int rep = 0; rep < 3; ++rep) {
+        struct timespec t0, t1;
+        float sink = 0.0f;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        #pragma omp parallel num_threads(THREADS) reduction(+:sink)
+        {
+            vf a[CHAINS], x, y;
+            for (int i = 0; i < (int)(VBYTES / 4); ++i) { x[i] = 1.0f + 1e-7f * i; y[i] = 0.999999f; }
+            for (int c = 0; c < CHAINS; ++c) a[c] = x * (float)(c + 1);
+            for (long it = 0; it < iters; ++it) {
+                #pragma GCC unroll 16
+                for (int c = 0; c < CHAINS; ++c) a[c] = a[c] * y + x;  /* one FMA per lane */
+            }
+            for (int c = 0; c < CHAINS; ++c) sink += a[c][0];
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double s = (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
+        double gf = 2.0 * THREADS * iters * CHAINS * (VBYTES / 4) / s / 1e9;
+        if (gf > best) best = gf;
+        if (sink == 1234.5f) printf("#");
+    }
+    printf("%.1f\n", best);
+    return 0;
+}
+"""
+
+
+def measured_fma_peak(threads: int, simd_bits: int) -> float | None:
+    """The f32 FMA rate this machine sustains on `threads` (GFLOP/s): 16 independent chains of `simd_bits`-wide
+    FMAs per thread, built with the system compiler, best of 3 runs of about a tenth of a second. The nominal
+    peak (cores x cpuinfo's clock x the FMA pipes) misses a clock that boosts above the one the CPU reports
+    (a Zen 4 EPYC's matmuls ran at 120-134% of it). None where the compiler or the run fails."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, exe = Path(tmp) / "peak.c", Path(tmp) / "peak"
+        src.write_text(_FMA_PEAK_C)
+        defs = [f"-DVBYTES={max(16, simd_bits // 8)}", "-DCHAINS=16", f"-DTHREADS={threads}", "-DITERS=4000000"]
+        try:
+            subprocess.run(["cc", "-O3", "-march=native", "-ffp-contract=fast", "-fopenmp", *defs, str(src), "-o",
+                            str(exe)], check=True, capture_output=True, timeout=60)
+            out = subprocess.run([str(exe)], check=True, capture_output=True, text=True, timeout=60)
+            return float(out.stdout.strip().lstrip("#"))
+        except (OSError, subprocess.SubprocessError, ValueError):
+            return None
+
+
 def memory_bandwidth(mib: int, threads: int) -> float:
     """GB/s of a read (`Tensor.sum`) over `mib` MiB of f32, the best of five."""
     x = torch.ones(mib * 2**20 // 4)
@@ -415,7 +471,9 @@ def main() -> int:
         return pinned(candidates(program, card)[0])  # type: ignore[arg-type]
 
     pipes = probe_fma_pipes()
-    peak = threads * (card.freq_mhz or float("nan")) / 1e3 * pipes.f32_flops_per_cycle(isa.fma)
+    nominal = threads * (card.freq_mhz or float("nan")) / 1e3 * pipes.f32_flops_per_cycle(isa.fma)
+    measured = measured_fma_peak(threads, isa.simd_bits)
+    peak = measured if measured is not None else nominal  # the shares below are of the measured rate where it ran
     load0 = os.getloadavg()
     print(f"card {card.name}: {threads} cores at {card.freq_mhz} MHz, {isa.simd_bits}-bit SIMD, FMA {isa.fma}, "
           f"F16C {isa.f16c}, {isa.vector_registers} vector registers; L1d {card.l1d_kib} KiB, L2 {card.l2_kib} KiB, "
@@ -423,8 +481,10 @@ def main() -> int:
     print(f"CPU {card.name}; matrix instructions: {', '.join(card.tensor_cores) or 'none'} (AVX512-FP16 "
           f"{isa.avx512fp16}, AMX tiles {isa.amx_tile}, the OS's AMX permission {isa.amx_permitted}); memory read "
           f"{memory_bandwidth(args.stream_mib, threads):.1f} GB/s over {args.stream_mib} MiB")
-    print(f"FMA pipes per core: {pipes.known}; nominal f32 peak {peak:.0f} GFLOP/s "
-          f"({pipes.f32_flops_per_cycle(isa.fma)} flops per cycle per core at the probed clock)")
+    print(f"FMA pipes per core: {pipes.known}; nominal f32 peak {nominal:.0f} GFLOP/s "
+          f"({pipes.f32_flops_per_cycle(isa.fma)} flops per cycle per core at the probed clock); measured "
+          + (f"{measured:.0f} GFLOP/s (independent FMA chains on {threads} threads): the peak the shares below are of"
+             if measured is not None else "peak unavailable (no C compiler ran): shares are of the nominal peak"))
     print(f"torch {torch.__version__} on {torch.get_num_threads()} threads; load average {load0[0]:.2f} "
           f"{load0[1]:.2f} on {os.cpu_count()} CPUs (timings are noisy above ~0.5)", flush=True)
     be = CBackend()
