@@ -41,6 +41,7 @@ from emmy_core.compiler.group import EmmyGroup, GroupStatus
 from emmy_core.compiler.handover import copy_graph, drop_graphargs, lifted_floats, literal_sizes
 from emmy_core.evidence.context import PriorArg, PriorUnavailableWarning, open_sources
 from emmy_core.evidence.freeze import FreezesArg
+from emmy_core.evidence.sources import Sources
 from emmy_core.graph.attention import decompose_sdpa, torch_wins
 from emmy_core.graph.dynamo import describe, is_compute, matmul_flops, value
 from emmy_core.graph.dynamo_graph import to_graph
@@ -48,12 +49,14 @@ from emmy_core.graph.lower import Lowered
 from emmy_core.graph.mha import decompose_mha
 from emmy_core.graph.partition import fuse, plan_partitions
 from emmy_core.graph.pipeline import compile_graph
+from emmy_core.ir.sizes import format_sizes
+from emmy_core.search.strategy import check_tune
 from emmy_core.targets.card import Card
 from emmy_core.threads import warn_if_spinning
 
 FALLBACKS = ("eager", "inductor")  # how the ops left to torch run
 BACKEND_OPTIONS = frozenset({"card", "setting", "tuning_db", "freezes", "prior", "attention", "fallback",
-                             "library"})
+                             "library", "tune"})
 
 
 class GraphState:
@@ -136,7 +139,7 @@ def compile_reports() -> list[GraphReport]:
 def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_db: Path | str | None = None,
                  freezes: FreezesArg = None, prior: PriorArg = None, check: bool = True,
                  build: bool = True, attention: bool | str = "auto", fallback: str = "eager",
-                 library: bool = True) -> Callable[..., Any]:
+                 library: bool = True, tune: int | None = None) -> Callable[..., Any]:
     """A Dynamo backend for `card` and `setting` with the given evidence sources (as `emmy_core.compile` takes them).
 
     `check=False` skips the check against torch at each new size (for timing the check's cost only);
@@ -150,7 +153,10 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
     runs them, or `inductor`, compiled by Inductor around the Emmy groups (`emmy_core.compiler.opaque`:
     each group one op Inductor does not look into), so that a mask's index math, rotary tables and
     attention left to torch are fused as `torch.compile` would fuse them. `library`: every matrix product's
-    first option is torch's own kernel (True), or Emmy's kernels are the only candidates (False)."""
+    first option is torch's own kernel (True), or Emmy's kernels are the only candidates (False). `tune=N`: at
+    the first size of each size bucket a group runs, its kernels are tuned on this machine before they are settled
+    (N of Emmy's candidates each, chosen as `emmy tune` chooses them, and torch's kernel beside them), the rows
+    recorded into `tuning_db` (default: the local tuning database), where this and every later compile reads them."""
     from emmy_core.codegen.backend import get_setting
 
     get_setting(setting)
@@ -160,6 +166,8 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
         raise ValueError(f"fallback={fallback!r}: the ops left to torch run by one of {', '.join(FALLBACKS)}")
     if not isinstance(library, bool):
         raise ValueError(f"library={library!r}: True (torch's own kernel is a candidate) or False (Emmy's only)")
+    if tune is not None:
+        check_tune(tune, None)
     warned: list[bool] = []
 
     def compile_fx(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
@@ -183,6 +191,7 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
         builder = Builder(the_card, setting) if build and runnable_here(the_card) is None else None
         if builder is not None and the_card.target == "cpu":
             warn_if_spinning()
+        tuner = _tuner(the_card, setting, sources, tune, tuning_db) if tune is not None and builder is not None else None
         lowered: dict[str, Lowered] = {}
 
         sources_of = [getattr(n, "_dynamo_source", None) for n in gm.graph.find_nodes(op="placeholder")]
@@ -211,7 +220,7 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
                            device=torch.device(device), builder=builder, buckets=True) \
                 if own_sources is not None and builder is not None else None
             group = EmmyGroup(sub, tr, compiled, nodes, state.notes.append, check, resolve_only=not build,
-                              route=library, own=own)
+                              route=library, own=own, tune=tuner)
             setattr(gm, sub_name, group)
             state.add(group)
         gm.recompile()
@@ -244,6 +253,26 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
     # refuses a tensor a weak reference points to
     compile_fx.__name__ = "emmy"
     return compile_fx
+
+
+def _tuner(card: Card, setting: str, sources: Sources, budget: int, tuning_db: Path | str | None
+           ) -> Callable[[Compiled, dict[str, int]], str]:
+    """What a group calls at the first size of a bucket with `tune` on: its kernels at those sizes benched on this
+    machine and recorded (`search.module_tune.tune_units`), then forgotten by the sources, which read them anew."""
+    def tune_group(compiled: Compiled, sizes: dict[str, int]) -> str:
+        from emmy_core.bench.harness import BenchConfig, Unit
+        from emmy_core.search.tune_units import tune_units
+
+        name = compiled.lowered.graph.name
+        units = [Unit(k.program, k.sizes(sizes), label=f"{name}:{k.node}") for k in compiled.lowered.kernels]
+        report = tune_units(units, card, budget=budget, tuning_db=tuning_db,
+                            config=BenchConfig(setting=setting, source="tune"), label=f"torch.compile tune {name}")
+        sources.forget(sorted({u.kernel_id for u in units}))
+        return (f"{name} tuned at {format_sizes(sizes) or 'its static sizes'}: {report.rows_recorded} rows recorded, "
+                f"{report.count('ok')} ok, {report.count('failed')} failed, {report.skipped_known} known, "
+                f"{report.wall_s:.1f} s")
+
+    return tune_group
 
 
 def _inductor_around(gm: fx.GraphModule, example_inputs: Sequence[Any], sources: list[Any]) -> Callable[..., Any]:

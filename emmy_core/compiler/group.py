@@ -46,6 +46,7 @@ class GroupStatus:
     torch_calls: int = 0  # calls of a live group that torch ran (autograd on, a size of 0, a changed attribute)
     raced: dict[str, str] = field(default_factory=dict)  # size text -> why torch's ops run it (`compiler.race`)
     own: dict[str, str] = field(default_factory=dict)  # size text -> why Emmy's kernels only run it (`compiler.race`)
+    tuned: dict[str, str] = field(default_factory=dict)  # size text -> what the backend's `tune` recorded there
     last: str = ""  # the size text of the last call Emmy's checks let through (the report's sizes)
 
     def torch_at_last(self) -> str | None:
@@ -61,12 +62,15 @@ class EmmyGroup(nn.Module):
 
     def __init__(self, torch_sub: fx.GraphModule, translated: Translated, compiled: Compiled,
                  nodes: tuple[str, ...], note: Callable[[str], None], check: bool = True,
-                 resolve_only: bool = False, route: bool = False, own: Compiled | None = None) -> None:
+                 resolve_only: bool = False, route: bool = False, own: Compiled | None = None,
+                 tune: Callable[[Compiled, dict[str, int]], str] | None = None) -> None:
         super().__init__()
         self.torch_sub = torch_sub
         self.translated = translated
         self.compiled = compiled
         self.own = own if route else None
+        self._tune = tune  # the backend's `tune` option: the group's kernels tuned at the first size of a bucket
+        self._tuned: set[tuple[tuple[str, int], ...]] = set()
         self._own_off: str | None = None  # why the own contender left the races (it failed to build or check)
         # per size bucket (`ir.sizes.size_bucket`): the race's winner at its first size, and that size; every other
         # size of the bucket runs the same contender, checked, without a race of its own
@@ -232,10 +236,24 @@ class EmmyGroup(nn.Module):
                     self.status.own[text] = f"Emmy's group (own) measured fastest {why}"
                     return runner
             return self._build(sizes, args)
+        self._tune_at(sizes)
         runner = self._build(sizes, args)
         if runner is None or not self.route:
             return runner
         return self._race(runner, sizes, args, text)
+
+    def _tune_at(self, sizes: dict[str, int]) -> None:
+        """With the backend's `tune` on, the group's kernels tuned once per size bucket before they are settled; a
+        tune that fails leaves a note and the settle goes on with the evidence there is."""
+        bucket = size_bucket(sizes)
+        if self._tune is None or bucket in self._tuned:
+            return
+        self._tuned.add(bucket)
+        try:
+            self.status.tuned[format_sizes(sizes)] = self._tune(self.compiled, sizes)
+        except Exception as exc:  # the rows of what was measured are recorded; the compile goes on without more
+            self._note(f"{self.compiled.lowered.graph.name}: the tune at {format_sizes(sizes)} stopped: "
+                       f"{type(exc).__name__}: {str(exc)[:200]}")
 
     def _drop_own(self, why: str) -> None:
         """The own contender failed at a size: left out of every later race (the group itself stays)."""

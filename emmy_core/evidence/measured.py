@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,6 +75,10 @@ class MeasuredSource(Source):
             self._kernels[key.kernel_id] = self._load_kernel(key.kernel_id)
         rows, goldens = self._kernels[key.kernel_id]
         return rows.get(key.sizes, []), goldens.get(key.sizes)
+
+    def forget(self, kernel_ids: Sequence[str]) -> None:
+        for kid in kernel_ids:
+            self._kernels.pop(kid, None)
 
     def _measured(self, key: ForkKey, row: Row, kernel: str = "") -> Measured:
         return Measured(key, row.schedule_id, row.median_us, row.measured_at, kernel)
@@ -300,6 +304,7 @@ class LocalSource(StoreSource):
         if self._opened:
             return
         self._opened = True
+        self._why = None  # opened again (after a close): the file may have come since
         from emmy_core.store.connect import default_db_path
 
         path = Path(self.path) if self.path is not None else default_db_path()
@@ -327,6 +332,10 @@ class LocalSource(StoreSource):
     def skipped(self) -> str | None:
         """Why the database was skipped, once something tried to read it (None: read, or not needed)."""
         return self._why if self._opened else None
+
+    def forget(self, kernel_ids: Sequence[str]) -> None:
+        super().forget(kernel_ids)
+        self.close()  # opened again, the database shows what was recorded since (or the file created since)
 
     def close(self) -> None:
         """Releases the file's lock; a later fork opens it again (rows read so far stay cached)."""

@@ -120,6 +120,11 @@ class Sources:
                     return m
         return None
 
+    def forget(self, kernel_ids: Sequence[str]) -> None:
+        """Every source drops what it read of these kernels (`Source.forget`)."""
+        for s in self.items:
+            s.forget(kernel_ids)
+
     def close(self) -> list[str]:
         """Releases what the sources hold open (the database's lock); returns why any source was skipped."""
         skipped = []
@@ -151,6 +156,9 @@ class Source(ABC):
     @abstractmethod
     def structural(self, fork: Fork, key: ForkKey, blocked: Mapping[str, str],
                    sources: Sources) -> Answer | Miss: ...
+
+    def forget(self, kernel_ids: Sequence[str]) -> None:  # noqa: B027 - most sources cache no rows
+        """Drops what was read of these kernels, so that rows recorded since are seen (a tune during a compile)."""
 
     def close(self) -> None:  # noqa: B027 - most sources hold nothing open
         """Releases what the source holds open (a database connection)."""

@@ -56,30 +56,13 @@ def tune_module(module: nn.Module, example_inputs: Sequence[Any], *, budget: int
     load limits a timing must pass to be recorded, progress); `on_kernel` is told each kernel's search as it
     ends. Rows already measured ok are not measured again. ValueError for an unknown strategy, a budget below
     1, or a strategy that needs a prior when none loads."""
-    from emmy_core.bench.harness import bench
-    from emmy_core.bench.plan import tune_plan
-    from emmy_core.exchange.recorders import db_recorder
-    from emmy_core.search.strategy import STRATEGIES
-    from emmy_core.search.tune import PRIOR_STRATEGIES, StrategyChooser, strategy_prior
+    from emmy_core.search.strategy import check_tune
+    from emmy_core.search.tune_units import tune_units
     from emmy_core.targets import local_card
 
-    if strategy is not None and strategy not in STRATEGIES:
-        raise ValueError(f"unknown search strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
-    if budget is not None and budget < 1:
-        raise ValueError(f"budget {budget}: give a positive number of candidates per kernel, or None for all")
+    check_tune(budget, strategy)
     config = config or BenchConfig(source="tune")
     card = local_card()
     units = module_units(module, example_inputs, card=card, setting=config.setting, attention=attention)
-    chooser = None
-    plan = tune_plan(units, card, None, config.seed)
-    if budget is not None:
-        prior, strategy, why = strategy_prior(strategy)
-        if prior is None and strategy in PRIOR_STRATEGIES:
-            raise ValueError(f"strategy {strategy!r} needs a prior: {why}")
-        chooser = StrategyChooser(strategy, card, config.setting, budget, config.seed, prior, on_kernel=on_kernel)
-        plan = [(u, []) for u in units]
-    recorder = db_recorder(Path(tuning_db) if tuning_db is not None else None, f"tune {type(module).__name__}")
-    report = bench(plan, card, None, recorder, config, chooser=chooser)
-    if chooser is not None:
-        report.skipped_known += chooser.skipped_known
-    return report
+    return tune_units(units, card, budget=budget, strategy=strategy, tuning_db=tuning_db, config=config,
+                      on_kernel=on_kernel, label=f"tune {type(module).__name__}")

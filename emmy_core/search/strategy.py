@@ -63,6 +63,14 @@ import numpy as np
 from emmy_core.search.knob_model import ADDITIVE, Interaction, interaction, knob_codes, knob_design, posterior
 
 STRATEGIES = ("first", "random", "prior", "explore")
+
+
+def check_tune(budget: int | None, strategy: str | None) -> None:
+    """ValueError for an unknown strategy or a budget that is not a positive whole number (None: every candidate)."""
+    if strategy is not None and strategy not in STRATEGIES:
+        raise ValueError(f"unknown search strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+        raise ValueError(f"budget {budget!r}: give a positive number of candidates per kernel, or None for all")
 SHAPE_KNOBS = frozenset({"block_m", "block_n", "block_k", "block", "tile_m", "tile_n", "tile_k"})
 _EXTERN_SHAPE = re.compile(r"extern\.(block_size|tile_size|block|tile)", re.IGNORECASE)
 WARMUP = 4  # measurements (the first option and the prior's top 3) before the card's own knob model re-ranks the rest
