@@ -125,7 +125,7 @@ class GraphState:
         return GraphReport(self.name, len(self.ops), sum(1 for n, _ in self.ops if n in live), sum(flops.values()),
                            sum(v for n, v in flops.items() if n in live), {str(s): v for s, v in self.last.items()},
                            tuple(fell), tuple(self.notes), len(self.groups), self.built, self.calls,
-                           self.torch_calls)
+                           self.torch_calls, tuple(r for g in self.groups if (r := g.race_at_last()) is not None))
 
 
 _GRAPHS: list[GraphState] = []  # every graph the backend compiled in this process, for compile_reports()

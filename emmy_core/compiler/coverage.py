@@ -22,6 +22,25 @@ class FellBack:
 
 
 @dataclass(frozen=True)
+class GroupRace:
+    """The race that decided how a group runs at the sizes it last ran (`compiler.race`): at `sizes`, the first of
+    their size bucket, each contender's median (us: `emmy` the group as settled, `own` on Emmy's kernels only,
+    `torch` the ops it replaces) and the winner."""
+
+    group: str
+    sizes: str
+    medians_us: dict[str, float]
+    winner: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"group": self.group, "sizes": self.sizes, "medians_us": dict(self.medians_us), "winner": self.winner}
+
+    def text(self) -> str:
+        times = ", ".join(f"{k} {v:.0f} us" for k, v in self.medians_us.items())
+        return f"{self.group} at {self.sizes or 'its static sizes'}: {times}: runs {self.winner}"
+
+
+@dataclass(frozen=True)
 class GraphReport:
     """The coverage of one compiled graph at the sizes it last ran."""
 
@@ -37,6 +56,7 @@ class GraphReport:
     built: bool = True  # False: resolved only (explain); the ops "on Emmy" are the ones planned for it
     calls: int = 0  # calls of the graph
     torch_calls: int = 0  # of those calls, the ones in which torch ran a live group (autograd on, a size of 0, ...)
+    races: tuple[GroupRace, ...] = ()  # per raced group, the race behind its last size
 
     @property
     def flops_share(self) -> float | None:
@@ -46,7 +66,7 @@ class GraphReport:
         return {"name": self.name, "ops": self.ops, "ops_on_emmy": self.ops_on_emmy,
                 "matmul_flops": self.matmul_flops, "matmul_flops_on_emmy": self.matmul_flops_on_emmy,
                 "sizes": dict(self.sizes), "groups": self.groups, "notes": list(self.notes), "built": self.built,
-                "calls": self.calls, "torch_calls": self.torch_calls,
+                "calls": self.calls, "torch_calls": self.torch_calls, "races": [r.to_json() for r in self.races],
                 "fell_back": [{"node": f.node, "op": f.op, "reason": f.reason} for f in self.fell_back]}
 
 
@@ -64,6 +84,7 @@ def render_reports(reports: Sequence[GraphReport]) -> str:
         if r.torch_calls:
             lines.append(f"  torch ran Emmy's groups in {r.torch_calls} of {r.calls} call(s) of the graph: gradients "
                          "tracked (call under torch.no_grad()), a size of 0 or a changed attribute")
+        lines += [f"  race: {race.text()}" for race in r.races]
         lines += [f"  note: {n}" for n in r.notes]
     total = sum(r.matmul_flops for r in reports)
     if len(reports) > 1 and total:

@@ -24,6 +24,7 @@ from torch import nn
 from emmy_core.bench.reference import RTOL
 from emmy_core.compiler.compare import as_exact_as_torch, check_outputs
 from emmy_core.compiler.compiled import Compiled, NoGradientsWarning
+from emmy_core.compiler.coverage import GroupRace
 from emmy_core.compiler.launch import Launcher
 from emmy_core.compiler.memory import check_fits
 from emmy_core.compiler.race import TORCH, race
@@ -47,7 +48,18 @@ class GroupStatus:
     raced: dict[str, str] = field(default_factory=dict)  # size text -> why torch's ops run it (`compiler.race`)
     own: dict[str, str] = field(default_factory=dict)  # size text -> why Emmy's kernels only run it (`compiler.race`)
     tuned: dict[str, str] = field(default_factory=dict)  # size text -> what the backend's `tune` recorded there
+    races: dict[str, tuple[str, dict[str, float]]] = field(default_factory=dict)  # raced size -> winner, medians us
+    decided_at: dict[str, str] = field(default_factory=dict)  # size text -> the raced size of its bucket
+    name: str = ""
     last: str = ""  # the size text of the last call Emmy's checks let through (the report's sizes)
+
+    def race_at_last(self) -> GroupRace | None:
+        """The race that decided the last size (its bucket's), or None where none was run."""
+        at = self.decided_at.get(self.last)
+        if at is None or at not in self.races:
+            return None
+        winner, medians = self.races[at]
+        return GroupRace(self.name, at, medians, winner)
 
     def torch_at_last(self) -> str | None:
         """Why torch runs the group at its last size: handed back for good, or outraced there (None: Emmy)."""
@@ -78,7 +90,7 @@ class EmmyGroup(nn.Module):
         self.nodes = nodes
         self.resolve_only = resolve_only
         self.status = GroupStatus(nodes, None if compiled.builder is not None or resolve_only else
-                                  (compiled.cannot_run or "nothing builds here"))
+                                  (compiled.cannot_run or "nothing builds here"), name=compiled.lowered.graph.name)
         self.check = check
         self.route = route  # race torch's ops at each new size (`compiler.race`)
         self._note = note
@@ -210,6 +222,8 @@ class EmmyGroup(nn.Module):
             result = race(sides)
         win, why = result.winner, result.verdict(text or "its static sizes")
         self._verdicts[size_bucket(sizes)] = (win, text)
+        self.status.races[text] = (win, {k: round(result.median(k) * 1e6, 1) for k in result.times})
+        self.status.decided_at[text] = text
         if win == "emmy":
             return runner
         if win == "own":  # kept in the status, not a note: the graph's notes say what was handed back to torch
@@ -226,6 +240,7 @@ class EmmyGroup(nn.Module):
         seen = self._verdicts.get(size_bucket(sizes)) if self.route else None
         if seen is not None:
             win, first = seen
+            self.status.decided_at[text] = first
             why = f"as at {first or 'its static sizes'}, the first size of its bucket raced"
             if win == TORCH:
                 self.status.raced[text] = f"torch's ops measured fastest {why}"

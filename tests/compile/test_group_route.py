@@ -208,3 +208,22 @@ def test_a_new_size_of_a_bucket_emmy_won_is_built_and_checked_without_a_race(mon
             x = torch.randn(rows, 32)
             torch.testing.assert_close(fn(x), model(x))
     assert len(raced) == 1 and len(checked) >= 3  # every new size checked against torch
+
+
+def test_the_report_shows_each_groups_race_at_its_last_size() -> None:
+    """Per group, the race behind its last size: every contender's median and the winner (`emmy compile --run`)."""
+    from emmy_core.compiler.coverage import render_reports
+
+    model = Mlp().eval()
+    before = len(_GRAPHS)
+    fn = torch.compile(model, backend=emmy_backend(prior=False), dynamic=True)
+    with torch.no_grad():
+        fn(torch.randn(5, 32))
+        fn(torch.randn(6, 32))  # the same bucket: decided by the race at 5
+    report = compile_reports()[before]
+    assert report.races and all(set(r.medians_us) == {"emmy", "own", "torch"} for r in report.races)
+    assert all(r.winner in r.medians_us and "5" in r.sizes and r.medians_us[r.winner] == min(r.medians_us.values())
+               for r in report.races)
+    text = render_reports([report])
+    assert "race: " in text and "runs " in text
+    assert report.to_json()["races"][0]["winner"] == report.races[0].winner
