@@ -176,10 +176,12 @@ class Program:
     body: tuple[Stmt, ...]
     _axis_map: dict[str, Axis] = field(init=False, repr=False, compare=False, hash=False)
     _buffer_map: dict[str, Buffer] = field(init=False, repr=False, compare=False, hash=False)
+    _dynamic: tuple[Axis, ...] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_axis_map", {a.name: a for a in self.axes})
         object.__setattr__(self, "_buffer_map", {b.name: b for b in self.buffers})
+        object.__setattr__(self, "_dynamic", tuple(a for a in self.axes if a.dynamic))
 
     def axis(self, name: str) -> Axis:
         return self._axis_map[name]
@@ -189,7 +191,7 @@ class Program:
 
     @property
     def dynamic_axes(self) -> tuple[Axis, ...]:
-        return tuple(a for a in self.axes if a.dynamic)
+        return self._dynamic  # read at every size a compile settles: worked out once
 
     @property
     def inputs(self) -> tuple[Buffer, ...]:
