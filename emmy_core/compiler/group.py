@@ -99,6 +99,9 @@ class EmmyGroup(nn.Module):
         self._runners = RunnerCache()
         self._building = threading.Lock()
         self._packs: dict[tuple[object, ...], tuple[object, torch.Tensor]] = {}  # weights packed once for all sizes
+        # the own contender's packed weights apart: dropped when it has lost every race it ran, so a group whose
+        # products torch runs keeps no packed copy of its weights for a contender that never runs
+        self._own_packs: dict[tuple[object, ...], tuple[object, torch.Tensor]] = {}
         self._weights_key: tuple = ()
         self._warned_grad = False
 
@@ -159,7 +162,7 @@ class EmmyGroup(nn.Module):
                 layout = compiled.layout(sizes, views)
                 check_fits(layout.nbytes, compiled.device, f"{compiled.lowered.graph.name} at {text}")
                 runner = Runner(layout, self._weights(args), compiled.device, self._launcher_of(compiled),
-                                self._packs)
+                                self._own_packs if own else self._packs)
             except Exception as exc:  # a group that does not build here runs as torch; the note says why
                 fail(f"does not build at {text}: {str(exc).strip().splitlines()[0][:200]}")
                 return None
@@ -229,6 +232,8 @@ class EmmyGroup(nn.Module):
         if win == "own":  # kept in the status, not a note: the graph's notes say what was handed back to torch
             self.status.own[text] = why
             return own
+        if not self.status.own:
+            self._own_packs.clear()
         self.status.raced[text] = why
         if len(self.status.raced) == 1:  # once per group: a server's every length would grow it
             self._note(f"{self.compiled.lowered.graph.name} runs as torch: {why}")
@@ -302,6 +307,7 @@ class EmmyGroup(nn.Module):
         self.status.off = why
         self._runners.clear()
         self._packs.clear()
+        self._own_packs.clear()
         self._note(f"{self.compiled.lowered.graph.name} runs as torch: {why}")
 
     @property
@@ -342,6 +348,7 @@ class EmmyGroup(nn.Module):
                 if wkey != self._weights_key:  # a weight was edited or replaced: launches bound to the old one go
                     self._runners.clear()
                     self._packs.clear()
+                    self._own_packs.clear()
                     self._weights_key = wkey
                 runner = self._runners.get(text)
                 if runner is None:

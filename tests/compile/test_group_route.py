@@ -227,3 +227,22 @@ def test_the_report_shows_each_groups_race_at_its_last_size() -> None:
     text = render_reports([report])
     assert "race: " in text and "runs " in text
     assert report.to_json()["races"][0]["winner"] == report.races[0].winner
+
+
+def test_an_own_contender_that_lost_keeps_no_packed_weights(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its weights were packed to race it; where it lost every race, the packed copies go (a group whose products
+    torch runs holds no second copy of its weights), and where it won, they stay for its runs."""
+    real = be.race
+    slow = {"own"}
+    monkeypatch.setattr(be, "race", lambda sides: real({k: _slowed(f) if k in slow else f for k, f in sides.items()}))
+    model = Mlp().eval()
+    before = len(_GRAPHS)
+    fn = torch.compile(model, backend=emmy_backend(prior=False), dynamic=True)
+    with torch.no_grad():
+        fn(torch.randn(5, 32))
+        groups = [g for s in _GRAPHS[before:] for g in s.live_groups()]
+        assert groups and all(not g.status.own and not g._own_packs for g in groups)
+        slow.clear()
+        slow.update({"emmy", "torch"})
+        fn(torch.randn(20, 32))  # another bucket: the own contender wins it
+    assert all(g.status.own and g._own_packs for g in groups)
