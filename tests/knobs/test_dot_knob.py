@@ -78,8 +78,10 @@ def test_the_validity_of_dot_names_what_is_missing() -> None:
 
 
 def test_under_the_shipped_prior_the_rule_decides_dot() -> None:
-    """The prior has no feature for `dot` (appended after its fit): it ranks only the options that agree with
-    the rule's first on it, so a bf16 product on an AMX card stays on tiles and an f32 one never leaves fma."""
+    """The prior has no feature for `dot` (appended after its fit): where the rule's first option names an
+    instruction (AMX tiles, vdpbf16ps) it stands alone, every other knob's effect on that instruction unseen by
+    the prior too; where it names none (fma), the prior ranks the options that agree with it (an f32 product
+    never leaves fma)."""
     from emmy_core.evidence.sources import within_sight
     from emmy_core.graph.forks import ScheduleOption, schedule_fork
     from emmy_core.prior.artifact import load_installed_prior
@@ -88,8 +90,15 @@ def test_under_the_shipped_prior_the_rule_decides_dot() -> None:
     assert prior.unseen_knobs() == frozenset({"dot"})
     fork = schedule_fork(KERNELS[0], AMX)
     options = [o for o in fork.options if isinstance(o, ScheduleOption) and "library" not in o.knobs]
-    kept = within_sight(prior, options, fork)
-    assert kept and all(o.knobs.get("dot") == "amx" for o in kept) and len(kept) < len(options)
+    for card in (AMX, BF16_ONLY):
+        fork = schedule_fork(KERNELS[0], card)
+        options = [o for o in fork.options if isinstance(o, ScheduleOption) and "library" not in o.knobs]
+        assert within_sight(prior, options, fork) == [options[0]] and options[0].knobs["dot"] in ("amx", "dpbf16")
+        kept = within_sight(prior, options[1:], fork)  # the first blocked: the options on its instruction, ranked
+        assert kept and all(o.knobs.get("dot") == options[0].knobs["dot"] for o in kept)
     plain = schedule_fork(KERNELS[0], PLAIN)
     rest = [o for o in plain.options if isinstance(o, ScheduleOption)]
     assert within_sight(prior, rest, plain) == rest
+    f32 = schedule_fork(matmul(Dim("T", 128), 896, 4864, dtype="f32", b_transposed=True), BF16_ONLY)
+    pool = [o for o in f32.options if isinstance(o, ScheduleOption) and "library" not in o.knobs]
+    assert within_sight(prior, pool, f32) == pool  # no dot option for f32: the prior ranks them all
