@@ -411,6 +411,8 @@ def backend_vs_torch(args: argparse.Namespace) -> None:
         for name, why in failed.items():
             print(f"    {name} failed: {why}")
         for r in reports:
+            for race in r.races:  # the per-group table: Emmy's group, Emmy's kernels only, torch's ops, the choice
+                print(f"    race: {race.text()}")
             for n in r.notes:
                 print(f"    note: {n}")
         with torch.no_grad():
