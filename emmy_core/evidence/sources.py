@@ -196,7 +196,7 @@ def within_sight(prior: Any, options: list[ScheduleOption], fork: Fork) -> list[
     first = next((o for o in fork.options if isinstance(o, ScheduleOption) and "library" not in o.knobs), None)
     if not unseen or first is None:
         return options
-    if any(k in first.knobs for k in unseen) and first in options:
+    if any(k in first.knobs for k in unseen) and first in options:  # (where it keeps the threads busy: busy_at)
         # the first option names an instruction the prior never saw (`dot=dpbf16`, `amx`): how every other knob
         # plays with it is unseen too, so the rule's option stands until a measurement says otherwise (ranked
         # among dpbf16 options by what it learned of fma ones, it chose a 256-deep pass: 4.1-4.4 ms a bf16 MLP
@@ -265,7 +265,7 @@ class PriorSource(Source):
             # this card is a measurement (golden or local), so without one the product runs as torch runs it
             return Miss("the prior ranks Emmy's kernels, not torch's: the library route is settled by measurement")
         options = [o for o in emmy_options(fork) if o.schedule_id not in blocked]
-        options = busy_at(within_sight(self.prior, options, fork), fork.kernel, key)
+        options = within_sight(self.prior, busy_at(options, fork.kernel, key), fork)
         if not options:
             return Miss("every option is blocked")
         scores = self._scores(fork.kernel, key, options, sources.card)
@@ -281,7 +281,7 @@ class PriorSource(Source):
             options = list(emmy_options(sources.schedule_fork(kernel)))
             if not options:
                 raise ValueError(f"{kernel.name} has no schedule options on {sources.card.name}")
-            options = busy_at(within_sight(self.prior, options, sources.schedule_fork(kernel)), kernel, key)
+            options = within_sight(self.prior, busy_at(options, kernel, key), sources.schedule_fork(kernel))
             scores, rows, own = self._scored_pool(kernel, key, options, sources.card)
             top = max(range(len(options)), key=lambda i: (scores[i], -i))
             if own is None:

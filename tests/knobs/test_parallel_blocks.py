@@ -14,6 +14,7 @@ from emmy_core.targets import Card
 ZEN4 = Card("AMD EPYC (family 25 model 17 stepping 1) AVX-512 x2", "cpu", "x86_64", "", ("avx512_bf16",),
             "test card", cores=2, simd_bits=512, l1d_kib=32.0, l2_kib=1024.0, l3_kib=32768.0, freq_mhz=2596.0)
 UP = matmul(Dim("T", 128), 4864, 896, dtype="f32", b_transposed=True)  # a decoder's MLP up-projection
+UP_BF16 = matmul(Dim("T", 128), 4864, 896, dtype="bf16", b_transposed=True)
 SCORES = matmul(Dim("S", 128), Dim("S2", 128), 64, dtype="f32", batch=(Dim("B", 1), 4))  # q @ k^T, 4 heads
 KNOBS = {"tile_m": 128, "tile_n": 256, "tile_k": 128, "vec": 64, "unroll": 6, "threads": 2, "simd": 512,
          "par_axis": "m"}
@@ -47,10 +48,12 @@ def test_prior_ranks_out_options_that_leave_threads_idle() -> None:
     sources = open_sources(ZEN4, "deploy", freezes=(), prior=None, local=False, library=False)
     prior = next(s for s in sources.items if isinstance(s, PriorSource))
     assert prior.unavailable() is None, prior.unavailable()
-    fork = schedule_fork(UP, ZEN4, library=False)
-    for t in (1, 16, 128, 512):
-        key = ForkKey.of(UP, {"T": t}, ZEN4.name, "deploy")
-        answer = prior.schedule(fork, key, {}, sources)
-        knobs = answer.option.knobs  # type: ignore[union-attr]
-        busy = [o for o in fork.options if idle_threads(UP, {"T": t}, o.knobs) == 0]  # type: ignore[union-attr]
-        assert not busy or idle_threads(UP, {"T": t}, knobs) == 0, (t, knobs)
+    for kernel in (UP, UP_BF16):  # bf16: the rule's dpbf16 option stands alone only where it keeps them busy
+        fork = schedule_fork(kernel, ZEN4, library=False)
+        for t in (1, 16, 128, 512):
+            key = ForkKey.of(kernel, {"T": t}, ZEN4.name, "deploy")
+            answer = prior.schedule(fork, key, {}, sources)
+            knobs = answer.option.knobs  # type: ignore[union-attr]
+            busy = [o for o in fork.options if idle_threads(kernel, {"T": t}, o.knobs) == 0]  # type: ignore[union-attr]
+            assert not busy or idle_threads(kernel, {"T": t}, knobs) == 0, (kernel.name, t, knobs)
+            assert kernel is UP or knobs.get("dot") == "dpbf16"
