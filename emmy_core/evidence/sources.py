@@ -32,7 +32,7 @@ from emmy_core.graph.forks import (
 )
 from emmy_core.ir.identity import kernel_id
 from emmy_core.ir.nodes import Program
-from emmy_core.knobs.parallel import keep_busy
+from emmy_core.knobs.parallel import fit_rows, keep_busy
 from emmy_core.knobs.route import is_library
 from emmy_core.prior.geometry import knob_columns
 from emmy_core.targets.card import Card
@@ -208,11 +208,14 @@ def within_sight(prior: Any, options: list[ScheduleOption], fork: Fork) -> list[
 
 
 def busy_at(options: list[ScheduleOption], kernel: Program, key: ForkKey) -> list[ScheduleOption]:
-    """The options that keep every thread busy at the key's sizes (`knobs.parallel`): one that leaves a thread
-    idle runs as a finer one would with fewer threads, so the prior ranks it out rather than learn it per card."""
+    """The options that keep every thread busy at the key's sizes and whose micro-kernel is no taller than its
+    rows (`knobs.parallel`): one that leaves a thread idle runs as a finer one would with fewer threads, one
+    taller than the rows computes rows that do not exist, so the prior ranks them out rather than learn it."""
     if not options:
         return options
-    return [options[i] for i in keep_busy(kernel, sizes_of(key), [o.knobs for o in options])]
+    sizes = sizes_of(key)
+    options = [options[i] for i in keep_busy(kernel, sizes, [o.knobs for o in options])]
+    return [options[i] for i in fit_rows(kernel, sizes, [o.knobs for o in options])]
 
 
 class PriorSource(Source):

@@ -1,4 +1,4 @@
-"""How many threads a CPU matrix product's schedule keeps busy at given sizes.
+"""How well a CPU matrix product's schedule suits the sizes it runs at: the threads it keeps busy, the rows it wastes.
 
 A CPU matmul shares its work among `threads` as blocks: every batch index times the blocks along `par_axis`
 (rows of `tile_m` for `m`, columns of `tile_n` for `n`; `codegen.c_matmul`). Where a size offers fewer blocks
@@ -7,6 +7,11 @@ option of the pool that splits the work finer is at least as fast. On a card no 
 chose one such schedule at 128 rows (row blocks of 128, two threads: one idle; 11.3 ms a product where the
 rule's first option took 5.8, on a 2-core AMD EPYC). A dynamic axis makes this a question of the size being
 settled, not of the pool, which is a function of the kernel and the card alone (`knobs.view`).
+
+Its micro-kernel computes `unroll` rows at a time (16 per AMX tile), so at fewer rows than that it computes
+rows that do not exist: a dynamic-row bf16 product at one row ran in 580-700 us with 14- or 16-row micro-kernels
+and in 80-112 us with one-row ones (torch 240-360) on a Zen 4 EPYC. `fit_rows` keeps the options whose
+micro-kernel is no taller than the rows at hand.
 """
 
 from __future__ import annotations
@@ -68,3 +73,26 @@ def keep_busy(kernel: Program, sizes: Mapping[str, int], knobs: Sequence[Knobs])
         return list(range(len(knobs)))
     busy = [i for i, k in enumerate(knobs) if _idle(work, k) == 0]
     return busy or list(range(len(knobs)))
+
+
+def micro_rows(knobs: Knobs) -> int | None:
+    """The rows a CPU matmul micro-kernel computes at a time (None: not a CPU matmul schedule)."""
+    unroll = knobs.get("unroll")
+    if not isinstance(unroll, int) or "par_axis" not in knobs:
+        return None
+    return 16 * unroll if knobs.get("dot") == "amx" else unroll
+
+
+def fit_rows(kernel: Program, sizes: Mapping[str, int], knobs: Sequence[Knobs]) -> list[int]:
+    """The indices of `knobs` whose micro-kernel is no taller than the product's rows at `sizes`; else those of
+    the shortest micro-kernel offered (at one row on AMX, a 16-row tile is the least there is)."""
+    work = _extents(kernel, sizes)
+    rows = [micro_rows(k) for k in knobs]
+    if work is None or any(r is None for r in rows):
+        return list(range(len(knobs)))
+    m = work[1]
+    fit = [i for i, r in enumerate(rows) if r is not None and r <= m]
+    if fit:
+        return fit
+    least = min(r for r in rows if r is not None)
+    return [i for i, r in enumerate(rows) if r == least]

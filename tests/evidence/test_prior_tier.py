@@ -13,14 +13,15 @@ from emmy_core.compiler import compile as emmy_compile
 from emmy_core.evidence.sources import sizes_of
 from emmy_core.graph.forks import ScheduleOption, schedule_fork, structural_forks
 from emmy_core.ir import kernel_id
-from emmy_core.knobs.parallel import keep_busy
+from emmy_core.knobs.parallel import fit_rows, keep_busy
 from emmy_core.prior import FEATURE_VERSION, installed_prior_path, load_installed_prior
 from tests.evidence.conftest import CARD, Setup, kernels_of, write_db
 
 
 def test_the_prior_answers_with_neither_a_golden_nor_a_local_row(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Among Emmy's kernels (library=False): torch's own is settled by measurement (test_library_route); among
-    those that keep every thread busy at the size (`knobs.parallel`, test_parallel_blocks)."""
+    those that keep every thread busy at the size, with micro-kernels no taller than its rows
+    (`knobs.parallel`, test_parallel_blocks)."""
     module, example, lowered = proj
     compiled = explain(module, example, card=CARD, freezes=tmp_path, tuning_db=tmp_path / "none.db", library=False)
     top = kernels_of(lowered)[0]
@@ -39,6 +40,7 @@ def test_the_prior_answers_with_neither_a_golden_nor_a_local_row(proj, tmp_path:
         options = schedule_fork(program, CARD, library=False).options
         sizes = dict(sizes_of(sched.key))  # the options ranked: those that keep every thread busy there
         options = tuple(options[i] for i in keep_busy(program, sizes, [o.knobs for o in options]))
+        options = tuple(options[i] for i in fit_rows(program, sizes, [o.knobs for o in options]))
         scores = prior.score(program, sched.key.sizes, CARD, "deploy", [dict(o.knobs) for o in options])
         best = max(range(len(options)), key=lambda i: (scores[i], -i))  # ties: the first emitted
         assert sched.choice == options[best] and sched.score == pytest.approx(float(scores[best]))

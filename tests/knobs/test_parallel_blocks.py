@@ -8,7 +8,7 @@ from emmy_core.evidence.context import open_sources
 from emmy_core.evidence.sources import PriorSource
 from emmy_core.graph.forks import ForkKey, schedule_fork
 from emmy_core.ir.builders import Dim, matmul
-from emmy_core.knobs.parallel import idle_threads, keep_busy, parallel_blocks
+from emmy_core.knobs.parallel import fit_rows, idle_threads, keep_busy, micro_rows, parallel_blocks
 from emmy_core.targets import Card
 
 ZEN4 = Card("AMD EPYC (family 25 model 17 stepping 1) AVX-512 x2", "cpu", "x86_64", "", ("avx512_bf16",),
@@ -57,3 +57,25 @@ def test_prior_ranks_out_options_that_leave_threads_idle() -> None:
             busy = [o for o in fork.options if idle_threads(kernel, {"T": t}, o.knobs) == 0]  # type: ignore[union-attr]
             assert not busy or idle_threads(kernel, {"T": t}, knobs) == 0, (kernel.name, t, knobs)
             assert kernel is UP or knobs.get("dot") == "dpbf16"
+
+
+def test_fit_rows_keeps_micro_kernels_no_taller_than_the_rows() -> None:
+    pool = [{**KNOBS, "unroll": 14}, {**KNOBS, "unroll": 6}, {**KNOBS, "unroll": 1}, {**KNOBS, "unroll": 6}]
+    assert fit_rows(UP, {"T": 1}, pool) == [2]
+    assert fit_rows(UP, {"T": 8}, pool) == [1, 2, 3]
+    assert fit_rows(UP, {"T": 128}, pool) == [0, 1, 2, 3]
+    assert fit_rows(UP, {"T": 1}, pool[:2]) == [1]  # none fits: the shortest offered
+    assert micro_rows({**KNOBS, "unroll": 2, "dot": "amx"}) == 32 and micro_rows({"vec": 32, "threads": 2}) is None
+
+
+def test_prior_ranks_out_micro_kernels_taller_than_a_decode_steps_rows() -> None:
+    """At one row the prior's answer has the shortest micro-kernel the pool offers for a dynamic-row product (a
+    bf16 one ran 230-260 us with 6-row micro-kernels, 640-930 with 14- and 16-row ones, torch 315-340)."""
+    sources = open_sources(ZEN4, "deploy", freezes=(), prior=None, local=False, library=False)
+    prior = next(s for s in sources.items if isinstance(s, PriorSource))
+    for kernel in (UP, UP_BF16):
+        fork = schedule_fork(kernel, ZEN4, library=False)
+        least = min(r for o in fork.options if (r := micro_rows(o.knobs)) is not None)  # type: ignore[union-attr]
+        for t in (1, 2):
+            answer = prior.schedule(fork, ForkKey.of(kernel, {"T": t}, ZEN4.name, "deploy"), {}, sources)
+            assert micro_rows(answer.option.knobs) <= max(t, least), (kernel.name, t)  # type: ignore[union-attr]
