@@ -8,26 +8,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 
 from emmy_core.compiler.backend import _GRAPHS
 from emmy_core.knobs.route import is_library
 from emmy_core.store import open_store
+from tests.compile.conftest import Mlp
 
 
 @pytest.fixture(autouse=True)
 def fresh_dynamo() -> None:
     torch._dynamo.reset()
-
-
-class Mlp(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.up = nn.Linear(32, 64)
-        self.down = nn.Linear(64, 32)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.down(torch.relu(self.up(x)))
 
 
 def test_tune_option_records_rows_and_the_settle_reads_them(tmp_path: Path) -> None:

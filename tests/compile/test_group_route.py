@@ -15,6 +15,7 @@ from emmy_core.compiler import group as be
 from emmy_core.compiler.backend import _GRAPHS, compile_reports, emmy_backend
 from emmy_core.compiler.race import RACE_MARGIN, RACE_ROUNDS, Race, race
 from emmy_core.knobs.route import is_library
+from tests.compile.conftest import Mlp
 
 
 def _slowed(fn: Callable[[], object]) -> Callable[[], object]:
@@ -24,16 +25,6 @@ def _slowed(fn: Callable[[], object]) -> Callable[[], object]:
 @pytest.fixture(autouse=True)
 def fresh_dynamo() -> None:
     torch._dynamo.reset()
-
-
-class Mlp(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.up = nn.Linear(32, 64)
-        self.down = nn.Linear(64, 32)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.down(torch.relu(self.up(x)) * 0.5)
 
 
 def test_race_keeps_the_earlier_contender_on_a_tie() -> None:
