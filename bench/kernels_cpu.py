@@ -11,7 +11,7 @@ B=1,S=128 and B=8,S=128) and data type (f32, f16), on this machine's CPU:
 
 The four run interleaved (one call of each per round, `--rounds` rounds) and medians are printed,
 with GFLOP/s and the share of the machine's f32 FMA peak, as measured by independent FMA chains on every
-thread (`measured_fma_peak`; the nominal one, cores x clock x the probed FMA pipes of
+thread (`emmy_core.bench.peak`; the nominal one, cores x clock x the probed FMA pipes of
 `emmy_core.targets.cpu.fma_pipes`, is printed beside it, and used where no C compiler runs) for the matrix products, and torch eager / Emmy (above 1: Emmy faster).
 Then the whole block: its kernels chained in graph order (layout steps in torch between them)
 with first options and with the tuned ones, against the eager module and `torch.compile` of it.
@@ -53,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 import torch.nn.functional as F
 
+from emmy_core.bench.peak import measured_fma_peak
 from emmy_core.codegen.c import CBackend
 from emmy_core.dtypes import torch_dtype
 from emmy_core.graph.lower import KernelStep, LayoutStep, Lowered
@@ -342,62 +343,6 @@ def stream_note(launch: Callable[..., Fn], knobs: dict[str, object], w: torch.Te
     got, mem = copies * wbytes / t["emmy"] / 1e3, copies * wbytes / t["read"] / 1e3
     return (f"; over {copies} copies ({copies * wbytes / 2**20:.0f} MiB) {got:.1f} GB/s against a read's "
             f"{mem:.1f} ({got / mem:.0%})")
-
-
-_FMA_PEAK_C = r"""
-#include <omp.h>
-#include <stdio.h>
-#include <time.h>
-typedef float vf __attribute__((vector_size(VBYTES)));
-int main(void) {
-    const long iters = ITERS;
-    double best = 0.0;
-    for (int rep = 0; rep < 3; ++rep) {
-        struct timespec t0, t1;
-        float sink = 0.0f;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        #pragma omp parallel num_threads(THREADS) reduction(+:sink)
-        {
-            vf a[CHAINS], x, y;
-            for (int i = 0; i < (int)(VBYTES / 4); ++i) { x[i] = 1.0f + 1e-7f * i; y[i] = 0.999999f; }
-            for (int c = 0; c < CHAINS; ++c) a[c] = x * (float)(c + 1);
-            for (long it = 0; it < iters; ++it) {
-                #pragma GCC unroll 16
-                for (int c = 0; c < CHAINS; ++c) a[c] = a[c] * y + x;  /* one FMA per lane */
-            }
-            for (int c = 0; c < CHAINS; ++c) sink += a[c][0];
-        }
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        double s = (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
-        double gf = 2.0 * THREADS * iters * CHAINS * (VBYTES / 4) / s / 1e9;
-        if (gf > best) best = gf;
-        if (sink == 1234.5f) printf("#");
-    }
-    printf("%.1f\n", best);
-    return 0;
-}
-"""
-
-
-def measured_fma_peak(threads: int, simd_bits: int) -> float | None:
-    """The f32 FMA rate this machine sustains on `threads` (GFLOP/s): 16 independent chains of `simd_bits`-wide
-    FMAs per thread, built with the system compiler, best of 3 runs of about a tenth of a second. The nominal
-    peak (cores x cpuinfo's clock x the FMA pipes) misses a clock that boosts above the one the CPU reports
-    (a Zen 4 EPYC's matmuls ran at 120-134% of it). None where the compiler or the run fails."""
-    import subprocess
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        src, exe = Path(tmp) / "peak.c", Path(tmp) / "peak"
-        src.write_text(_FMA_PEAK_C)
-        defs = [f"-DVBYTES={max(16, simd_bits // 8)}", "-DCHAINS=16", f"-DTHREADS={threads}", "-DITERS=4000000"]
-        try:
-            subprocess.run(["cc", "-O3", "-march=native", "-ffp-contract=fast", "-fopenmp", *defs, str(src), "-o",
-                            str(exe)], check=True, capture_output=True, timeout=60)
-            out = subprocess.run([str(exe)], check=True, capture_output=True, text=True, timeout=60)
-            return float(out.stdout.strip().lstrip("#"))
-        except (OSError, subprocess.SubprocessError, ValueError):
-            return None
 
 
 def memory_bandwidth(mib: int, threads: int) -> float:

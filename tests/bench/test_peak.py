@@ -1,0 +1,21 @@
+"""The measured f32 FMA peak (`emmy_core.bench.peak`): a rate in GFLOP/s a CPU core can reach, or None where no
+C compiler runs (never a made-up number). How it compares with the threads is a benchmark's question, not a
+test's (the suite runs a worker per core)."""
+
+from __future__ import annotations
+
+import pytest
+
+from emmy_core.bench.peak import measured_fma_peak
+
+
+def test_measured_fma_peak_is_a_rate_of_this_machine() -> None:
+    one = measured_fma_peak(1, 256)
+    if one is None:
+        pytest.skip("no C compiler with OpenMP ran here")
+    assert 1.0 < one < 1_000.0  # GFLOP/s of one core at 256 bits: any CPU this project runs on is inside this
+
+
+def test_measured_fma_peak_is_none_without_a_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert measured_fma_peak(1, 256) is None
