@@ -9,9 +9,10 @@ rule's first option took 5.8, on a 2-core AMD EPYC). A dynamic axis makes this a
 settled, not of the pool, which is a function of the kernel and the card alone (`knobs.view`).
 
 Its micro-kernel computes `unroll` rows at a time (16 per AMX tile), so at fewer rows than that it computes
-rows that do not exist: a dynamic-row bf16 product at one row ran in 580-700 us with 14- or 16-row micro-kernels
-and in 80-112 us with one-row ones (torch 240-360) on a Zen 4 EPYC. `fit_rows` keeps the options whose
-micro-kernel is no taller than the rows at hand.
+rows that do not exist: a dynamic-row bf16 product at one row ran in 640-930 us with 14- or 16-row
+micro-kernels, 230-260 us with 6-row ones, 80-112 us with one-row ones (torch 240-360) on a Zen 4 EPYC.
+`fit_rows` keeps the options whose micro-kernel is no taller than the rows at hand, else the shortest offered
+(a dynamic-row pool offers none of one row: `knobs.space.CPU_MIN_CHAINS`).
 """
 
 from __future__ import annotations
