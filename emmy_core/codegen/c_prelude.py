@@ -128,6 +128,7 @@ static inline int64_t em_add_i64(int64_t a, int64_t b) { return (int64_t)((uint6
 static inline int64_t em_sub_i64(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }
 static inline int64_t em_mul_i64(int64_t a, int64_t b) { return (int64_t)((uint64_t)a * (uint64_t)b); }
 static inline int64_t em_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t em_max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 /* Whole runs converted at once: with F16C (and AVX-512) eight or sixteen halves per instruction,
    rounding to nearest even as em_f2h does; elsewhere the exact integer forms above, vectorised. */
