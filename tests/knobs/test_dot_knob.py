@@ -63,6 +63,15 @@ def test_the_first_option_is_the_cards_dot_instruction_only_for_bf16() -> None:
         assert candidates(k, AMX) == candidates(k, PLAIN) == candidates(k, BF16_ONLY)  # other types: nothing changes
 
 
+def test_dpbf16_first_option_rows_divide_its_row_block() -> None:
+    """A row block is rounded up to whole micro-kernels: the rows must divide it, or the padding is computed."""
+    for kernel in KERNELS:
+        dp = candidates(kernel, BF16_ONLY)[0]
+        assert int(dp["tile_m"]) % int(dp["unroll"]) == 0, (kernel.name, dp)
+    assert candidates(KERNELS[0], BF16_ONLY)[0]["unroll"] == 8  # 14 would fit the registers; 64 % 14 != 0
+    assert candidates(KERNELS[2], BF16_ONLY)[0]["unroll"] == 8  # M = 16: two of 8 rows, not 14 and 2
+
+
 def test_the_validity_of_dot_names_what_is_missing() -> None:
     kernel = KERNELS[0]
     base = dict(candidates(kernel, PLAIN)[0])
