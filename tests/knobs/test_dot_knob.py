@@ -72,6 +72,13 @@ def test_dpbf16_first_option_rows_divide_its_row_block() -> None:
     assert candidates(KERNELS[2], BF16_ONLY)[0]["unroll"] == 8  # M = 16: two of 8 rows, not 14 and 2
 
 
+def test_dpbf16_first_option_takes_128_row_blocks_from_256_rows() -> None:
+    """Each row block streams all of B: from 256 rows, blocks of 128 (two threads still busy) halve that."""
+    tall = matmul(512, 5632, 2048, dtype="bf16", b_transposed=True)
+    assert candidates(tall, BF16_ONLY)[0]["tile_m"] == 128
+    assert candidates(KERNELS[0], BF16_ONLY)[0]["tile_m"] == 64  # 128 rows: 64-row blocks keep both threads busy
+
+
 def test_the_validity_of_dot_names_what_is_missing() -> None:
     kernel = KERNELS[0]
     base = dict(candidates(kernel, PLAIN)[0])
