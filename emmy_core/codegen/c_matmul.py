@@ -451,7 +451,7 @@ def emit_matmul(em: Emitter) -> bool:
     bl = blocking(em, plan)
     g = bl.micro
     problem = in_place_problem(em.program, plan, g) or dot_problem(
-        g, em.program.buffer(shape.a).dtype, em.program.buffer(shape.b).dtype, shape.window is not None)
+        g, em.program.buffer(shape.a).dtype, em.program.buffer(shape.b).dtype, shape.window)
     k_ext = em.program.axis(shape.k).extent
     if problem is None and bl.kc % g.k_align and (k_ext is None or k_ext > bl.kc):
         problem = f"dot={g.dot} needs tile_k a multiple of {g.k_align} where the depth takes several passes"

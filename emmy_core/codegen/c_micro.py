@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 from emmy_core.codegen.c_expr import C_TYPES
 from emmy_core.codegen.c_schedule import LEGACY_SIMD_BITS, CSchedule
+from emmy_core.ir.nodes import Range
+from emmy_core.knobs.validity import window_problem
 
 ELEMENT_BITS = {"f32": 32, "f64": 64}  # accumulator types the micro-kernel holds in vector registers
 # (element type, register bytes) -> (the macro that enables it, the fused multiply-add, its vector type)
@@ -89,7 +91,7 @@ AMX_TILE = 16  # rows of an AMX tile, and f32 columns of a C tile (64 bytes)
 AMX_K = 32  # bf16 values along k one A tile row holds (64 bytes)
 
 
-def dot_problem(g: MicroGeometry, a_dtype: str, b_dtype: str, windowed: bool) -> str | None:
+def dot_problem(g: MicroGeometry, a_dtype: str, b_dtype: str, window: Range | None) -> str | None:
     """Why the schedule's `dot` cannot build this matmul, or None (fma always can)."""
     if g.dot == "fma":
         return None
@@ -97,8 +99,9 @@ def dot_problem(g: MicroGeometry, a_dtype: str, b_dtype: str, windowed: bool) ->
         return f"dot={g.dot} needs bf16 A and B accumulating in f32, not {a_dtype} x {b_dtype} into {g.acc}"
     if not (g.pack_a and g.pack_b):
         return f"dot={g.dot} needs both operands packed (pack_a and pack_b true)"
-    if windowed:
-        return f"dot={g.dot} does not take a reduction window"
+    problem = window_problem(window, g.dot)
+    if problem is not None:
+        return problem
     if g.dot == "dpbf16" and (g.lanes != 16 or g.nr % 16):
         return f"dot=dpbf16 needs 512-bit registers (simd 512) and vec a multiple of 16, not vec={g.nr}"
     if g.dot == "amx" and (g.mr not in (16, 32) or g.nr not in (16, 32)):

@@ -10,12 +10,16 @@ the instruction (`Card.tensor_cores`), and is skipped with the reason elsewhere.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from emmy_core.codegen.backend import BuildError
 from emmy_core.codegen.c import CBackend
+from emmy_core.graph.decisions import split_k
 from emmy_core.ir.builders import Dim, matmul
+from emmy_core.knobs.validity import option_problem
 from emmy_core.targets import probe_cpu
 
 TOL = 2e-2  # bf16 output: half an ulp of 8 bits, the f32 sums' own error far below it
@@ -116,3 +120,29 @@ def test_a_static_product_at_real_sizes_with_a_residual_and_one_thread(backend: 
         backend.build(prog, knobs(dot, unroll, vec, **over), "deploy")({"a": a, "b": b, "residual": res, "y": y},
                                                                        {"T": 70})
         torch.testing.assert_close(y.double(), want, rtol=TOL, atol=0.25)  # |y| reaches ~100: 8 bits of it
+
+
+@pytest.mark.parametrize("dot", ["dpbf16", "amx"])
+def test_a_split_k_part_takes_the_dot_path_where_its_windows_start_on_the_packed_depth(backend: CBackend,
+                                                                                       dot: str) -> None:
+    """A split-K part reads B from a window's start: where every start falls on the packed depth's boundary (a
+    pair, a tile's 32), the dot path takes it and each part's sums equal the reference over its window; where
+    one would not, the option is refused by name, by the validity check and by the generator alike."""
+    step = 32 if dot == "amx" else 2
+    unroll, vec = (1, 16) if dot == "amx" else (4, 32)
+    odd = split_k(matmul(Dim("T", 16), 64, 3 * step + 3, dtype="bf16", b_transposed=True), 3).pieces[0]
+    kn = knobs(dot, unroll, vec, tile_k=step)
+    card = dataclasses.replace(probe_cpu(), tensor_cores=("avx512_bf16", "amx_tile", "amx_bf16"))
+    assert "multiple of" in (option_problem(odd, card, kn) or "")
+    with pytest.raises(BuildError, match="multiple of"):
+        backend.source(odd, kn, "deploy")
+    needs(dot)
+    part = split_k(matmul(Dim("T", 16), 70, 6 * step, dtype="bf16", b_transposed=True), 3).pieces[0]
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(29, 6 * step, generator=g).bfloat16(), torch.randn(70, 6 * step, generator=g).bfloat16()
+    out = next(x.name for x in part.outputs)
+    got = torch.full((3, 29, 70), float("nan"))
+    backend.build(part, knobs(dot, unroll, vec, tile_k=step), "deploy")({"a": a, "b": b, out: got}, {"T": 29})
+    for p in range(3):
+        w = slice(2 * step * p, 2 * step * (p + 1))
+        torch.testing.assert_close(got[p].double(), a[:, w].double() @ b[:, w].double().T, rtol=1e-5, atol=1e-5)
