@@ -10,6 +10,8 @@ that size. Autograd, a size of 0 or a changed lifted attribute run torch's ops f
 
 from __future__ import annotations
 
+import functools
+import operator
 import threading
 import warnings
 from collections.abc import Callable, Sequence
@@ -148,9 +150,12 @@ class EmmyGroup(nn.Module):
     def _weights(self, args: Sequence[Any]) -> dict[str, torch.Tensor]:
         return {path: args[pos].detach().contiguous() for path, pos in self.translated.params}
 
-    def _build(self, sizes: dict[str, int], args: Sequence[Any], own: bool = False) -> Runner | None:
+    def _build(self, sizes: dict[str, int], args: Sequence[Any], own: bool = False,
+               answer: list[tuple[torch.Tensor, ...]] | None = None) -> Runner | None:
         """The checked runner at `sizes` (None: torch runs it). A failure hands the group back to torch for good,
-        except on its `own` contender, which is only left out of the race."""
+        except on its `own` contender, which is only left out of the race. With `answer` (a new size in a bucket
+        already raced), a group that writes into none of its inputs is checked on the caller's own inputs, and
+        the outputs it was checked with are put in `answer`: the call's result, not computed a second time."""
         compiled = self.own if own else self.compiled
         assert compiled is not None
         text = format_sizes(sizes) or "its static sizes"
@@ -168,19 +173,23 @@ class EmmyGroup(nn.Module):
                 return None
             if not self.check:
                 return runner
-            why, strides = self._differs(runner, args, views)
+            on_args = answer is not None and not self.writes_inputs
+            why, strides = self._differs(runner, args, views, answer if on_args else None)
             if why is not None:
                 fail(f"differs from torch at {text} on fresh inputs: {why}")
                 return None
             if not views or strides:
                 return runner
+            if answer:
+                answer.clear()
             views = frozenset()  # an output view strided unlike torch's own: hand back contiguous copies
 
-    def _differs(self, runner: Runner, args: Sequence[Any], views: frozenset[str] = frozenset()
-                 ) -> tuple[str | None, bool]:
+    def _differs(self, runner: Runner, args: Sequence[Any], views: frozenset[str] = frozenset(),
+                 answer: list[tuple[torch.Tensor, ...]] | None = None) -> tuple[str | None, bool]:
         """Why the runner's outputs are not torch's on fresh inputs (None: they agree), and whether the outputs
-        handed back as `views` have torch's own strides."""
-        fresh = self._fresh(args)
+        handed back as `views` have torch's own strides; with `answer`, on `args` themselves, the runner's
+        outputs put in `answer`."""
+        fresh = list(args) if answer is not None else self._fresh(args)
         with torch.no_grad():
             want = self.torch_sub(*fresh)
             got = runner.run([fresh[i] for i in self.translated.inputs])
@@ -194,7 +203,25 @@ class EmmyGroup(nn.Module):
         why = check_outputs(got, want, dtype)
         if why is not None and dtype != "f32" and self._near_wider_reference(got, want, fresh, dtype):
             why = None
+        if answer is not None and why is None:
+            answer.append(got)
         return why, strides
+
+    @functools.cached_property
+    def writes_inputs(self) -> bool:
+        """Whether torch's ops of the group may write into a tensor it was given (an in-place op): then the check
+        of a new size runs on fresh inputs, never on the caller's."""
+        for n in self.torch_sub.graph.nodes:
+            if n.op not in ("call_function", "call_method"):
+                continue
+            name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+            if n.target is operator.setitem or (name.endswith("_") and not name.endswith("__")):
+                return True
+            schema = getattr(n.target, "_schema", None)
+            if schema is not None and any(a.alias_info is not None and a.alias_info.is_write
+                                          for a in schema.arguments):
+                return True
+        return False
 
     def _fresh(self, args: Sequence[Any]) -> list[Any]:
         """`args` with every activation replaced by random values of its shape and type (weights kept): the
@@ -239,9 +266,11 @@ class EmmyGroup(nn.Module):
             self._note(f"{self.compiled.lowered.graph.name} runs as torch: {why}")
         return None
 
-    def _settle_size(self, sizes: dict[str, int], args: Sequence[Any], text: str) -> Runner | None:
+    def _settle_size(self, sizes: dict[str, int], args: Sequence[Any], text: str,
+                     answer: list[tuple[torch.Tensor, ...]] | None = None) -> Runner | None:
         """The checked runner of a new size (None: torch's ops run it): at a size whose bucket was raced, the
-        bucket's winner, with no race of its own; else the group's, raced where the route is on."""
+        bucket's winner, with no race of its own, checked on the call's own inputs where it can be (its outputs
+        then in `answer`); else the group's, raced where the route is on."""
         seen = self._verdicts.get(size_bucket(sizes)) if self.route else None
         if seen is not None:
             win, first = seen
@@ -251,11 +280,11 @@ class EmmyGroup(nn.Module):
                 self.status.raced[text] = f"torch's ops measured fastest {why}"
                 return None
             if win == "own" and self._own_off is None:
-                runner = self._build(sizes, args, own=True)
+                runner = self._build(sizes, args, own=True, answer=answer)
                 if runner is not None:
                     self.status.own[text] = f"Emmy's group (own) measured fastest {why}"
                     return runner
-            return self._build(sizes, args)
+            return self._build(sizes, args, answer=answer)
         self._tune_at(sizes)
         runner = self._build(sizes, args)
         if runner is None or not self.route:
@@ -354,10 +383,13 @@ class EmmyGroup(nn.Module):
                 if runner is None:
                     if self.off is not None:  # handed back while this thread waited
                         return self.torch_sub(*args)
-                    runner = self._settle_size(sizes, args, text)
+                    answer: list[tuple[torch.Tensor, ...]] = []
+                    runner = self._settle_size(sizes, args, text, answer)
                     if runner is None:
                         return self.torch_sub(*args)
                     self._runners.put(text, runner)
+                    if answer:  # checked against torch on these very inputs: the call's result
+                        return answer[0]
         inputs = [args[i] for i in self.translated.inputs]
         if not torch.is_grad_enabled():  # the usual inference call: no context to enter
             return runner.run(inputs)

@@ -388,6 +388,28 @@ def test_check_outputs_uses_the_harness_tolerance() -> None:
     assert "not finite" in str(check_outputs([nan], [want], "f32"))
 
 
+def test_check_outputs_at_once_agrees_with_the_full_comparison() -> None:
+    """The five-op path (`_close_at_once`) passes exactly what the full comparison in f64 passes: values on either
+    side of the tolerance, torch's infinities and NaNs, an empty output, 16-bit and f64 outputs."""
+    from emmy_core.bench.reference import RTOL
+    from emmy_core.compiler.compare import _close_at_once
+
+    g = torch.Generator().manual_seed(0)
+    want = torch.randn(257, generator=g, dtype=torch.float64)
+    scale = float(want.pow(2).mean().sqrt())
+    edge = RTOL["f32"] * (want.abs() + scale)
+    cases = [(want + 0.5 * edge, want, "f32"), (want + 1.5 * edge, want, "f32"), (want.float(), want.float(), "f32"),
+             (want.bfloat16(), want.float(), "bf16"), ((want + 1.5 * edge).float(), want.float(), "f32")]
+    inf = want.clone()
+    inf[5] = float("inf")
+    cases += [(inf, inf, "f32"), (want, inf, "f32"), (inf, want, "f32"), (torch.empty(0), torch.empty(0), "f32")]
+    for got, ref, dtype in cases:
+        full = check_outputs([got], [ref], dtype) is None
+        assert not _close_at_once(got, ref, RTOL[dtype]) or full  # never passes what the full comparison refuses
+    assert _close_at_once(want + 0.5 * edge, want, RTOL["f32"])  # and takes the usual case itself
+    assert not _close_at_once(want + 1.5 * edge, want, RTOL["f32"])
+
+
 def test_the_backend_is_registered_as_the_emmy_entry_point() -> None:
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
     target = meta["project"]["entry-points"]["torch_dynamo_backends"]["emmy"]

@@ -248,3 +248,46 @@ def test_an_own_contender_that_lost_keeps_no_packed_weights(monkeypatch: pytest.
         slow.update({"emmy", "torch"})
         fn(torch.randn(20, 32))  # another bucket: the own contender wins it
     assert all(g.status.own and g._own_packs for g in groups)
+
+
+def test_a_new_size_of_a_raced_bucket_is_checked_on_the_callers_inputs_and_run_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """At a new size of a bucket Emmy won, the check against torch runs on the call's own inputs and its outputs
+    are the call's result: each group runs once, no fresh inputs are drawn, and the answer is torch's."""
+    real = be.race
+    monkeypatch.setattr(be, "race", lambda sides: real({k: _slowed(f) if k == "torch" else f
+                                                        for k, f in sides.items()}))
+    model = Mlp().eval()
+    before = len(_GRAPHS)
+    fn = torch.compile(model, backend=emmy_backend(prior=False), dynamic=True)
+    with torch.no_grad():
+        fn(torch.randn(5, 32))
+        groups = [g for s in _GRAPHS[before:] for g in s.live_groups() if g.off is None]
+        assert groups and all(not g.status.raced for g in groups)  # Emmy (or its own contender) won at 5
+        runs: list[int] = []
+        fresh: list[int] = []
+        run, draw = be.Runner.run, be.EmmyGroup._fresh
+        monkeypatch.setattr(be.Runner, "run", lambda self, inputs: (runs.append(1), run(self, inputs))[1])
+        monkeypatch.setattr(be.EmmyGroup, "_fresh", lambda self, args: (fresh.append(1), draw(self, args))[1])
+        x = torch.randn(6, 32)
+        torch.testing.assert_close(fn(x), model(x))
+    assert not fresh and len(runs) == len(groups)
+    assert all("6" in size for g in groups for size in g._runners._runners if "5" not in size)
+
+
+def test_a_group_whose_torch_ops_write_into_an_input_is_never_checked_on_the_callers_inputs() -> None:
+    def pure(x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x) * 2
+
+    def writes(x: torch.Tensor) -> torch.Tensor:
+        return x.relu_() * 2
+
+    def copies(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten.copy_.default(x, y)
+
+    from types import SimpleNamespace
+
+    check = be.EmmyGroup.writes_inputs.func  # type: ignore[attr-defined]
+    assert check(SimpleNamespace(torch_sub=torch.fx.symbolic_trace(pure))) is False
+    assert check(SimpleNamespace(torch_sub=torch.fx.symbolic_trace(writes))) is True
+    assert check(SimpleNamespace(torch_sub=torch.fx.symbolic_trace(copies))) is True
