@@ -23,7 +23,7 @@ weight packed once: Emmy's first option and Emmy's best (the fastest of the firs
 option, the first of each `dot` family the card offers, the first with its A and B streams prefetched,
 and a seeded sample of `--budget`), then the first and the best against torch eager (`F.linear`)
 interleaved, medians. For f32 at M >= 128 the share of the probed FMA peak; for bf16 the ratio to torch
-(and which `dot` won); for M <= 16 (decode, bound by the weights' bytes) the weights' GB/s against a
+(and which `dot` won; on `dot=dpbf16` at M >= 128, the share of `vdpbf16ps`'s measured rate, and torch's); for M <= 16 (decode, bound by the weights' bytes) the weights' GB/s against a
 read (`Tensor.sum`) of the same bytes in the same rounds: once with one weight (it stays in cache between
 calls) and once rotating over copies of the weight that together exceed `--stream-mib` (each call's
 weight comes from memory, as a decoder's layers do).
@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 import torch.nn.functional as F
 
-from emmy_core.bench.peak import measured_fma_peak
+from emmy_core.bench.peak import measured_dpbf16_peak, measured_fma_peak
 from emmy_core.codegen.c import CBackend
 from emmy_core.dtypes import torch_dtype
 from emmy_core.graph.lower import KernelStep, LayoutStep, Lowered
@@ -261,7 +261,8 @@ def product_pool(program: object, card: object, budget: int, seed: int) -> list[
 
 def real_products(be: CBackend, card: object, specs: list[tuple[int, int, int]], dtypes: list[str], budget: int,
                   seed: int, rounds: int, peak: float, stream_mib: int,
-                  pinned: Callable[[dict[str, object]], dict[str, object]]) -> list[tuple[str, float]]:
+                  pinned: Callable[[dict[str, object]], dict[str, object]],
+                  dot_peaks: dict[str, float]) -> list[tuple[str, float]]:
     """The products section (see the module's docstring); returns (label, torch / best) per product."""
     out: list[tuple[str, float]] = []
     print(f"\n== matrix products at real sizes: y = a @ w.T, weights packed once; medians of {rounds} interleaved "
@@ -271,14 +272,15 @@ def real_products(be: CBackend, card: object, specs: list[tuple[int, int, int]],
     g = torch.Generator().manual_seed(seed)
     for dtype in dtypes:
         for m, n, k in specs:
-            ratio = one_product(be, card, dtype, m, n, k, g, budget, seed, rounds, peak, stream_mib, pinned)
+            ratio = one_product(be, card, dtype, m, n, k, g, budget, seed, rounds, peak, stream_mib, pinned,
+                                dot_peaks)
             out.append((f"{dtype} {m}x{n}x{k}", ratio))
     return out
 
 
 def one_product(be: CBackend, card: object, dtype: str, m: int, n: int, k: int, g: torch.Generator, budget: int,
                 seed: int, rounds: int, peak: float, stream_mib: int,
-                pinned: Callable[[dict[str, object]], dict[str, object]]) -> float:
+                pinned: Callable[[dict[str, object]], dict[str, object]], dot_peaks: dict[str, float]) -> float:
     """One row of the products section, printed; returns torch / best."""
     tdt = torch_dtype(dtype)
     prog = matmul(m, n, k, dtype=dtype, b_transposed=True)
@@ -310,6 +312,9 @@ def one_product(be: CBackend, card: object, dtype: str, m: int, n: int, k: int, 
     note = f"dot={best.get('dot', 'fma')}"
     if dtype == "f32" and m >= 128:
         note += f", {gfs / peak:.0%} of the f32 FMA peak (first {gfs * t['best'] / t['first'] / peak:.0%})"
+    dot = str(best.get("dot", "fma"))
+    if dtype == "bf16" and m >= 128 and dot in dot_peaks:
+        note += f", {gfs / dot_peaks[dot]:.0%} of the measured {dot} peak (torch {gfs / ratio / dot_peaks[dot]:.0%})"
     if m <= 16:
         wbytes = n * k * w.element_size()
         note += f", weights {wbytes / t['best'] / 1e3:.1f} GB/s in cache"
@@ -419,6 +424,8 @@ def main() -> int:
     nominal = threads * (card.freq_mhz or float("nan")) / 1e3 * pipes.f32_flops_per_cycle(isa.fma)
     measured = measured_fma_peak(threads, isa.simd_bits)
     peak = measured if measured is not None else nominal  # the shares below are of the measured rate where it ran
+    dpbf16 = measured_dpbf16_peak(threads) if "avx512_bf16" in card.tensor_cores else None
+    dot_peaks = {"dpbf16": dpbf16} if dpbf16 is not None else {}
     load0 = os.getloadavg()
     print(f"card {card.name}: {threads} cores at {card.freq_mhz} MHz, {isa.simd_bits}-bit SIMD, FMA {isa.fma}, "
           f"F16C {isa.f16c}, {isa.vector_registers} vector registers; L1d {card.l1d_kib} KiB, L2 {card.l2_kib} KiB, "
@@ -429,13 +436,14 @@ def main() -> int:
     print(f"FMA pipes per core: {pipes.known}; nominal f32 peak {nominal:.0f} GFLOP/s "
           f"({pipes.f32_flops_per_cycle(isa.fma)} flops per cycle per core at the probed clock); measured "
           + (f"{measured:.0f} GFLOP/s (independent FMA chains on {threads} threads): the peak the shares below are of"
-             if measured is not None else "peak unavailable (no C compiler ran): shares are of the nominal peak"))
+             if measured is not None else "peak unavailable (no C compiler ran): shares are of the nominal peak")
+          + (f"; vdpbf16ps {dpbf16:.0f} GFLOP/s (bf16 products on dot=dpbf16 are shares of it)" if dpbf16 else ""))
     print(f"torch {torch.__version__} on {torch.get_num_threads()} threads; load average {load0[0]:.2f} "
           f"{load0[1]:.2f} on {os.cpu_count()} CPUs (timings are noisy above ~0.5)", flush=True)
     be = CBackend()
     summary: list[tuple[str, float]] = []
     products = real_products(be, card, parse_products(args.products), args.product_dtypes.split(","), args.budget,
-                             args.seed, args.rounds, peak, args.stream_mib, pinned)
+                             args.seed, args.rounds, peak, args.stream_mib, pinned, dot_peaks)
     for dtype in args.product_dtypes.split(","):
         ratios = [r for label, r in products if label.startswith(dtype + " ")]
         if ratios:
