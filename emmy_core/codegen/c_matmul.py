@@ -11,7 +11,9 @@ The structure is BLIS's, written for loop programs:
   axes too. A block sweeps the other axis in steps of M_c or N_c.
 - For each K_c (`tile_k`) deep pass, the block's rows of A are packed (converted once,
   `[M_r rows][k][M_r]`, zero rows past M) and the micro-kernel (`c_micro.py`) runs on each
-  M_r x N_r tile: B micro-panels outer, A micro-panels inner. A tile's partial sums wait
+  M_r x N_r tile: B micro-panels outer, A micro-panels inner. A thread keeps the packed A of
+  every pass of its row block (`A_PASSES_MAX`, `A_PASSES_BYTES`), so the next column block
+  reads them instead of packing them again. A tile's partial sums wait
   in a per-thread block between passes; after the last pass the epilogue (the program's
   own lets and stores, bias, activation, residual, gate, scale) runs on the accumulator
   tile, a row at a time in a simd loop, before anything is stored. 16-bit epilogue inputs
