@@ -22,6 +22,18 @@ def _slowed(fn: Callable[[], object]) -> Callable[[], object]:
     return lambda: (fn(), time.sleep(0.002))
 
 
+def _torch_slowed(monkeypatch: pytest.MonkeyPatch, raced: list[int] | None = None) -> None:
+    """Every race run with torch's side made slower for real (each race counted in `raced`): Emmy wins them."""
+    real = be.race
+
+    def slow_torch(sides: dict[str, Callable[[], object]]) -> object:
+        if raced is not None:
+            raced.append(1)
+        return real({k: _slowed(f) if k == "torch" else f for k, f in sides.items()})
+
+    monkeypatch.setattr(be, "race", slow_torch)
+
+
 @pytest.fixture(autouse=True)
 def fresh_dynamo() -> None:
     torch._dynamo.reset()
@@ -192,11 +204,8 @@ def test_group_route_races_once_per_size_bucket(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_a_new_size_of_a_bucket_emmy_won_is_built_and_checked_without_a_race(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = be.race
     raced: list[int] = []
-    monkeypatch.setattr(be, "race", lambda sides: (raced.append(1),
-                                                  real({k: _slowed(f) if k == "torch" else f
-                                                        for k, f in sides.items()}))[1])
+    _torch_slowed(monkeypatch, raced)
     checked: list[int] = []
     differs = be.EmmyGroup._differs
     monkeypatch.setattr(be.EmmyGroup, "_differs", lambda self, *a: (checked.append(1), differs(self, *a))[1])
@@ -254,9 +263,7 @@ def test_a_new_size_of_a_raced_bucket_is_checked_on_the_callers_inputs_and_run_o
         monkeypatch: pytest.MonkeyPatch) -> None:
     """At a new size of a bucket Emmy won, the check against torch runs on the call's own inputs and its outputs
     are the call's result: each group runs once, no fresh inputs are drawn, and the answer is torch's."""
-    real = be.race
-    monkeypatch.setattr(be, "race", lambda sides: real({k: _slowed(f) if k == "torch" else f
-                                                        for k, f in sides.items()}))
+    _torch_slowed(monkeypatch)
     model = Mlp().eval()
     before = len(_GRAPHS)
     fn = torch.compile(model, backend=emmy_backend(prior=False), dynamic=True)
