@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 import torch.nn.functional as F
 
-from emmy_core.bench.peak import measured_dpbf16_peak, measured_fma_peak
+from emmy_core.bench.peak import measured_dpbf16_peak, measured_fma_peak, memory_bandwidth
 from emmy_core.codegen.c import CBackend
 from emmy_core.dtypes import torch_dtype
 from emmy_core.graph.lower import KernelStep, LayoutStep, Lowered
@@ -350,17 +350,6 @@ def stream_note(launch: Callable[..., Fn], knobs: dict[str, object], w: torch.Te
             f"{mem:.1f} ({got / mem:.0%})")
 
 
-def memory_bandwidth(mib: int, threads: int) -> float:
-    """GB/s of a read (`Tensor.sum`) over `mib` MiB of f32, the best of five."""
-    x = torch.ones(mib * 2**20 // 4)
-    best = math.inf
-    for _ in range(5):
-        t0 = time.perf_counter_ns()
-        x.sum()
-        best = min(best, time.perf_counter_ns() - t0)
-    return mib * 2**20 / best
-
-
 # ---- launch overhead ------------------------------------------------------------------------------------
 
 
@@ -432,7 +421,7 @@ def main() -> int:
           f"L3 {card.l3_kib} KiB")
     print(f"CPU {card.name}; matrix instructions: {', '.join(card.tensor_cores) or 'none'} (AVX512-FP16 "
           f"{isa.avx512fp16}, AMX tiles {isa.amx_tile}, the OS's AMX permission {isa.amx_permitted}); memory read "
-          f"{memory_bandwidth(args.stream_mib, threads):.1f} GB/s over {args.stream_mib} MiB")
+          f"{memory_bandwidth(args.stream_mib):.1f} GB/s over {args.stream_mib} MiB")
     print(f"FMA pipes per core: {pipes.known}; nominal f32 peak {nominal:.0f} GFLOP/s "
           f"({pipes.f32_flops_per_cycle(isa.fma)} flops per cycle per core at the probed clock); measured "
           + (f"{measured:.0f} GFLOP/s (independent FMA chains on {threads} threads): the peak the shares below are of"

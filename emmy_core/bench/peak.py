@@ -1,5 +1,6 @@
 """The f32 FMA rate this machine sustains, measured: what a benchmark's "share of peak" should be a share of
-(and the bf16 rate of `vdpbf16ps`, where the CPU has AVX512-BF16: what a `dot=dpbf16` product's share is of).
+(and the bf16 rate of `vdpbf16ps`, where the CPU has AVX512-BF16: what a `dot=dpbf16` product's share is of;
+and the memory's read rate, what a decode product's is of).
 
 The nominal peak (cores x the clock cpuinfo reports x the FMA pipes, `targets.cpu.fma_pipes`) misses a clock
 that boosts above the reported one: on a Zen 4 EPYC it is 166 GFLOP/s on 2 cores, the measured rate 230, and
@@ -9,8 +10,10 @@ built with the system compiler (as Emmy's CPU kernels are).
 
 from __future__ import annotations
 
+import math
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 _FMA_PEAK_C = r"""
@@ -116,3 +119,17 @@ def measured_fma_peak(threads: int, simd_bits: int) -> float | None:
     (a Zen 4 EPYC's matmuls ran at 120-134% of it). None where the compiler or the run fails."""
     return _run(_FMA_PEAK_C, [f"-DVBYTES={max(16, simd_bits // 8)}", "-DCHAINS=16", f"-DTHREADS={threads}",
                               "-DITERS=4000000"])
+
+
+def memory_bandwidth(mib: int) -> float:
+    """GB/s of a read (torch's `Tensor.sum`, on the threads torch is set to) over `mib` MiB of f32, the best of five: what a
+    decode product streaming its weights from memory is measured against."""
+    import torch
+
+    x = torch.ones(mib * 2**20 // 4)
+    best = math.inf
+    for _ in range(5):
+        t0 = time.perf_counter_ns()
+        x.sum()
+        best = min(best, time.perf_counter_ns() - t0)
+    return mib * 2**20 / best

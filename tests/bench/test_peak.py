@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from emmy_core.bench.peak import measured_fma_peak
+from emmy_core.bench.peak import measured_fma_peak, memory_bandwidth
 
 
 def test_measured_fma_peak_is_a_rate_of_this_machine() -> None:
@@ -34,3 +34,7 @@ def test_measured_dpbf16_peak_runs_only_where_the_cpu_has_the_instruction() -> N
         assert 1.0 < rate < 2_000.0
     else:
         assert rate is None
+
+
+def test_memory_bandwidth_is_a_read_rate() -> None:
+    assert 0.1 < memory_bandwidth(8) < 10_000.0  # GB/s of a read of 8 MiB: inside this on any machine
