@@ -44,7 +44,7 @@ class MatrixTuneReport:
     """One tune of the matrix on one card: the bench report of each setting, and what was planned."""
 
     card: str
-    cases: list[str] = field(default_factory=list)  # "model B=..,S=.." lowered
+    cases: list[str] = field(default_factory=list)  # "model dtype B=..,S=.." lowered
     reports: dict[str, BenchReport] = field(default_factory=dict)  # setting -> report
 
     @property
@@ -80,7 +80,7 @@ def matrix_units(matrix: ServingMatrix, models: Sequence[str] = (),
             text = ",".join(f"{k}={v}" for k, v in shape)
             if shapes and text not in shapes:
                 continue
-            cases.append(f"{m.name} {text}")
+            cases.append(f"{m.name} {m.dtype} {text}")
             units.extend(model_units(m.name, dict(shape), m.dtype))
     return cases, units
 

@@ -5,6 +5,12 @@ with softmax and no mask, output projection, SwiGLU MLP, two residual adds); its
 first norm is `nn.RMSNorm` and its second the decomposed form
 `x * rsqrt(mean(x*x, -1) + eps) * w`, so both spellings are exercised. `llama_stack`
 is four such blocks. `mlp` is LayerNorm -> Linear+GELU -> Linear + residual.
+`decoder_896`, `decoder_2048` and `decoder_4096` are that block at the sizes of real decoders (hidden
+896, 2048 and 4096 with 14, 32 and 32 heads, MLPs of 2816, 5632 and 11008: Qwen2-0.5B-, TinyLlama- and
+Llama-2-7B-like), so that the serving matrix holds products as large as a deployed model's instead of
+leaving the prior to extrapolate there. Their key and value projections are as wide as the query's
+(multi-head attention, as Llama-2-7B has): a grouped-query decoder's narrower ones would need a product
+that broadcasts a key/value head over its query heads, which the reference graph does not express.
 Inputs are `(B, S, hidden)`; `B` and `S` are the dynamic axes.
 """
 
@@ -12,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -88,14 +95,25 @@ class MLP(nn.Module):
         return x + self.fc2(self.act(self.fc1(self.norm(x))))
 
 
-_BUILDERS: dict[str, Callable[[], nn.Module]] = {
-    "llama_block": LlamaBlock,
-    "llama_stack": LlamaStack,
-    "mlp": MLP,
+# name -> (builder, hidden size of its input, its MLP's width)
+_BUILDERS: dict[str, tuple[Callable[[], nn.Module], int, int]] = {
+    "llama_block": (LlamaBlock, HIDDEN, FFN),
+    "llama_stack": (LlamaStack, HIDDEN, FFN),
+    "mlp": (MLP, HIDDEN, MLP_FFN),
+    "decoder_896": (partial(LlamaBlock, hidden=896, heads=14, ffn=2816), 896, 2816),
+    "decoder_2048": (partial(LlamaBlock, hidden=2048, heads=32, ffn=5632), 2048, 5632),
+    "decoder_4096": (partial(LlamaBlock, hidden=4096, heads=32, ffn=11008), 4096, 11008),
 }
 MODEL_NAMES = tuple(sorted(_BUILDERS))
 
 InputsFn = Callable[[Mapping[str, int]], tuple[torch.Tensor, ...]]
+
+
+def model_sizes(name: str) -> tuple[int, int]:
+    """The model's hidden size and its MLP's width, without building it (a real decoder's weights are GBs)."""
+    if name not in _BUILDERS:
+        raise GraphError(f"unknown model {name!r}; known models: {', '.join(MODEL_NAMES)}")
+    return _BUILDERS[name][1], _BUILDERS[name][2]
 
 
 def _perturb_norms(module: nn.Module, gen: torch.Generator) -> None:
@@ -113,7 +131,8 @@ def build_model(name: str, dtype: torch.dtype = torch.float32, seed: int = 0) ->
     if name not in _BUILDERS:
         raise GraphError(f"unknown model {name!r}; known models: {', '.join(MODEL_NAMES)}")
     torch.manual_seed(seed)
-    module = _BUILDERS[name]()
+    build, hidden, _ffn = _BUILDERS[name]
+    module = build()
     _perturb_norms(module, torch.Generator().manual_seed(seed + 1))
     module = module.to(dtype).eval()
 
@@ -122,6 +141,6 @@ def build_model(name: str, dtype: torch.dtype = torch.float32, seed: int = 0) ->
         if unknown or not {"B", "S"} <= set(shape):
             raise GraphError(f"model {name} takes a shape with exactly B and S, got {dict(shape)}")
         gen = torch.Generator().manual_seed(seed + 2)
-        return (torch.randn(shape["B"], shape["S"], HIDDEN, generator=gen).to(dtype),)
+        return (torch.randn(shape["B"], shape["S"], hidden, generator=gen).to(dtype),)
 
     return module, example_inputs

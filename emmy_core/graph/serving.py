@@ -3,7 +3,8 @@
 It is a committed file (`serving_matrix.json` beside this module) read strictly: exact
 keys, known model names (`models.MODEL_NAMES`), shapes with exactly `B` and `S`,
 known cards (`local` or a name of the GPU table), settings from `MATRIX_SETTINGS`, no
-duplicates. An error names the file, the record and the field at fault.
+duplicates. A model may be listed once per dtype (a real decoder is served in f32 and
+in bf16). An error names the file, the record and the field at fault.
 """
 
 from __future__ import annotations
@@ -113,10 +114,10 @@ def parse_serving_matrix(text: bytes | str, source: str = "<serving matrix>") ->
         if m["name"] not in MODEL_NAMES:
             raise ServingMatrixError(f"{where}: field name: unknown model {str(m['name'])[:60]!r}; known: "
                                      f"{', '.join(MODEL_NAMES)}")
-        if any(x.name == m["name"] for x in models):
-            raise ServingMatrixError(f"{where}: field name: model {m['name']!r} listed twice")
         if m["dtype"] not in MODEL_DTYPES:
             raise ServingMatrixError(f"{where}: field dtype: must be one of {', '.join(MODEL_DTYPES)}")
+        if any(x.name == m["name"] and x.dtype == m["dtype"] for x in models):
+            raise ServingMatrixError(f"{where}: field name: model {m['name']!r} listed twice in {m['dtype']}")
         shapes: list[tuple[tuple[str, int], ...]] = []
         for j, s in enumerate(_list(m["shapes"], f"{where}: field shapes")):
             sw = f"{where}: shapes[{j}]"

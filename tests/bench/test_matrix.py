@@ -31,9 +31,9 @@ def test_an_absent_card_is_refused_at_once_naming_the_card_and_the_machine() -> 
 def test_the_matrix_units_are_every_model_at_every_shape() -> None:
     m = load_serving_matrix()
     cases, units = matrix_units(m, ["mlp"])
-    assert cases == ["mlp B=1,S=128", "mlp B=8,S=256", "mlp B=32,S=64", "mlp B=1,S=16"]
+    assert cases == ["mlp f16 B=1,S=128", "mlp f16 B=8,S=256", "mlp f16 B=32,S=64", "mlp f16 B=1,S=16"]
     assert units and all(u.label.startswith("mlp:") for u in units)
-    assert matrix_units(m, ["mlp"], ["B=8,S=256"])[0] == ["mlp B=8,S=256"]
+    assert matrix_units(m, ["mlp"], ["B=8,S=256"])[0] == ["mlp f16 B=8,S=256"]
     with pytest.raises(BenchError, match="not in the serving matrix"):
         matrix_units(m, ["resnet"])
     with pytest.raises(BenchError, match="shape 'B=2,S=2' is not in the serving matrix"):

@@ -37,7 +37,7 @@ def test_graph_show_text_lists_kernels_with_counts_and_forks_with_option_counts(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--model", "resnet"], "known models: llama_block, llama_stack, mlp"),
+        (["--model", "resnet"], "known models: decoder_2048, decoder_4096, decoder_896, llama_block, llama_stack, mlp"),
         (["--model", "mlp", "--shape", "B=2"], "exactly B and S"),
         (["--model", "mlp", "--shape", "B=two"], "--shape"),
         (["--model", "mlp", "--card", "NVIDIA Imaginary"], "unknown card"),
@@ -54,7 +54,7 @@ def test_graph_show_refuses_bad_input_with_exit_2(args: list[str], message: str)
 def test_graph_matrix_prints_the_serving_matrix() -> None:
     res = runner.invoke(app, ["graph", "matrix"])
     assert res.exit_code == 0, res.output
-    assert "llama_block (f16)" in res.output and "cases: 48" in res.output
+    assert "llama_block (f16)" in res.output and "decoder_4096 (bf16)" in res.output and "cases: 192" in res.output
 
 
 def test_graph_show_stage_prints_that_stage_only() -> None:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from emmy_core.graph.models import MODEL_NAMES, build_model
+from emmy_core.graph.models import MODEL_NAMES, build_model, model_sizes
 from emmy_core.graph.serving import (
     DEFAULT_PATH,
     ServingMatrixError,
@@ -21,15 +21,33 @@ def _good() -> dict:
 
 def test_committed_serving_matrix_covers_the_models_cards_and_settings_of_the_gate() -> None:
     m = load_serving_matrix()
-    assert {x.name for x in m.models} == {"llama_block", "mlp"}
+    assert {x.name for x in m.models} == {"llama_block", "mlp", "decoder_896", "decoder_2048", "decoder_4096"}
     assert m.cards == ("local", "NVIDIA H200", "NVIDIA H100 80GB HBM3")
     assert m.settings == ("deploy", "rank")
     assert all(len(x.shapes) >= 2 for x in m.models)
     assert len(m.cases()) == sum(len(x.shapes) for x in m.models) * 3 * 2
     for x in m.models:  # every listed model is built in the repository
         assert x.name in MODEL_NAMES
-        _module, inputs = build_model(x.name)
-        assert inputs(dict(x.shapes[0]))[0].shape[:2] == (x.shapes[0][0][1], x.shapes[0][1][1])
+    _module, inputs = build_model("llama_block")
+    assert inputs({"B": 2, "S": 3})[0].shape == (2, 3, 256)
+
+
+def test_serving_matrix_holds_real_decoder_sizes_in_f32_and_bf16() -> None:
+    """Issue 44: hidden 896-4096 with an MLP 2.5-3.5x the hidden size, at B=1 with S = 1, 16 and 128 and at
+    B=8 with S=128, in f32 and bf16, so the freeze and the prior see products as large as a deployed model's."""
+    m = load_serving_matrix()
+    want = {(("B", 1), ("S", 1)), (("B", 1), ("S", 16)), (("B", 1), ("S", 128)), (("B", 8), ("S", 128))}
+    served: dict[str, set[str]] = {}
+    for x in m.models:
+        if x.name.startswith("decoder_"):
+            assert want <= set(x.shapes), x.name
+            served.setdefault(x.name, set()).add(x.dtype)
+    assert served and all(d == {"f32", "bf16"} for d in served.values())
+    hidden = {model_sizes(name)[0] for name in served}
+    assert min(hidden) == 896 and max(hidden) == 4096
+    for name in served:
+        h, ffn = model_sizes(name)
+        assert 2.5 <= ffn / h <= 3.5, name
 
 
 @pytest.mark.parametrize(
@@ -43,6 +61,7 @@ def test_committed_serving_matrix_covers_the_models_cards_and_settings_of_the_ga
         (lambda d: d["models"][0]["shapes"][1].update(S=True), "models[0]: shapes[1]: field S"),
         (lambda d: d["models"][0]["shapes"][0].update(T=4), "models[0]: shapes[0]: unknown field(s) T"),
         (lambda d: d["models"][0]["shapes"].append(dict(d["models"][0]["shapes"][0])), "listed twice"),
+        (lambda d: d["models"].append(dict(d["models"][0])), "models[8]: field name: model 'llama_block' listed twice"),
         (lambda d: d["cards"].append("NVIDIA Imaginary"), "cards[3]: unknown card"),
         (lambda d: d["settings"].append("fast"), "settings[2]"),
         (lambda d: d.update(models=[]), "field models: must be a non-empty list"),
@@ -100,3 +119,15 @@ def test_serving_matrix_file_that_is_a_fifo_is_refused_at_once_naming_it(tmp_pat
     os.mkfifo(fifo)
     with pytest.raises(ServingMatrixError, match=r"^matrix\.json: cannot read: is a FIFO"):
         load_serving_matrix(fifo)
+
+
+def test_the_real_decoders_lower_to_products_of_their_own_sizes() -> None:
+    """The smallest real decoder lowers whole (no op left to torch), its products at its hidden and MLP widths."""
+    import torch
+
+    from emmy_core.graph.pipeline import compile_model
+
+    lowered = compile_model("decoder_896", {"B": 1, "S": 16}, torch.float32)
+    names = {k.program.name for k in lowered.kernels}
+    assert any("N2816_K896" in n for n in names) and any("N896_K2816" in n for n in names), names
+    assert any("N896_K896" in n for n in names), names
