@@ -262,13 +262,18 @@ class PriorSource(Source):
         return self._scored_pool(kernel, key, options, card)[0]
 
     def schedule(self, fork: Fork, key: ForkKey, blocked: Mapping[str, str], sources: Sources) -> Answer | Miss:
+        library: list[ScheduleOption] = []
         if is_library(fork.default.knobs if isinstance(fork.default, ScheduleOption) else {}) \
                 and option_id(fork.default) not in blocked:
-            # the prior ranks Emmy's candidates among themselves; whether any of them beats torch's own kernel on
-            # this card is a measurement (golden or local), so without one the product runs as torch runs it
-            return Miss("the prior ranks Emmy's kernels, not torch's: the library route is settled by measurement")
+            if not getattr(self.prior, "sees_library", lambda _card: False)(sources.card):
+                # whether Emmy's kernel beats torch's own on this card was never measured here nor learnt on this
+                # card (`Prior.sees_library`): without a measurement the product runs as torch runs it
+                return Miss("the prior never saw torch's kernel measured on this card: the library route is "
+                            "settled by measurement")
+            assert isinstance(fork.default, ScheduleOption)
+            library = [fork.default]  # ranked beside Emmy's: the prior learnt where the library wins here
         options = [o for o in emmy_options(fork) if o.schedule_id not in blocked]
-        options = within_sight(self.prior, busy_at(options, fork.kernel, key), fork)
+        options = library + within_sight(self.prior, busy_at(options, fork.kernel, key), fork)
         if not options:
             return Miss("every option is blocked")
         scores = self._scores(fork.kernel, key, options, sources.card)

@@ -31,7 +31,7 @@ from emmy_core.prior.features import FEATURE_VERSION, fork_features
 from emmy_core.prior.geometry import knob_features
 from emmy_core.prior.price import Curve, curve_key, price, read_curves, scale_of
 from emmy_core.prior.ranking import FIRST, NO_EVIDENCE, RANKER, SOURCES, mode_of, ranked
-from emmy_core.prior.transfer_features import TransferTable, read_table
+from emmy_core.prior.transfer_features import TransferTable, read_table, short_sid
 from emmy_core.prior.trees import ModelFormatError, Trees, parse_model
 from emmy_core.targets.card import Card
 
@@ -60,6 +60,7 @@ class Prior:
         self.blend, self.weight, self.no_evidence, self.diverse = read_ranking(doc["ranking"])
         self._transfer_column = self.features.index(self.blend) if self.blend in self.features else None
         self._knob_columns = knob_features(self.features)
+        self._library_cards: frozenset[str] | None = None  # the cards the fit measured torch's kernel on
 
     @property
     def info(self) -> dict[str, Any]:
@@ -100,6 +101,23 @@ class Prior:
 
         return frozenset(n for n, spec in SCHEDULE_KNOBS.items() if spec.target in ("cpu", "cuda") and n != "mma"
                          and f"k.{n}" not in self.features)
+
+    def sees_library(self, card: Card | None) -> bool:
+        """Whether this prior ranks torch's own kernel beside Emmy's on `card`: it has the route's feature
+        (`k.library`) and its fit measured the library, at this torch's release, on this very card. Where the
+        library was measured on other cards only, what it learned there does not carry: the libraries differ
+        most by maker and generation, the very facts a card of its own describes, and a wrong guess makes a
+        product slower than not compiling; so elsewhere the route stays with measurement (and torch's kernel,
+        the first option)."""
+        if card is None or "k.library" not in self.features:
+            return False
+        if self._library_cards is None:
+            from emmy_core.knobs.route import library_knobs
+
+            lib = short_sid(schedule_id(library_knobs()))
+            self._library_cards = frozenset(c for pool in self.table.pools.values()
+                                             for c, ratios in pool.items() if lib in ratios)
+        return card.name in self._library_cards
 
     def seen(self, card: Card | None) -> bool:
         """Whether the fit measured `card` (its table holds the card's name): a seen card is ranked by the

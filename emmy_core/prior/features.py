@@ -39,20 +39,27 @@ from emmy_core.prior.geometry import Context, candidate_columns, text_code
 from emmy_core.prior.transfer_features import TRANSFER_NAMES
 from emmy_core.targets.card import INSTRUCTION_FLAGS, NUMERIC_FIELDS, Card
 
-FEATURE_VERSION = 4  # 2: the transfer columns (`tr.*`); 3: each other card answers at its nearest sizes;
-# 4: `tr.sim` weighs a card of another vendor less (`emmy_core.targets.similarity`)
+FEATURE_VERSION = 5  # 2: the transfer columns (`tr.*`); 3: each other card answers at its nearest sizes;
+# 4: `tr.sim` weighs a card of another vendor less (`emmy_core.targets.similarity`); 5: the library route is a
+# candidate feature (`k.library`), and a CPU card's vendor and matrix instructions are hardware features
 
 SETTING_FEATURE = {"deploy": 0.0, "rank": 1.0}
 FAMILY_CODES = {"matmul": 0.0, "row": 1.0, "elementwise": 2.0, "extern": 3.0}
+# A CPU card's matrix instructions (its `tensor_cores`) as features: whether torch's library or Emmy's kernel wins
+# a product turns on them (and on the vendor, `hw.is_amd`: the libraries are tuned for their maker's CPUs).
+CPU_FLAGS = {"hw.has_dpbf16": ("avx512_bf16",), "hw.has_amx": ("amx_bf16", "amx_int8"),
+             "hw.has_fp16": ("avx512_fp16",)}
+CPU_FLAG_NAMES: tuple[str, ...] = tuple(CPU_FLAGS)
 HW_NAMES: tuple[str, ...] = (
     *(f"hw.{n}" for n in NUMERIC_FIELDS), "hw.compute_capability", "hw.is_amd",
-    *(f"hw.{n}" for n in INSTRUCTION_FLAGS), "hw.is_cpu", "hw.bw_per_sm", "hw.balance")
+    *(f"hw.{n}" for n in INSTRUCTION_FLAGS), "hw.is_cpu", "hw.bw_per_sm", "hw.balance", *CPU_FLAG_NAMES)
 ST_NAMES: tuple[str, ...] = (
     "st.family", "st.log2_bytes", "st.log2_flops", "st.intensity", "st.log2_parallel", "st.loops", "st.lets",
     "st.reduces", "st.stores", "st.ops", "st.loads", "st.depth", "st.max_width", "st.min_width",
     "st.log2_m", "st.log2_n", "st.log2_k", "st.log2_batch", "st.log2_rows", "st.log2_row", "st.log2_flat",
     "st.log2_inner", "st.name_code", "st.problem_dims", "st.log2_p0", "st.log2_p1", "st.log2_p2")
 REGIME_NAMES: tuple[str, ...] = ("setting.rank",)
+
 
 def _log2(x: float | None) -> float:
     return math.log2(x) if x is not None and x > 0 else math.nan
@@ -65,12 +72,29 @@ def hardware(card: Card | None) -> dict[str, float]:
     n = card.numeric()
     out = {f"hw.{k}": v for k, v in n.items()}
     out["hw.is_cpu"] = 1.0 if card.target == "cpu" else 0.0
+    if card.target == "cpu":
+        vendor = cpu_vendor(card.name)
+        if vendor is not None:
+            out["hw.is_amd"] = 1.0 if vendor == "amd" else 0.0
+        for name, instructions in CPU_FLAGS.items():
+            out[name] = 1.0 if any(i in card.tensor_cores for i in instructions) else 0.0
     if card.sms and card.mem_bw_gbs:
         out["hw.bw_per_sm"] = card.mem_bw_gbs / card.sms
     peak = card.fp32_tflops
     if peak and card.mem_bw_gbs:
         out["hw.balance"] = peak * 1e3 / card.mem_bw_gbs  # flops per byte at the roofline's ridge
     return out
+
+
+def cpu_vendor(name: str) -> str | None:
+    """`amd` or `intel` from a CPU card's name (its model string comes first: `emmy_core.targets.cpu`); None
+    for another maker's or a name that does not say."""
+    low = name.lower()
+    if low.startswith("amd "):
+        return "amd"
+    if low.startswith("intel"):
+        return "intel"
+    return None
 
 
 def _sizes(sizes: Mapping[str, int] | str | None) -> dict[str, int]:

@@ -1,7 +1,8 @@
 """The route fork: torch's own kernel is a candidate of every matrix product, settled like any fork.
 
 Rules, one per test: the library route is a product's first option (and no other kernel's); where nothing
-measured answers, the product runs as torch runs it; the prior ranks Emmy's kernels, never against torch's;
+measured answers, the product runs as torch runs it; the prior ranks torch's kernel only on a card its fit measured
+it on (tests/prior/test_library_prior.py), elsewhere Emmy's kernels only;
 a measured library row competes with Emmy's rows and the faster wins (local and golden alike); a row measured
 with another torch release does not speak for this one; `library=False` offers Emmy's kernels only.
 """
@@ -51,7 +52,7 @@ def test_where_no_measurement_answers_a_product_runs_as_torch_runs_it(proj, tmp_
     assert r.tier == "first" and dict(r.choice.knobs) == library_knobs()  # type: ignore[union-attr]
 
 
-def test_the_prior_ranks_emmys_kernels_and_never_settles_the_route(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_prior_never_settles_the_route_on_a_card_it_never_saw_torchs_kernel_measured_on(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     compiled = explain_with(proj, tmp_path, prior=None)
     r = schedule_of(compiled)
     assert r.tier == "first" and dict(r.choice.knobs) == library_knobs()  # type: ignore[union-attr]

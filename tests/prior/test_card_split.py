@@ -65,7 +65,7 @@ def test_no_card_is_in_both_train_and_validation_of_any_card_fold(small_fit: tup
     assert result.metrics["split"] == "card"
     folds = result.metrics["folds"]
     cards = {f.card_name for f in dataset.forks}
-    assert len(folds) == len(cards) >= 2  # one card per fold: leave one card out
+    assert len(folds) == min(len(cards), 3) and len(cards) >= 2  # small_fit: 3 folds, each holding out whole cards
     validated: list[str] = []
     for fold in folds:  # recorded from the index arrays each fold actually trained and validated on
         assert not set(fold["train_cards"]) & set(fold["validation_cards"])
@@ -383,11 +383,18 @@ def test_a_malformed_transfer_table_or_ranking_is_refused_naming_the_field(
 
 
 def test_the_fit_reports_the_card_split_as_its_headline_beside_the_baselines(small_fit: tuple) -> None:
-    result, _ = small_fit
+    result, dataset = small_fit
     m = result.metrics
     assert m["mean"]["top1"] is not None and "transfer_top1" in m["mean"] and "similar_slowdown" in m["mean"]
+    pools: dict[str, set[tuple[str, str, str]]] = {}
+    for f in dataset.forks:
+        pools.setdefault(f.card_name, set()).add((f.kernel_id, f.sizes, f.setting))
     for card, summary in m["by_card"].items():
-        assert summary["top1_pools"] > 0 and "transfer_top1" in summary and "similar_slowdown" in summary, card
+        # a transfer figure where another card measured one of its pools (a card alone at its sizes has none)
+        shares = any(pools[card] & other for name, other in pools.items() if name != card)
+        assert summary["top1_pools"] > 0 and ("transfer_top1" in summary) == shares, card
+        assert ("similar_slowdown" in summary) == shares, card
+    assert sum(1 for c in pools if any(pools[c] & o for n, o in pools.items() if n != c)) >= 2
     assert set(m["by_family"]) <= {"matmul", "row", "elementwise", "extern"} and m["by_family"]
     assert m["kernel_mean"]["top1"] is not None
     assert transfer_column is not None

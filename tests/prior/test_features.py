@@ -117,3 +117,41 @@ def test_knob_columns_read_each_candidates_own_value_whether_or_not_every_candid
     assert cols["k.par_axis"][0] != cols["k.par_axis"][1] and np.isnan(cols["k.par_axis"][2:]).all()  # text codes
     assert cols["x.block_size_x"].tolist()[2] == 32.0 and np.isnan(cols["x.block_size_x"][[0, 1, 3]]).all()
     assert knob_columns([])["k.tile_m"].shape == (0,)
+
+
+def test_the_library_route_is_a_candidate_feature_beside_emmys_knobs() -> None:
+    """Issue 44: torch's own kernel is featurised (`k.library`, missing for Emmy's candidates), so the prior can
+    learn where the library wins; its release is not a feature (a row of another release is never scored)."""
+    from emmy_core.knobs.route import library_knobs
+    from emmy_core.targets.card import Card
+
+    cpu = Card(name="AMD EPYC 9654 AVX-512 x2", target="cpu", arch="x86_64", compute_capability="",
+               tensor_cores=("avx512_bf16",), source="tests", cores=2, l1d_kib=32.0, l2_kib=1024.0,
+               simd_bits=512)
+    kernel = matmul(128, 2048, 2048, dtype="f32")
+    pool = [library_knobs(), *list(candidates(kernel, cpu))[:3]]
+    rows = fork_features(kernel, {}, cpu, "deploy", pool)
+    lib = _col(rows, "k.library")
+    assert not np.isnan(lib[0]) and np.isnan(lib[1:]).all()
+    assert "k.library_version" not in rows.names
+    assert np.isnan(_col(rows, "k.tile_m")[0]) and not np.isnan(_col(rows, "k.tile_m")[1:]).any()
+
+
+@pytest.mark.parametrize(("name", "matrix", "amd", "dpbf16", "amx"), [
+    ("AMD EPYC (family 25 model 17 stepping 1) AVX-512 x2", ("avx512_bf16",), 1.0, 1.0, 0.0),
+    ("Intel(R) Xeon(R) Processor AVX-512 x2", ("avx512_bf16", "amx_tile", "amx_bf16"), 0.0, 1.0, 1.0),
+    ("Ampere Altra x4", (), None, 0.0, 0.0),
+])
+def test_a_cpu_cards_vendor_and_matrix_instructions_are_hardware_features(
+        name: str, matrix: tuple[str, ...], amd: float | None, dpbf16: float, amx: float) -> None:
+    """Whether the library or Emmy wins turns on the CPU's maker (the libraries are tuned for their own) and
+    its matrix instructions; a name that does not say the maker leaves the vendor missing."""
+    from emmy_core.prior.features import hardware
+    from emmy_core.targets.card import Card
+
+    card = Card(name=name, target="cpu", arch="x86_64", compute_capability="", tensor_cores=matrix,
+                source="tests", cores=2, simd_bits=512)
+    hw = hardware(card)
+    assert hw.get("hw.is_amd") == amd and hw["hw.has_dpbf16"] == dpbf16 and hw["hw.has_amx"] == amx
+    assert hw["hw.has_fp16"] == 0.0 and hw["hw.is_cpu"] == 1.0
+    assert "hw.has_dpbf16" not in hardware(H200)  # a GPU's matrix units are its own flags (hw.has_mma, ...)
