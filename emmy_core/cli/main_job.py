@@ -150,8 +150,8 @@ def fork_section(model: str, dims: dict[str, int], setting: str) -> dict[str, in
     say(compiled.explain(width=width() - 2))
     tiers = compiled.record.tiers()
     if not tiers["golden"]:
-        say(f"(no golden for {card.name} in the freeze: `emmy tune` measures this machine, and the "
-                   "nightly refresh folds its tune files in)")
+        say(f"(no golden for {model}'s kernels on {card.name} in the freeze: `emmy tune` measures this machine, "
+            "and the nightly refresh folds its tune files in)")
     return tiers
 
 
