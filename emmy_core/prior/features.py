@@ -38,6 +38,7 @@ from emmy_core.ir.vocab import dtype_bytes
 from emmy_core.prior.geometry import Context, candidate_columns, text_code
 from emmy_core.prior.transfer_features import TRANSFER_NAMES
 from emmy_core.targets.card import INSTRUCTION_FLAGS, NUMERIC_FIELDS, Card
+from emmy_core.targets.cpu import cpu_vendor
 
 FEATURE_VERSION = 5  # 2: the transfer columns (`tr.*`); 3: each other card answers at its nearest sizes;
 # 4: `tr.sim` weighs a card of another vendor less (`emmy_core.targets.similarity`); 5: the library route is a
@@ -84,17 +85,6 @@ def hardware(card: Card | None) -> dict[str, float]:
     if peak and card.mem_bw_gbs:
         out["hw.balance"] = peak * 1e3 / card.mem_bw_gbs  # flops per byte at the roofline's ridge
     return out
-
-
-def cpu_vendor(name: str) -> str | None:
-    """`amd` or `intel` from a CPU card's name (its model string comes first: `emmy_core.targets.cpu`); None
-    for another maker's or a name that does not say."""
-    low = name.lower()
-    if low.startswith("amd "):
-        return "amd"
-    if low.startswith("intel"):
-        return "intel"
-    return None
 
 
 def _sizes(sizes: Mapping[str, int] | str | None) -> dict[str, int]:

@@ -159,6 +159,17 @@ def microarchitecture(info: dict[str, str], lscpu_text: str = "") -> str | None:
     return None
 
 
+def cpu_vendor(name: str) -> str | None:
+    """`amd` or `intel` from a CPU card's name (its model string comes first: `card_name`); None
+    for another maker's or a name that does not say."""
+    low = name.lower()
+    if low.startswith("amd "):
+        return "amd"
+    if low.startswith("intel"):
+        return "intel"
+    return None
+
+
 def card_name(model: str, microarch: str | None, isa: str, cores: int) -> str:
     """A CPU card's name (the rule is in the module's docstring): the model string, the microarchitecture
     when the string is generic, the widest vector ISA, `x<cores>`."""

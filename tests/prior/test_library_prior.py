@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 
 from emmy_core.compiler import explain
 from emmy_core.evidence.sources import busy_at, within_sight
@@ -20,18 +19,8 @@ from emmy_core.graph.forks import emmy_options, schedule_fork
 from emmy_core.knobs.route import is_library, library_knobs
 from emmy_core.prior import load_prior
 from emmy_core.targets.card import Card
-
-OTHER = Card(name="Test CPU x2", target="cpu", arch="x86_64", compute_capability="", tensor_cores=(),
-             source="tests", cores=2, l1d_kib=32.0, l2_kib=1024.0, l3_kib=8192.0, simd_bits=256, freq_mhz=2000.0)
-
-
-class Proj(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(512, 1536, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.lin(x)
+from tests.evidence.conftest import CARD as OTHER  # a card no freeze measured
+from tests.evidence.conftest import Proj
 
 
 def _library_cards(dataset) -> dict[str, Card]:  # type: ignore[no-untyped-def]
@@ -61,7 +50,7 @@ def test_on_a_card_the_fit_measured_the_library_on_the_prior_ranks_torchs_kernel
         pytest.skip("no committed freeze holds a library row of this torch release")
     card = next(iter(seen.values()))
     torch.manual_seed(0)
-    module, example = Proj().eval(), (torch.randn(2, 8, 512),)
+    module, example = Proj().eval(), (torch.randn(2, 8, 1024),)
     (tmp_path / "freezes").mkdir()
     common = {"freezes": tmp_path / "freezes", "tuning_db": tmp_path / "none.db", "prior": result.artifact_path}
     compiled = explain(module, example, card=card, **common)
