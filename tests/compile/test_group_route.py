@@ -96,9 +96,10 @@ def test_group_route_runs_torch_at_a_size_torch_wins(monkeypatch: pytest.MonkeyP
         got, want = fn(x), model(x)
     torch.testing.assert_close(got, want)
     groups = [g for s in _GRAPHS[before:] for g in s.live_groups()]
-    assert groups and all(g.status.raced for g in groups)
-    assert all("torch's ops measured fastest" in why for g in groups for why in g.status.raced.values())
     report = compile_reports()[before]
+    # a group that was not raced was handed back for another reason (seen once in a full suite run): say which
+    assert groups and all(g.status.raced for g in groups), [f.reason for f in report.fell_back]
+    assert all("torch's ops measured fastest" in why for g in groups for why in g.status.raced.values())
     assert report.ops_on_emmy == 0 and any("measured fastest" in f.reason for f in report.fell_back)
     with torch.no_grad():
         torch.testing.assert_close(fn(x), want)  # the next call at the size runs torch's ops without a new race
