@@ -10,7 +10,10 @@ graphs compiled), then `--repeats` more calls over the first call's lengths, int
 Then the cost of a new prompt length in a size bucket seen before (`ir.sizes.size_bucket`: the longer prompt's):
 a forward at each of 4 lengths never run, its first call's time less its second's (median), beside eager's call.
 
-Run: .venv/bin/python bench/generate.py [--hidden 64,1024] [--dtypes f16,f32] [--tokens 40] [--repeats 5]
+`--local-db` points the local tuning database at an empty one made for the run (as a machine has once `emmy tune`
+or the backend's `tune` option has run on it), where the default leaves it as this machine has it.
+
+Run: .venv/bin/python bench/generate.py [--hidden 64,1024] [--dtypes f16,f32] [--tokens 40] [--repeats 5] [--local-db]
 """
 
 from __future__ import annotations
@@ -50,7 +53,17 @@ def main() -> int:
     ap.add_argument("--prompt", type=int, default=7, help="prompt length")
     ap.add_argument("--repeats", type=int, default=5, help="timed generates after the first, interleaved")
     ap.add_argument("--no-inductor", action="store_true")
+    ap.add_argument("--local-db", action="store_true", help="an empty local tuning database made for the run")
     args = ap.parse_args()
+    if args.local_db:
+        import tempfile
+
+        from emmy_core.store import open_store
+
+        path = Path(tempfile.mkdtemp(prefix="emmy-generate-")) / "autotune.db"
+        open_store(path, "w").close()
+        os.environ["EMMY_TUNING_DB"] = str(path)
+        print(f"local tuning database: an empty one made for this run ({path.name})")
     print(f"bench/generate.py: LlamaForCausalLM, 2 layers, prompt {args.prompt}, {args.tokens} new tokens, "
           f"greedy; threads {torch.get_num_threads()}; load {os.getloadavg()[0]:.2f}")
     print(f"{'dtype':<5} {'hidden':>6} {'contender':<10} {'first call':>11} {'new sizes':>10} {'eager/it':>9} "

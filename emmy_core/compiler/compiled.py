@@ -39,7 +39,7 @@ from emmy_core.graph.errors import GraphError
 from emmy_core.graph.execute import graph_sizes
 from emmy_core.graph.lower import Lowered
 from emmy_core.ir.check import MAX_EXTENT
-from emmy_core.ir.sizes import format_sizes, parse_sizes
+from emmy_core.ir.sizes import format_sizes, parse_sizes, size_bucket
 from emmy_core.targets.card import Card
 from emmy_core.threads import warn_if_spinning
 
@@ -78,6 +78,8 @@ class Compiled:
         self._static = ModelResolver(sources, buckets=buckets)
         self._built = ModelResolver(sources, builder.check, buckets=buckets) if builder is not None else None
         self._plans: dict[str, list[KernelPlan]] = {}
+        self._stale_read: set[frozenset[str]] = set()  # the kernel sets whose stale goldens the record holds
+        self._built_buckets: set[tuple[tuple[str, int], ...]] = set()  # size buckets the building resolver settled
         self._runners = RunnerCache()
         self._building = threading.RLock()  # settling forks, following weights, building runners
         self._weights: dict[str, torch.Tensor] | None = None
@@ -110,13 +112,12 @@ class Compiled:
         finally:
             for note in self.sources.close():
                 self.record.add_note(note)
-        text = format_sizes(sizes)
         resolutions = resolutions_of(plans)
-        keys = {(r.key, r.rule) for r in resolutions}
-        self.record.resolutions = [r for r in self.record.resolutions if (r.key, r.rule) not in keys] + resolutions
-        if text not in self.record.sizes:
-            self.record.sizes.append(text)
-        self.record.add_stale(stale_recordings(self.sources, plans))
+        self.record.settled(resolutions, format_sizes(sizes))
+        kernels = frozenset(p.key.kernel_id for top in plans for p in top.walk())
+        if kernels not in self._stale_read:  # a new size of the same kernels names no other stale golden
+            self._stale_read.add(kernels)
+            self.record.add_stale(stale_recordings(self.sources, plans))
         if self.strict_evidence:
             fell = [r for r in resolutions if r.applied and not r.measured]
             if fell:
@@ -131,8 +132,12 @@ class Compiled:
         if build:
             if self._built is None:
                 raise RuntimeError(self.cannot_run or "this compile resolves only; it builds nothing")
-            self._build_ahead(sizes)
+            bucket = size_bucket(sizes)
+            if bucket not in self._built_buckets:  # a bucket settled before has its kernels built: nothing ahead
+                self._build_ahead(sizes)
             self._plans[text] = self._settle(sizes, self._built)
+            if self._built.buckets:
+                self._built_buckets.add(bucket)
             return self._plans[text]
         return self._settle(sizes, self._static)
 

@@ -60,6 +60,7 @@ class MeasuredSource(Source):
         self._kernels: dict[str, tuple[dict[str, list[Row]], dict[str, tuple[str | None, str | None]]]] = {}
         self._names = dict(names or {})
         self._routes: dict[str, bool] = {}  # kernel id -> whether it has a library route (`knobs.route`)
+        self._library_sid: str | None = None
 
     @abstractmethod
     def _load_kernel(self, kernel_id: str) -> tuple[dict[str, list[Row]], dict[str, tuple[str | None, str | None]]]:
@@ -109,7 +110,9 @@ class MeasuredSource(Source):
             self._routes[kid] = routes(view(kernel))
         if not self._routes[kid]:
             return None
-        sid = ScheduleOption.of(library_knobs()).schedule_id
+        if self._library_sid is None:  # torch's release does not change within a process
+            self._library_sid = ScheduleOption.of(library_knobs()).schedule_id
+        sid = self._library_sid
         return sid, next((r for r in rows if r.schedule_id == sid), None)
 
     def _option(self, fork: Fork, schedule_id: str) -> ScheduleOption | None:
@@ -289,7 +292,10 @@ class LocalSource(StoreSource):
     """Tier 2: the local tuning database, opened read-only at the first fork that reaches it.
 
     Missing, locked, of another version or unreadable: skipped, with the reason as its note
-    (the duckdb module itself is imported only then, so a compile imports without it).
+    (the duckdb module itself is imported only then, so a compile imports without it). Once read, the file is
+    opened again only to read a kernel not read yet: a server's every new length asks for the kernels it has
+    read already, and opening the database for each (20 ms here) was most of what a new length cost once a tune
+    had made the file.
     """
 
     def __init__(self, path: Path | None, card: str, setting: str,
@@ -299,15 +305,27 @@ class LocalSource(StoreSource):
         self._opener = opener
         self._why: str | None = None
         self._opened = False
+        self._read_as: tuple[str, int, int, int] | None = None  # the file as last opened whole: path, inode, mtime, size
+
+    @staticmethod
+    def _stamp(path: Path) -> tuple[str, int, int, int] | None:
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        return str(path), st.st_ino, st.st_mtime_ns, st.st_size
+
+    def _path(self) -> Path:
+        from emmy_core.store.connect import default_db_path
+
+        return Path(self.path) if self.path is not None else default_db_path()
 
     def _open(self) -> None:
         if self._opened:
             return
         self._opened = True
         self._why = None  # opened again (after a close): the file may have come since
-        from emmy_core.store.connect import default_db_path
-
-        path = Path(self.path) if self.path is not None else default_db_path()
+        path = self._path()
         self.label = str(path)
         if not path.is_file():
             self._why = f"no tuning database at {path} (skipped)"
@@ -323,10 +341,27 @@ class LocalSource(StoreSource):
             self._why = f"tuning database {path} not read: {exc} (skipped)"
         except Exception as exc:  # StoreError, StoreLockedError, VersionMismatchError: the message names why
             self._why = f"tuning database skipped: {str(exc)[:300]}"
+        self._read_as = self._stamp(path) if self.store is not None else None
 
     def unavailable(self) -> str | None:
+        if not self._opened and self._read_as is not None and self._stamp(self._path()) == self._read_as:
+            return None  # read before and unchanged since: it is opened when a kernel not read yet is asked for
         self._open()
         return self._why
+
+    def _pool(self, key: ForkKey) -> tuple[list[Row], tuple[str | None, str | None] | None]:
+        if key.kernel_id not in self._kernels:
+            self._open()
+            if self.store is None:  # not readable this time: nothing kept, so a later read tries again
+                return [], None
+        return super()._pool(key)
+
+    def _knobs(self, schedule_id: str) -> dict[str, object] | None:
+        if schedule_id not in self._knob_cache:
+            self._open()
+            if self.store is None:
+                return None
+        return super()._knobs(schedule_id)
 
     @property
     def skipped(self) -> str | None:

@@ -109,6 +109,23 @@ class ResolutionRecord:
     notes: list[str] = field(default_factory=list)  # sources skipped or refused, and why
     stale: list[StaleRecording] = field(default_factory=list)
     sizes: list[str] = field(default_factory=list)  # model sizes resolved, in order
+    _at: dict[tuple[ForkKey, str], int] = field(default_factory=dict, repr=False, compare=False)
+
+    def settled(self, resolutions: list[Resolution], sizes: str) -> None:
+        """Takes in one size's resolutions: each (key, rule) settled before is replaced where it stands, a new one
+        appended; `sizes` joins the sizes resolved. In time of the resolutions given, not of the record: a server
+        meets a new length at every call, and the record of every length before is what it has already."""
+        if len(self._at) != len(self.resolutions):  # the list was set or edited from outside: index it again
+            self._at = {(r.key, r.rule): i for i, r in enumerate(self.resolutions)}
+        for r in resolutions:
+            at = self._at.get((r.key, r.rule))
+            if at is None:
+                self._at[(r.key, r.rule)] = len(self.resolutions)
+                self.resolutions.append(r)
+            else:
+                self.resolutions[at] = r
+        if sizes not in self.sizes:
+            self.sizes.append(sizes)
 
     def add_note(self, note: str) -> None:
         if note and note not in self.notes:

@@ -26,8 +26,16 @@ def identity_text(kernel: Kernel) -> str:
 
 
 def kernel_id(kernel: Kernel) -> str:
-    """sha256 hex digest naming a kernel exactly (read `IDENTITY_VERSION` at call time)."""
+    """sha256 hex digest naming a kernel exactly (read `IDENTITY_VERSION` at call time). Kept on the kernel beside
+    the version it was hashed under: a new prompt length settles the same kernels again, and hashing their text at
+    every size was a share of what a new length costs."""
     from emmy_core.ir import identity as _self  # the live module value, so a patched version re-keys
 
-    payload = f"emmy-kernel-identity/{_self.IDENTITY_VERSION}\n{identity_text(kernel)}"
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+    version = _self.IDENTITY_VERSION
+    kept = kernel.__dict__.get("_identity")
+    if kept is not None and kept[0] == version:
+        return kept[1]
+    payload = f"emmy-kernel-identity/{version}\n{identity_text(kernel)}"
+    digest = hashlib.sha256(payload.encode("utf-8")).hexdigest()
+    object.__setattr__(kernel, "_identity", (version, digest))
+    return digest

@@ -389,8 +389,8 @@ def test_check_outputs_uses_the_harness_tolerance() -> None:
 
 
 def test_check_outputs_at_once_agrees_with_the_full_comparison() -> None:
-    """The five-op path (`_close_at_once`) passes exactly what the full comparison in f64 passes: values on either
-    side of the tolerance, torch's infinities and NaNs, an empty output, 16-bit and f64 outputs."""
+    """The quick path (`_close_at_once`) passes exactly what the full comparison in f64 passes: values on either
+    side of the tolerance, infinities and NaNs on either side, an empty output, 16-bit and f64 outputs."""
     from emmy_core.bench.reference import RTOL
     from emmy_core.compiler.compare import _close_at_once
 
@@ -402,7 +402,10 @@ def test_check_outputs_at_once_agrees_with_the_full_comparison() -> None:
              (want.bfloat16(), want.float(), "bf16"), ((want + 1.5 * edge).float(), want.float(), "f32")]
     inf = want.clone()
     inf[5] = float("inf")
-    cases += [(inf, inf, "f32"), (want, inf, "f32"), (inf, want, "f32"), (torch.empty(0), torch.empty(0), "f32")]
+    nan = want.clone()
+    nan[7] = float("nan")
+    cases += [(inf, inf, "f32"), (want, inf, "f32"), (inf, want, "f32"), (torch.empty(0), torch.empty(0), "f32"),
+              (nan, want, "f32"), (want, nan, "f32"), (nan, nan, "f32")]
     for got, ref, dtype in cases:
         full = check_outputs([got], [ref], dtype) is None
         assert not _close_at_once(got, ref, RTOL[dtype]) or full  # never passes what the full comparison refuses

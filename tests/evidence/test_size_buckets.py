@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from emmy_core.evidence.context import open_sources
 from emmy_core.evidence.model import ModelResolver
 from emmy_core.ir.sizes import size_bucket
@@ -47,3 +49,67 @@ def test_a_measurement_at_the_new_size_is_settled_as_ever(proj, tmp_path: Path) 
     assert not any("size bucket" in r.note for p in plan.walk() for r in p.resolutions)
     sched = next(r for p in plan.walk() for r in p.resolutions if r.rule == "schedule")
     assert sched.tier == "local" and dict(sched.choice.knobs) == fast  # type: ignore[union-attr]
+
+
+def test_a_new_size_reads_the_rows_read_before_without_opening_the_database(  # type: ignore[no-untyped-def]
+        proj, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server's every new length settles kernels it has read the local rows of: the database is opened again
+    for a kernel not read yet or a file changed since, not at every size (an open took 20 ms, five times a
+    length, once a tune had made the file)."""
+    import emmy_core.store as store_module
+
+    _, _, lowered = proj
+    top = kernels_of(lowered)[0]
+    fast = dict(candidates(top, CARD)[3])
+    db = write_db(tmp_path / "tune.db", Setup().row(top, fast, 1.0, {"T": 60}))
+    opens: list[object] = []
+    real = store_module.open_store
+
+    def counted(*args: object, **kwargs: object) -> object:
+        opens.append(args[0])
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store_module, "open_store", counted)
+    sources = open_sources(CARD, "deploy", freezes=tmp_path, tuning_db=db, library=False)
+    resolver = ModelResolver(sources, buckets=True)
+
+    def settle(s: int) -> list:  # type: ignore[type-arg]
+        try:
+            return resolver.model(lowered, {"B": 1, "S": s})
+        finally:
+            sources.close()  # as a compile does after every size: the lock released
+
+    settle(40)
+    read = len(opens)
+    assert read >= 1
+    for s in (41, 42, 43):
+        settle(s)
+    plan = settle(60)[0]  # a row at exactly this size still answers, from the rows read at the first
+    assert len(opens) == read
+    sched = next(r for p in plan.walk() for r in p.resolutions if r.rule == "schedule")
+    assert sched.tier == "local" and dict(sched.choice.knobs) == fast  # type: ignore[union-attr]
+    write_db(db, Setup().row(top, fast, 0.9, {"T": 61}))  # the file changed: read again
+    settle(44)
+    assert len(opens) == read + 1
+
+
+def test_the_record_takes_a_sizes_resolutions_in_place(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`ResolutionRecord.settled`: a fork settled again replaces its resolution where it stands, a new one is
+    appended, each size listed once; a list set from outside is indexed again."""
+    from emmy_core.evidence.model import resolutions_of
+    from emmy_core.evidence.resolution import ResolutionRecord
+
+    _, _, lowered = proj
+    sources = open_sources(CARD, "deploy", freezes=tmp_path, tuning_db=tmp_path / "none.db", library=False)
+    resolver = ModelResolver(sources, buckets=True)
+    at40, at50 = (resolutions_of(resolver.model(lowered, {"B": 1, "S": s})) for s in (40, 50))
+    record = ResolutionRecord("m", CARD.name, "deploy")
+    record.settled(at40, "B=1,S=40")
+    record.settled(at50, "B=1,S=50")
+    assert record.resolutions == at40 + at50 and record.sizes == ["B=1,S=40", "B=1,S=50"]
+    again = [r.__class__(**{**r.__dict__, "note": "again"}) for r in at40]
+    record.settled(again, "B=1,S=40")
+    assert record.resolutions == again + at50 and record.sizes == ["B=1,S=40", "B=1,S=50"]
+    record.resolutions = list(at50)
+    record.settled(at40, "B=1,S=40")
+    assert record.resolutions == at50 + at40
