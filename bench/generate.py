@@ -8,7 +8,8 @@ from the same prompt with each contender: the first `generate` (Dynamo's compile
 every new size: what a user's first call costs), one from a longer prompt (every cache length new, the
 graphs compiled), then `--repeats` more calls over the first call's lengths, interleaved (median). The tokens must equal eager's. Ratios are eager's time over each contender's.
 Then the cost of a new prompt length in a size bucket seen before (`ir.sizes.size_bucket`: the longer prompt's):
-a forward at each of 4 lengths never run, its first call's time less its second's (median), beside eager's call.
+a forward (a graph of its own, first called at one length of that bucket) at each of 4 lengths never run, its
+first call's time less its second's (median), beside eager's call.
 
 `--local-db` points the local tuning database at an empty one made for the run (as a machine has once `emmy tune`
 or the backend's `tune` option has run on it), where the default leaves it as this machine has it.
@@ -98,7 +99,12 @@ def main() -> int:
                         t0 = time.perf_counter()
                         m.generate(ids, max_new_tokens=args.tokens, min_new_tokens=args.tokens, do_sample=False)
                         times[name].append(time.perf_counter() - t0)
-                lengths = [args.prompt + args.tokens + 1 + i for i in range(4)]  # the longer prompt's bucket
+                # the longer prompt's bucket; a call without generate's arguments is a graph of its own, first called
+                # at `warm` (its first size: a race, builds), so that the lengths timed are new sizes of a seen bucket
+                warm = args.prompt + args.tokens + 1
+                lengths = [warm + 1 + i for i in range(4)]
+                for m in models.values():
+                    m(torch.randint(0, 1000, (1, warm), generator=torch.Generator().manual_seed(warm)))
                 extra: dict[str, list[float]] = {k: [] for k in models}
                 call: dict[str, list[float]] = {k: [] for k in models}
                 for n in lengths:

@@ -117,9 +117,12 @@ class ModelResolver:
         """The plan of `program` at `sizes` (a superset of its dynamic axes is fine)."""
         own = _own_sizes(program, sizes)
         key = ForkKey.of(program, own, self.sources.card.name, self.sources.setting)
-        if key in self.plans:
-            return self.plans[key]
         bucket = (key.kernel_id, size_bucket(own))
+        if key in self.plans:  # settled here, or handed in settled (`Compiled._build_ahead`): its bucket's too
+            plan = self.plans[key]
+            if self.buckets and own:
+                self._bucketed.setdefault(bucket, plan)
+            return plan
         if self.buckets and own and bucket in self._bucketed and not self._measured_at(program, key):
             first = self._bucketed[bucket]
             plan = resized(first, own, key.card, key.setting,
