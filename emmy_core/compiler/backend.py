@@ -42,7 +42,7 @@ from emmy_core.compiler.handover import copy_graph, drop_graphargs, lifted_float
 from emmy_core.evidence.context import PriorArg, PriorUnavailableWarning, open_sources
 from emmy_core.evidence.freeze import FreezesArg
 from emmy_core.evidence.sources import Sources
-from emmy_core.graph.attention import decompose_sdpa, torch_wins
+from emmy_core.graph.attention import attention_mask, decompose_sdpa, torch_wins, with_fused_attention
 from emmy_core.graph.dynamo import describe, is_compute, matmul_flops, value
 from emmy_core.graph.dynamo_graph import to_graph
 from emmy_core.graph.lower import Lowered
@@ -145,10 +145,10 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
     `check=False` skips the check against torch at each new size (for timing the check's cost only);
     `build=False` only partitions and settles forks at each size run, while torch computes (what `emmy explain`
     uses: the coverage and the record of a card this machine cannot run); `attention` says where
-    `scaled_dot_product_attention` runs: `"auto"`, rewritten as Emmy's matmuls and softmax where those are
-    measured to win (`emmy_core.graph.attention.torch_wins`: on a CPU every attention but a decode step's or
-    one under a mask given as a tensor)
-    and torch's fused kernel elsewhere; `True`, always rewritten;
+    `scaled_dot_product_attention` runs: `"auto"`, rewritten as Emmy's matmuls and softmax, and the group
+    holding it raced against torch's fused kernel (with the library route on), but a decode step's or one under a
+    mask given as a tensor, left to torch's fused kernel (`emmy_core.graph.attention.torch_wins` says why);
+    `True`, always rewritten;
     `False`, always torch's. `fallback` says how the ops left to torch run: `eager`, one by one as torch
     runs them, or `inductor`, compiled by Inductor around the Emmy groups (`emmy_core.compiler.opaque`:
     each group one op Inductor does not look into), so that a mask's index math, rotary tables and
@@ -219,8 +219,13 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
             own = Compiled(lowered[sub_name], the_card, setting, own_sources, strict_evidence=False,
                            device=torch.device(device), builder=builder, buckets=True) \
                 if own_sources is not None and builder is not None else None
-            group = EmmyGroup(sub, tr, compiled, nodes, state.notes.append, check, resolve_only=not build,
-                              route=library, own=own, tune=tuner)
+            # torch's side (the reference, the race's contender, the fallback) runs a whole attention as torch's
+            # fused kernel, not as the decomposition Emmy lowers: the race measures Emmy's against torch's own
+            torch_side = with_fused_attention(sub) or sub
+            call = next(n for n in gm.graph.nodes if n.op == "call_module" and n.target == sub_name)
+            kept = frozenset(i for i, a in enumerate(call.args) if isinstance(a, fx.Node) and a.target is attention_mask)
+            group = EmmyGroup(torch_side, tr, compiled, nodes, state.notes.append, check, resolve_only=not build,
+                              route=library, own=own, tune=tuner, kept=kept)
             setattr(gm, sub_name, group)
             state.add(group)
         gm.recompile()

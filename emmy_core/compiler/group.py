@@ -77,9 +77,13 @@ class EmmyGroup(nn.Module):
     def __init__(self, torch_sub: fx.GraphModule, translated: Translated, compiled: Compiled,
                  nodes: tuple[str, ...], note: Callable[[str], None], check: bool = True,
                  resolve_only: bool = False, route: bool = False, own: Compiled | None = None,
-                 tune: Callable[[Compiled, dict[str, int]], str] | None = None) -> None:
+                 tune: Callable[[Compiled, dict[str, int]], str] | None = None,
+                 kept: frozenset[int] = frozenset()) -> None:
         super().__init__()
         self.torch_sub = torch_sub
+        # arguments made from the sizes alone (a causal mask): the check's and the race's fresh inputs keep them as
+        # given, so both sides compute the model's own function (torch's fused attention reads no mask at all)
+        self._kept = kept
         self.translated = translated
         self.compiled = compiled
         self.own = own if route else None
@@ -224,10 +228,11 @@ class EmmyGroup(nn.Module):
         return False
 
     def _fresh(self, args: Sequence[Any]) -> list[Any]:
-        """`args` with every activation replaced by random values of its shape and type (weights kept): the
-        check and the race run on these, so a group that writes into its inputs changes nothing of the caller's."""
+        """`args` with every activation replaced by random values of its shape and type (weights and what the sizes
+        alone make kept): the check and the race run on these, so a group that writes into its inputs changes
+        nothing of the caller's."""
         gen = torch.Generator(device="cpu").manual_seed(len(self._runners))
-        params = {pos for _, pos in self.translated.params}
+        params = {pos for _, pos in self.translated.params} | self._kept
         return [a if not isinstance(a, torch.Tensor) or i in params else
                 torch.randn(a.shape, generator=gen).to(dtype=a.dtype, device=a.device)
                 for i, a in enumerate(args)]

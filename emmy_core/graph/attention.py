@@ -31,10 +31,12 @@ where there was one). A key and value of one head broadcast over the query heads
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import operator
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -140,34 +142,26 @@ TENSOR_MASK = ("a mask given as a tensor: torch's fused attention reads it as it
 
 
 def torch_wins(node: fx.Node) -> str | None:
-    """Why torch's fused attention is expected to beat Emmy's decomposition for this attention node
-    (`attention="auto"`), or None where Emmy's is expected to win: on a CPU a query of one position (a decode
-    step), or a mask given as a tensor, is torch's; every other attention, and any attention elsewhere (no
-    measurement yet), is Emmy's.
+    """Why an attention node stays torch's fused kernel without a race (`attention="auto"`), or None where Emmy's
+    decomposition is raced against it: on a CPU a query of one position (a decode step), or a mask given as a
+    tensor, is torch's; every other attention is rewritten, and the group holding it races torch's fused kernel
+    at the first size of each size bucket (`with_fused_attention`: torch's side of the group runs
+    `scaled_dot_product_attention` itself), so the machine at hand settles it.
 
-    A mask given as a tensor (a padded batch's): Emmy's decomposition makes it at the scores' full shape, finds
-    the queries it masks throughout, and multiplies their output by 0, at every call. On an Intel Xeon (AVX-512,
-    2 cores; `bench/attention.py --mask tensor --dims 64`) that took Emmy's attention from 0.63-0.73x torch's
-    to 0.52-0.58x, and a whole `transformers` Llama with a left-padded batch (hidden 256 and 1024) ran
-    4.30 ms and 79.0 ms with torch's attention against 4.77 ms and 82.6 ms with Emmy's.
+    What stays a rule, and why no race settles it:
+    - A decode step: its cache is one position longer at every call, a size the group has never run, and every
+      new size is settled, built and checked (`bench/generate.py`: 15-32 ms a token beyond eager's 3-11 ms in
+      f16 when Emmy took it); with torch's the groups around it keep their sizes.
+    - A mask given as a tensor (a padded batch's): Emmy's decomposition reads it spread over every head and row,
+      made by torch at every call, and the group holds that spread mask, not the one torch's kernel reads, so
+      torch's side of its race cannot be torch's fused kernel. On an Intel Xeon (AVX-512, 2 cores;
+      `bench/attention.py --mask tensor --dims 64`) Emmy's ran at 0.52-0.58x torch's speed, and a
+      `transformers` Llama with a left-padded batch ran 4.30 / 79.0 ms with torch's attention against
+      4.77 / 82.6 ms with Emmy's.
 
-    The rest was measured on an AMD EPYC (AVX-512, 2 cores), untuned, torch's time over Emmy's. On the Xeon the
-    causal case loses too (0.67-0.81x at head dimension 64; the padded Llama above without its padding, 4.44 and
-    83.0 ms against 4.02 and 79.9 ms): the rule is one card's, and a choice measured per card would replace it.
-    - `bench/attention.py` (causal grouped-query attention, 8 query heads, 2 key heads, B=1): f32 1.07-1.63x
-      at head dimensions 64 and 128 (B=8: 1.07x), 0.95-1.16x at 32, 0.79-0.99x at 16 for lengths 128-512; f16
-      2.8-3.4x. A mask given as a tensor, made at every call: 1.10x at 64, 0.77-0.91x at 16. At length 16 the
-      group's fixed cost (50 us) decides: 0.5x.
-    - In a whole Llama layer (the attention's group shares its cost with the projections'), f32 with Emmy's
-      attention against torch's: 1.05-1.07x at hidden 64 (head dimension 16, length 128), 0.97-0.99x at
-      length 512, 1.03x at length 16, 1.07-1.09x at hidden 128 (head dimension 32, B=4, length 256).
-    Once prepared launches wrote only their per-call pointers (`Launch.over`), the same bench gave 1.02-1.08x at
-    head dimension 16, 1.30-1.43x at 64 and 1.55-1.70x at 128 (lengths 128 and 512).
-    Emmy's once lost everywhere in f32 (0.56-0.64x): the causal mask was made afresh at every call
-    (`attention_mask` now keeps it per shape). In a decode step the cache is one position longer at every call,
-    a size the group has never run: with Emmy's attention each new length settled and checked its group
-    again (`bench/generate.py`: 15-32 ms a token beyond eager's 3-11 ms, f16), with torch's the groups
-    around it keep their sizes."""
+    The causal case was once this rule's too (Emmy's on every CPU); the race replaced it: on an AMD EPYC (AVX-512,
+    2 cores) Emmy's was 1.30-1.70x torch's fused kernel in f32 from head dimension 64 and 2.8-3.4x in f16, on an
+    Intel Xeon 0.67-0.81x."""
     q = _value(node.args[0]) if node.args else None
     if not isinstance(q, torch.Tensor) or q.device.type != "cpu":
         return None
@@ -176,6 +170,59 @@ def torch_wins(node: fx.Node) -> str | None:
     if isinstance(_value(_arg(node, 3, "attn_mask", None)), torch.Tensor):
         return TENSOR_MASK
     return None
+
+
+FUSED_FORM = "emmy_fused_attention"  # node.meta key of a decomposition's output: the attention call it replaced
+
+
+@dataclass(frozen=True)
+class FusedForm:
+    """The attention call a decomposition replaced, kept on the decomposition's output: what `with_fused_attention`
+    puts back, so that torch's side of a race runs torch's fused kernel. Its operands are named by the nodes of
+    the decomposition that read them (a group holding it reads them under other names: a placeholder of the
+    group's, an output of the group before). Only an attention without a mask given as a tensor has one (that
+    mask is not what the group reads)."""
+
+    q: tuple[str, int]  # each operand as the decomposition's node that reads it, and where in its arguments
+    k: tuple[str, int]
+    v: tuple[str, int]
+    causal: bool
+    scale: float
+    gqa: bool
+    made: tuple[str, ...]  # the decomposition's nodes, its output last
+
+
+def with_fused_attention(sub: fx.GraphModule) -> fx.GraphModule | None:
+    """A copy of a group's torch graph with every whole attention decomposition in it (`decompose_sdpa`) put back as
+    torch's `scaled_dot_product_attention`, or None where there is none: torch's side of the group's race and its
+    fallback then run torch's fused attention, not the decomposition's ops one by one, so that the race measures
+    Emmy's attention against the kernel torch itself would run. A decomposition split between groups, or one whose
+    operands or middle values the group does not hold alone, is left as it is."""
+    graph = copy.deepcopy(sub.graph)
+    # the decomposition's own nodes by name (a group reading a value another group made holds it as a placeholder
+    # of that value's name: not a node of the decomposition)
+    nodes = {n.name: n for n in graph.nodes if n.op == "call_function"}
+    done: list[FusedForm] = []
+    for out in [n for n in graph.nodes if FUSED_FORM in n.meta]:
+        form: FusedForm = out.meta[FUSED_FORM]
+        if not all(name in nodes for name in form.made) or \
+                not all(i < len(nodes[name].args) for name, i in (form.q, form.k, form.v)):
+            continue
+        q, k, v = (nodes[name].args[i] for name, i in (form.q, form.k, form.v))
+        with graph.inserting_after(out):
+            fused = graph.call_function(F.scaled_dot_product_attention, (q, k, v),
+                                        {"is_causal": form.causal, "scale": form.scale, "enable_gqa": form.gqa})
+        out.replace_all_uses_with(fused)
+        fused.meta = {key: value for key, value in out.meta.items() if key != FUSED_FORM}
+        done.append(form)
+    if not done:
+        return None
+    graph.eliminate_dead_code()
+    left = {n.name for n in graph.nodes if n.op == "call_function"} & {name for form in done for name in form.made}
+    if left:  # a middle value the group hands out: torch would compute the attention twice
+        return None
+    graph.lint()
+    return fx.GraphModule(sub, graph)
 
 
 def decompose_sdpa(gm: fx.GraphModule, consts: dict[str, float],
@@ -267,6 +314,7 @@ def _rewrite(graph: fx.Graph, node: fx.Node, consts: dict[str, float]) -> bool:
     if add is None:
         return False
     the_scale = scale if isinstance(scale, fx.Node) else scale_value
+    before = set(graph.nodes)
     with graph.inserting_before(node):
         rows = q
         if repeat > 1:  # the query heads of one key head stacked as rows: [..., Hk, r * L, D], a view of q
@@ -287,6 +335,14 @@ def _rewrite(graph: fx.Graph, node: fx.Node, consts: dict[str, float]) -> bool:
             out = add(operator.mul, out, keep)
         if repeat > 1:  # back to [..., H, L, D]
             out = add(torch.flatten, add(torch.unflatten, out, -2, (repeat, -1)), -4, -3)
+    if mask is None:  # the mask torch makes (`attention_mask`) runs outside any group: not part of the form
+        made = [n for n in graph.nodes if n.op == "call_function" and n not in before and n.target is not attention_mask]
+
+        def reader(x: fx.Node) -> tuple[str, int]:  # an operand by the decomposition's node that reads it
+            return next((n.name, i) for n in made for i, a in enumerate(n.args) if a is x)
+
+        out.meta[FUSED_FORM] = FusedForm(reader(q), reader(k), reader(v), causal, scale_value, gqa,
+                                         tuple(n.name for n in made))
     node.replace_all_uses_with(out)
     graph.erase_node(node)
     return True
