@@ -174,7 +174,8 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
         the_card = card_of(card)
         name = f"graph{len(_GRAPHS)}"
         if build:
-            device = the_card.target if the_card.target == "cpu" else "cuda"
+            # a GPU card without a GPU runs here only under Triton's interpreter, on the CPU's tensors
+            device = "cuda" if the_card.target != "cpu" and torch.cuda.is_available() else "cpu"
         else:  # resolving only: the partition is the one the inputs' device would get
             device = next((t.device.type for t in example_inputs if isinstance(t, torch.Tensor)), "cpu")
         params = {ph.name for ph, ex in zip((n for n in gm.graph.nodes if n.op == "placeholder"), example_inputs,

@@ -129,3 +129,20 @@ def test_a_race_emmys_attention_loses_runs_torchs_fused_attention(monkeypatch: p
     assert all("torch's ops measured fastest" in why for why in group.status.raced.values())
     torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(again, got)
+
+
+def test_on_a_gpu_card_the_attention_group_races_torchs_fused_attention_under_the_interpreter() -> None:
+    """The same plumbing on the Triton path (SDPA's fused kernels on a GPU), run here by Triton's interpreter."""
+    from emmy_core.codegen.triton_gen import interpreting
+
+    if not interpreting() or torch.cuda.is_available():
+        pytest.skip("Triton's interpreter is off in this process, or a GPU is here")
+    torch.manual_seed(0)
+    model, x = Attention().eval(), torch.randn(1, 8, 64)
+    before = len(_GRAPHS)
+    fn = torch.compile(model, backend=emmy_backend(card="NVIDIA H200", prior=False), dynamic=False)
+    with torch.no_grad():
+        torch.testing.assert_close(fn(x), model(x), rtol=1e-4, atol=1e-4)
+    group = _attention_group(before)
+    assert type(group.compiled.builder.backend).__name__ == "TritonBackend"  # type: ignore[union-attr]
+    assert _targets(group.torch_sub) & SDPA and group.status.races

@@ -299,3 +299,32 @@ def test_a_group_whose_torch_ops_write_into_an_input_is_never_checked_on_the_cal
     assert check(SimpleNamespace(torch_sub=torch.fx.symbolic_trace(pure))) is False
     assert check(SimpleNamespace(torch_sub=torch.fx.symbolic_trace(writes))) is True
     assert check(SimpleNamespace(torch_sub=torch.fx.symbolic_trace(copies))) is True
+
+
+def test_a_gpu_cards_group_route_runs_under_tritons_interpreter() -> None:
+    """The route on a GPU card, its plumbing on the CPU: Emmy's kernels built as Triton (run by the interpreter),
+    every product's first option torch's own kernel, the same group on Emmy's kernels only beside it, and the
+    race against torch's ops; the answer is eager's whatever wins. Timed on a GPU only when one is lent."""
+    from emmy_core.codegen.triton_gen import interpreting
+
+    if not interpreting() or torch.cuda.is_available():
+        pytest.skip("Triton's interpreter is off in this process, or a GPU is here (the GPU tests time the route)")
+    raced: list[set[str]] = []
+    real = be.race
+
+    def counted(sides: dict[str, Callable[[], object]]) -> object:
+        raced.append(set(sides))
+        return real(sides)
+
+    torch.manual_seed(0)
+    model, x = Mlp().eval(), torch.randn(3, 32)
+    before = len(_GRAPHS)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(be, "race", counted)
+        fn = torch.compile(model, backend=emmy_backend(card="NVIDIA H200", prior=False), dynamic=False)
+        with torch.no_grad():
+            torch.testing.assert_close(fn(x), model(x))
+    groups = [g for s in _GRAPHS[before:] for g in s.live_groups()]
+    assert groups and all(type(g.compiled.builder.backend).__name__ == "TritonBackend" for g in groups)  # type: ignore[union-attr]
+    assert raced and all({"emmy", "own", "torch"} <= sides for sides in raced), raced
+    assert all(g.status.races for g in groups)
