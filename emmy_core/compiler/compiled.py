@@ -57,6 +57,9 @@ def card_of(card: str | Card) -> Card:
     return resolve_card(card)
 
 
+PLANS_KEPT = 64  # sizes whose settled plans a bucketed compile keeps (the runners keep fewer: `RunnerCache`)
+
+
 class Compiled:
     """A compiled model: call it like the module; forks are settled and buffers allocated once per size."""
 
@@ -112,14 +115,16 @@ class Compiled:
         finally:
             for note in self.sources.close():
                 self.record.add_note(note)
-        resolutions = resolutions_of(plans)
-        self.record.settled(resolutions, format_sizes(sizes))
+        # a plan taking its bucket's choices adds nothing to the record but its size: its forks are the bucket's
+        # first size's, recorded there (a server meets thousands of lengths; each kept them all, 49 KiB a length
+        # of a tiny Llama)
+        self.record.settled(resolutions_of([p for p in plans if not p.bucket_of]), format_sizes(sizes))
         kernels = frozenset(p.key.kernel_id for top in plans for p in top.walk())
         if kernels not in self._stale_read:  # a new size of the same kernels names no other stale golden
             self._stale_read.add(kernels)
             self.record.add_stale(stale_recordings(self.sources, plans))
         if self.strict_evidence:
-            fell = [r for r in resolutions if r.applied and not r.measured]
+            fell = [r for r in resolutions_of(plans) if r.applied and not r.measured]
             if fell:
                 raise StrictEvidenceError(self.record, fell)
         return plans
@@ -128,7 +133,12 @@ class Compiled:
         """The settled plans at `sizes`: built ones when asked (and cached), else the ones settled so far."""
         text = format_sizes(sizes)
         if text in self._plans:
-            return self._plans[text]
+            plans = self._plans.pop(text)  # the most recent last: the oldest goes first
+            self._plans[text] = plans
+            return plans
+        if self._static.buckets:
+            while len(self._plans) >= PLANS_KEPT:  # settled again if met again: its bucket's, in microseconds
+                del self._plans[next(iter(self._plans))]
         if build:
             if self._built is None:
                 raise RuntimeError(self.cannot_run or "this compile resolves only; it builds nothing")

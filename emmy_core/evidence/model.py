@@ -50,6 +50,7 @@ class KernelPlan:
     decision: Decision | None
     pieces: tuple[KernelPlan, ...]
     resolutions: tuple[Resolution, ...]  # this kernel's forks: structural ones, then its schedule
+    bucket_of: str = ""  # the sizes of the settle whose choices it takes (`resized`); "" where settled itself
 
     def walk(self) -> Iterator[KernelPlan]:
         yield self
@@ -68,7 +69,8 @@ def resized(plan: KernelPlan, sizes: Mapping[str, int], card: str, setting: str,
     key = ForkKey.of(plan.program, own, card, setting)
     notes = tuple(replace(r, key=key, note=f"{r.note}; {why}" if r.note else why) for r in plan.resolutions)
     pieces = tuple(resized(p, own, card, setting, why) for p in plan.pieces)
-    return KernelPlan(key, plan.program, own, plan.schedule, plan.decision, pieces, notes)
+    return KernelPlan(key, plan.program, own, plan.schedule, plan.decision, pieces, notes,
+                      plan.bucket_of or plan.key.sizes)
 
 
 class ModelResolver:
@@ -77,6 +79,8 @@ class ModelResolver:
     With `buckets`, a kernel at a size of a bucket (`ir.sizes.size_bucket`) where it was settled before, and where
     no measurement speaks of this exact size, takes that settle's choices instead of settling again: what keeps a
     server's every new prompt length cheap (the backend's groups). A measured row at the size is settled as ever.
+    Such a plan is kept for the one `model` call that made it, not in `plans`: it is the bucket's, made again in
+    microseconds, and a server meets thousands of lengths.
     """
 
     def __init__(self, sources: Sources, check: Check | None = None, max_depth: int = MAX_DEPTH,
@@ -87,6 +91,7 @@ class ModelResolver:
         self.buckets = buckets
         self.plans: dict[ForkKey, KernelPlan] = {}
         self._bucketed: dict[tuple[str, tuple[tuple[str, int], ...]], KernelPlan] = {}  # first settle per bucket
+        self._resized: dict[ForkKey, KernelPlan] = {}  # the bucket's plans made for the current `model` call
         self._forks: dict[str, tuple[Fork, tuple[Fork, ...]]] = {}  # per identity: options do not depend on sizes
 
     def forks_of(self, program: Program, cuts: tuple[Decision, ...], depth: int) -> tuple[Fork, tuple[Fork, ...]]:
@@ -123,11 +128,13 @@ class ModelResolver:
             if self.buckets and own:
                 self._bucketed.setdefault(bucket, plan)
             return plan
+        if key in self._resized:
+            return self._resized[key]
         if self.buckets and own and bucket in self._bucketed and not self._measured_at(program, key):
             first = self._bucketed[bucket]
             plan = resized(first, own, key.card, key.setting,
                            f"as settled at {first.key.sizes} (the same size bucket)")
-            self.plans[key] = plan
+            self._resized[key] = plan
             return plan
         check = self._checker(depth, own)
         sched, structural = self.forks_of(program, cuts, depth)
@@ -159,7 +166,11 @@ class ModelResolver:
 
     def model(self, lowered: Lowered, graph_sizes: Mapping[str, int]) -> list[KernelPlan]:
         """One plan per kernel step of `lowered` at the model's sizes (steps of one kernel share a plan)."""
-        return [self.kernel(step.program, step.sizes(dict(graph_sizes)), step.cuts) for step in lowered.kernels]
+        self._resized.clear()
+        try:
+            return [self.kernel(step.program, step.sizes(dict(graph_sizes)), step.cuts) for step in lowered.kernels]
+        finally:
+            self._resized.clear()
 
 
 def resolutions_of(plans: list[KernelPlan]) -> list[Resolution]:

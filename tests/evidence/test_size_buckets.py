@@ -128,3 +128,32 @@ def test_the_record_takes_a_sizes_resolutions_in_place(proj, tmp_path: Path) -> 
     record.resolutions = list(at50)
     record.settled(at40, "B=1,S=40")
     assert record.resolutions == at50 + at40
+
+
+def test_a_size_taking_its_buckets_choices_keeps_nothing_but_its_size(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A server meets thousands of lengths: a length settled as its bucket's first leaves no plan in the resolver
+    and no resolution in the record (those are the first size's, recorded there), only its size; a length some
+    measurement speaks of is settled and recorded as ever. (Each length kept them all: 49 KiB a length of a tiny
+    Llama through the backend.)"""
+    import torch
+
+    from emmy_core.compiler.compiled import Compiled
+
+    _, _, lowered = proj
+    top = kernels_of(lowered)[0]
+    db = write_db(tmp_path / "tune.db", Setup().row(top, dict(candidates(top, CARD)[3]), 1.0, {"T": 60}))
+    sources = open_sources(CARD, "deploy", freezes=tmp_path, tuning_db=db, library=False)
+    compiled = Compiled(lowered, CARD, "deploy", sources, strict_evidence=False, device=torch.device("cpu"),
+                        buckets=True)
+    resolver = ModelResolver(sources, buckets=True)
+    compiled.resolve({"B": 1, "S": 40})
+    resolver.model(lowered, {"B": 1, "S": 40})
+    recorded, kept = len(compiled.record.resolutions), len(resolver.plans)
+    for s in range(41, 60):
+        compiled.resolve({"B": 1, "S": s})
+        plans = resolver.model(lowered, {"B": 1, "S": s})
+        assert all(p.bucket_of == "T=40" for p in plans)
+    assert len(compiled.record.resolutions) == recorded and len(resolver.plans) == kept
+    assert compiled.record.sizes == [f"B=1,S={s}" for s in range(40, 60)]
+    compiled.resolve({"B": 1, "S": 60})  # the measured size: settled, recorded
+    assert any(r.key.sizes == "T=60" and r.tier == "local" for r in compiled.record.resolutions)
