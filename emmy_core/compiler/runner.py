@@ -104,7 +104,16 @@ def _kernel_ext(program: Program, sizes: Mapping[str, int]) -> dict[str, int]:
 
 def output_views(lowered: Lowered) -> frozenset[str]:
     """The outputs that are a transpose or permute of a value a kernel of `lowered` makes, read by nothing else
-    of it: they can be handed back as a strided view of that value (as torch's own transpose is), not a copy."""
+    of it: they can be handed back as a strided view of that value (as torch's own transpose is), not a copy.
+    Kept on the (immutable) lowered model: every new size asks again."""
+    kept = lowered.__dict__.get("_output_views")
+    if kept is None:
+        kept = _output_views(lowered)
+        object.__setattr__(lowered, "_output_views", kept)
+    return kept  # type: ignore[no-any-return]
+
+
+def _output_views(lowered: Lowered) -> frozenset[str]:
     read: set[str] = set()
     for s in lowered.steps:
         read.update([s.input] if isinstance(s, LayoutStep) else (v for _, v in s.inputs))
