@@ -38,6 +38,8 @@ from emmy_core.graph.dynamo_graph import Translated
 from emmy_core.ir.sizes import format_sizes, size_bucket
 from emmy_core.knobs.route import is_library
 
+SIZES_KEPT = 4096  # sizes a group's status says how it ran, beyond the raced ones (a server meets ever new ones)
+
 
 @dataclass
 class GroupStatus:
@@ -66,6 +68,16 @@ class GroupStatus:
     def torch_at_last(self) -> str | None:
         """Why torch runs the group at its last size: handed back for good, or outraced there (None: Emmy)."""
         return self.off or self.raced.get(self.last)
+
+    def trim(self) -> None:
+        """Keeps what the per-size maps say of the last `SIZES_KEPT` sizes that took their bucket's verdict, and of
+        every raced size (one a bucket): a size dropped and met again is told again from its bucket's verdict."""
+        for sizes in (self.decided_at, self.raced, self.own):
+            while len(sizes) > SIZES_KEPT:
+                oldest = next((k for k in sizes if k not in self.races), None)
+                if oldest is None:
+                    break
+                del sizes[oldest]
 
 
 class EmmyGroup(nn.Module):
@@ -278,6 +290,7 @@ class EmmyGroup(nn.Module):
         then in `answer`); else the group's, raced where the route is on."""
         seen = self._verdicts.get(size_bucket(sizes)) if self.route else None
         if seen is not None:
+            self.status.trim()
             win, first = seen
             self.status.decided_at[text] = first
             why = f"as at {first or 'its static sizes'}, the first size of its bucket raced"

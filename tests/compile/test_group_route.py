@@ -328,3 +328,26 @@ def test_a_gpu_cards_group_route_runs_under_tritons_interpreter() -> None:
     assert groups and all(type(g.compiled.builder.backend).__name__ == "TritonBackend" for g in groups)  # type: ignore[union-attr]
     assert raced and all({"emmy", "own", "torch"} <= sides for sides in raced), raced
     assert all(g.status.races for g in groups)
+
+
+def test_a_groups_status_keeps_a_bounded_number_of_sizes_and_every_raced_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server meets ever new sizes: the status tells how the last `SIZES_KEPT` of those that took their bucket's
+    verdict ran, and every raced size; a size dropped from it and met again still runs as its bucket's verdict."""
+    monkeypatch.setattr(be, "SIZES_KEPT", 3)
+    real = be.race
+    monkeypatch.setattr(be, "race", lambda sides: real({k: _slowed(f) if k != "torch" else f for k, f in sides.items()}))
+    torch.manual_seed(0)
+    model = Mlp().eval()
+    before = len(_GRAPHS)
+    fn = torch.compile(model, backend=emmy_backend(prior=False), dynamic=True)
+    with torch.no_grad():
+        for rows in (17, *range(18, 26), 18):  # one bucket (17-32): raced at 17, torch's ever after
+            x = torch.randn(rows, 32)
+            torch.testing.assert_close(fn(x), model(x))
+    groups = [g for s in _GRAPHS[before:] for g in s.live_groups()]
+    assert groups, compile_reports()[before].fell_back
+    for g in groups:
+        raced = set(g.status.races)
+        assert len(raced) == 1 and raced <= set(g.status.raced) and raced <= set(g.status.decided_at)
+        assert len(g.status.decided_at) <= 4 and len(g.status.raced) <= 4  # the raced size and the last 3
+        assert g.status.torch_at_last() is not None and g.status.race_at_last() is not None
