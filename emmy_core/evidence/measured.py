@@ -306,6 +306,7 @@ class LocalSource(StoreSource):
         self._why: str | None = None
         self._opened = False
         self._read_as: tuple[str, int, int, int] | None = None  # the file as last opened whole: path, inode, mtime, size
+        self._unchanged = False  # the file found as read, since the last close
 
     @staticmethod
     def _stamp(path: Path) -> tuple[str, int, int, int] | None:
@@ -344,7 +345,9 @@ class LocalSource(StoreSource):
         self._read_as = self._stamp(path) if self.store is not None else None
 
     def unavailable(self) -> str | None:
-        if not self._opened and self._read_as is not None and self._stamp(self._path()) == self._read_as:
+        if not self._opened and self._read_as is not None and \
+                (self._unchanged or self._stamp(self._path()) == self._read_as):
+            self._unchanged = True  # looked at once until the next close, not at every fork
             return None  # read before and unchanged since: it is opened when a kernel not read yet is asked for
         self._open()
         return self._why
@@ -378,3 +381,4 @@ class LocalSource(StoreSource):
             self.store.close()
             self.store = None
         self._opened = False
+        self._unchanged = False
