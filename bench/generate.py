@@ -11,10 +11,11 @@ Then the cost of a new prompt length in a size bucket seen before (`ir.sizes.siz
 a forward (a graph of its own, first called at one length of that bucket) at each of 4 lengths never run, its
 first call's time less its second's (median), beside eager's call.
 
-`--local-db` points the local tuning database at an empty one made for the run (as a machine has once `emmy tune`
+`--attention true` rewrites every attention as Emmy's, a decode step's too (what the default leaves to torch's fused
+kernel, and why: `graph.attention.torch_wins`). `--local-db` points the local tuning database at an empty one made for the run (as a machine has once `emmy tune`
 or the backend's `tune` option has run on it), where the default leaves it as this machine has it.
 
-Run: .venv/bin/python bench/generate.py [--hidden 64,1024] [--dtypes f16,f32] [--tokens 40] [--repeats 5] [--local-db]
+Run: .venv/bin/python bench/generate.py [--hidden 64,1024] [--dtypes f16,f32] [--tokens 40] [--repeats 5] [--local-db] [--attention auto|true|false]
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
+from emmy_core.compiler.backend import emmy_backend
 from emmy_core.dtypes import torch_dtype
 
 
@@ -55,6 +57,9 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5, help="timed generates after the first, interleaved")
     ap.add_argument("--no-inductor", action="store_true")
     ap.add_argument("--local-db", action="store_true", help="an empty local tuning database made for the run")
+    ap.add_argument("--attention", default="auto", choices=["auto", "true", "false"],
+                    help="the backend's `attention`: auto (the default: a decode step's is torch's), true (Emmy's "
+                         "everywhere, a decode step's too), false (torch's fused kernel everywhere)")
     args = ap.parse_args()
     if args.local_db:
         import tempfile
@@ -66,7 +71,7 @@ def main() -> int:
         os.environ["EMMY_TUNING_DB"] = str(path)
         print(f"local tuning database: an empty one made for this run ({path.name})")
     print(f"bench/generate.py: LlamaForCausalLM, 2 layers, prompt {args.prompt}, {args.tokens} new tokens, "
-          f"greedy; threads {torch.get_num_threads()}; load {os.getloadavg()[0]:.2f}")
+          f"greedy; attention {args.attention}; threads {torch.get_num_threads()}; load {os.getloadavg()[0]:.2f}")
     print(f"{'dtype':<5} {'hidden':>6} {'contender':<10} {'first call':>11} {'new sizes':>10} {'eager/it':>9} "
           f"{'median':>9} {'ms/token':>9} {'eager/it':>9} {'tokens':>7}")
     for dt in args.dtypes.split(","):
@@ -74,7 +79,8 @@ def main() -> int:
             dtype = torch_dtype(dt)
             ids = torch.randint(0, 1000, (1, args.prompt), generator=torch.Generator().manual_seed(1))
             models = {"eager": _model(hidden, dtype), "emmy": _model(hidden, dtype)}
-            models["emmy"].forward = torch.compile(models["emmy"].forward, backend="emmy", dynamic=True)
+            backend = "emmy" if args.attention == "auto" else emmy_backend(attention=args.attention == "true")
+            models["emmy"].forward = torch.compile(models["emmy"].forward, backend=backend, dynamic=True)
             if not args.no_inductor:
                 models["inductor"] = _model(hidden, dtype)
                 models["inductor"].forward = torch.compile(models["inductor"].forward, dynamic=True)
