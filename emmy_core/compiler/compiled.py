@@ -174,11 +174,12 @@ class Compiled:
         """Settles every fork at the model's `sizes` (e.g. `B=8,S=128`) without building or allocating."""
         return resolutions_of(self._planned(self._sizes(sizes), build=False))
 
-    def layout(self, sizes: Mapping[str, int] | str, views: frozenset[str] = frozenset()) -> Layout:
+    def layout(self, sizes: Mapping[str, int] | str, views: frozenset[str] = frozenset(), build: bool = False) -> Layout:
         """Every buffer a call at `sizes` would use (nothing allocated): `layout(...).nbytes` is its need. The outputs
-        in `views` that can be (`runner.output_views`) are handed back as strided views, not copies."""
+        in `views` that can be (`runner.output_views`) are handed back as strided views, not copies. With `build`,
+        the forks are settled with each chosen kernel built first (`prepare`, without its list of resolutions)."""
         s = self._sizes(sizes)
-        return plan_layout(self.lowered, s, self._planned(s, build=False), views)
+        return plan_layout(self.lowered, s, self._planned(s, build=build), views)
 
     # ---- running --------------------------------------------------------------------------------
 

@@ -135,8 +135,7 @@ class EmmyGroup(nn.Module):
         bound: dict[sympy.Expr, int] = {}
         for (bound_key, _, _, offset), dim in zip(binders, key, strict=True):
             bound[bound_key] = int(dim) - offset
-        sizes = {name: bound[expr] if expr in bound else int(expr.xreplace(bound))
-                 for name, expr in self.translated.names.exprs.items()}
+        sizes = self.translated.names.evaluate(bound)
         out = sizes if all(v >= 1 for v in sizes.values()) else None
         self._sizes[key] = out
         self._texts[key] = format_sizes(sizes) if out is not None else ""
@@ -179,8 +178,7 @@ class EmmyGroup(nn.Module):
         views = output_views(compiled.lowered) if self.check else frozenset()
         while True:
             try:
-                compiled.prepare(sizes)
-                layout = compiled.layout(sizes, views)
+                layout = compiled.layout(sizes, views, build=True)
                 check_fits(layout.nbytes, compiled.device, f"{compiled.lowered.graph.name} at {text}")
                 runner = Runner(layout, self._weights(args), compiled.device, self._launcher_of(compiled),
                                 self._own_packs if own else self._packs)

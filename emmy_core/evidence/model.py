@@ -62,12 +62,15 @@ def _own_sizes(program: Program, sizes: Mapping[str, int]) -> dict[str, int]:
     return {a.name: int(sizes[a.name]) for a in program.dynamic_axes}
 
 
-def resized(plan: KernelPlan, sizes: Mapping[str, int], card: str, setting: str, why: str) -> KernelPlan:
+def resized(plan: KernelPlan, sizes: Mapping[str, int], card: str, setting: str, why: str,
+            key: ForkKey | None = None) -> KernelPlan:
     """`plan` (settled at other sizes) at `sizes`: the same choices, keys and sizes of the new ones, each
-    resolution noting `why` (a pool depends on the kernel and the card only, so every choice is an option here)."""
+    resolution noting `why` (a pool depends on the kernel and the card only, so every choice is an option here).
+    `key`: the plan's key at `sizes` where the caller has it."""
     own = _own_sizes(plan.program, sizes)
-    key = ForkKey.of(plan.program, own, card, setting)
-    notes = tuple(replace(r, key=key, note=f"{r.note}; {why}" if r.note else why) for r in plan.resolutions)
+    if key is None:
+        key = ForkKey.of(plan.program, own, card, setting)
+    notes = tuple(r.at(key, why) for r in plan.resolutions)
     pieces = tuple(resized(p, own, card, setting, why) for p in plan.pieces)
     return KernelPlan(key, plan.program, own, plan.schedule, plan.decision, pieces, notes,
                       plan.bucket_of or plan.key.sizes)
@@ -133,7 +136,7 @@ class ModelResolver:
         if self.buckets and own and bucket in self._bucketed and not self._measured_at(program, key):
             first = self._bucketed[bucket]
             plan = resized(first, own, key.card, key.setting,
-                           f"as settled at {first.key.sizes} (the same size bucket)")
+                           f"as settled at {first.key.sizes} (the same size bucket)", key)
             self._resized[key] = plan
             return plan
         check = self._checker(depth, own)

@@ -12,6 +12,7 @@ header is refused by name before DuckDB sees it.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import stat
@@ -31,7 +32,12 @@ _MAGIC, _MAGIC_AT = b"DUCK", 8
 
 def default_db_path() -> Path:
     """The local tuning database: `EMMY_TUNING_DB`, else `~/.cache/emmy/autotune.db` (read at call time)."""
-    env = os.environ.get("EMMY_TUNING_DB")
+    return _db_path_for(os.environ.get("EMMY_TUNING_DB"), os.environ.get("HOME"))
+
+
+@functools.lru_cache(maxsize=16)
+def _db_path_for(env: str | None, home: str | None) -> Path:
+    """The path for these environment values (a compile asks at every settle; `Path.home` took 10 us)."""
     return Path(env).expanduser() if env else Path.home() / ".cache" / "emmy" / "autotune.db"
 
 

@@ -4,6 +4,7 @@ new size exactly; another bucket is settled anew."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,11 @@ def test_a_size_of_a_settled_bucket_takes_its_choices(proj, tmp_path: Path) -> N
     assert not any("size bucket" in r.note for p in other.walk() for r in p.resolutions)  # T=70: bucket 128
     plain = ModelResolver(sources).model(lowered, {"B": 1, "S": 50})[0]
     assert not any("size bucket" in r.note for p in plain.walk() for r in p.resolutions)  # off unless asked
+    # each resolution is the bucket's, field for field, in its own context (`Resolution.at`)
+    for p, q in zip(same.walk(), first.walk(), strict=True):
+        for r, s in zip(p.resolutions, q.resolutions, strict=True):
+            assert r == replace(s, key=p.key, note=f"{s.note}; {r.note.rsplit('; ', 1)[-1]}" if s.note else r.note)
+            assert s.key == q.key  # the bucket's own plan is left as it was
 
 
 def test_plans_handed_in_settled_serve_their_bucket_too(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
