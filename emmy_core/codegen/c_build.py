@@ -21,7 +21,7 @@ import hashlib
 import os
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -127,11 +127,12 @@ class Launch:
     thread at a time.
     """
 
-    __slots__ = ("_dyn", "_fn", "_keep", "_name", "_ptrs", "_slots")
+    __slots__ = ("_dyn", "_fn", "_keep", "_name", "_ndyn", "_ptrs", "_slots")
 
     def __init__(self, fn: ctypes._CFuncPtr, ptrs: ctypes.Array, dyn: ctypes.Array,  # type: ignore[name-defined]
-                 slots: tuple[tuple[int, str], ...], keep: tuple[object, ...], name: str) -> None:
+                 slots: tuple[tuple[int, str], ...], keep: tuple[object, ...], name: str, ndyn: int = 0) -> None:
         self._fn, self._ptrs, self._dyn, self._slots, self._keep, self._name = fn, ptrs, dyn, slots, keep, name
+        self._ndyn = ndyn  # the kernel's dynamic axes (`dyn` holds at least one slot)
 
     @property
     def buffers(self) -> tuple[str, ...]:
@@ -167,17 +168,31 @@ class Launch:
 class _LaunchOver:
     """`Launch.over`'s call: the per-call pointers written from `env`, the fixed tensors kept alive."""
 
-    __slots__ = ("_fixed", "_launch", "_pairs")
+    __slots__ = ("_dyn", "_fixed", "_launch", "_pairs")
 
-    def __init__(self, launch: Launch, fixed: tuple[object, ...], pairs: tuple[tuple[int, str], ...]) -> None:
+    def __init__(self, launch: Launch, fixed: tuple[object, ...], pairs: tuple[tuple[int, str], ...],
+                 dyn: ctypes.Array | None = None) -> None:  # type: ignore[type-arg]
         self._launch, self._fixed, self._pairs = launch, fixed, pairs
+        self._dyn = launch._dyn if dyn is None else dyn
+
+    def at(self, sizes: Sequence[int]) -> _LaunchOver:
+        """The same call at other sizes of the kernel's dynamic axes (in the program's order): the same pointers,
+        so the fixed buffers must hold the data of those sizes at their front (a runner serving a size bucket
+        allocates them for its largest: `Runner.sized`). The calls share the pointer array: one at a time."""
+        if len(sizes) != self._launch._ndyn:
+            raise LaunchError(f"{self._launch._name}: {len(sizes)} sizes given for {self._launch._ndyn} dynamic axes")
+        for v in sizes:
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_SIZE:
+                raise LaunchError(f"{self._launch._name}: a size must be an integer in 1..{MAX_SIZE}, got {v!r}")
+        dyn = (ctypes.c_int64 * max(1, len(sizes)))(*sizes)
+        return _LaunchOver(self._launch, self._fixed, self._pairs, dyn)
 
     def __call__(self, env: Mapping[str, torch.Tensor]) -> None:
         launch = self._launch
         ptrs = launch._ptrs
         for i, key in self._pairs:
             ptrs[i] = env[key].data_ptr()
-        if launch._fn(ptrs, launch._dyn):
+        if launch._fn(ptrs, self._dyn):
             raise LaunchError(f"{launch._name}: a thread could not allocate its working memory")
 
 
@@ -326,4 +341,4 @@ class CBuilt:
             if b.name in bound:
                 ptrs[i] = bound[b.name].data_ptr()
         slots = tuple((i, b.name) for i, b in enumerate(buffers) if b.name not in bound)
-        return Launch(self._fn, ptrs, dyn, slots, tuple(keep), name)
+        return Launch(self._fn, ptrs, dyn, slots, tuple(keep), name, len(self.program.dynamic_axes))

@@ -166,6 +166,23 @@ class Compiled:
             for p in leaves:
                 self._built.plans.setdefault(p.key, p)
 
+    def takes_bucket(self, sizes: Mapping[str, int], first: Mapping[str, int]) -> bool:
+        """Whether every kernel at `sizes` takes the very choices (built) it took at `first`, a size settled with
+        builds before (`ModelResolver.takes_bucket`): then the runner made for `first` computes at `sizes` too
+        (`Runner.sized`), with no settle of its own. The record lists the size, as it lists every size that took
+        its bucket's choices."""
+        if self._built is None or not self._built.buckets:
+            return False
+        s = self._sizes(sizes)
+        try:
+            same = self._built.takes_bucket(self.lowered, s, first)
+        finally:
+            for note in self.sources.close():
+                self.record.add_note(note)
+        if same:
+            self.record.settled([], format_sizes(s))
+        return same
+
     def prepare(self, sizes: Mapping[str, int] | str) -> list[Resolution]:
         """Settles every fork at `sizes` with each chosen kernel built (nothing allocated); cached per size."""
         return resolutions_of(self._planned(self._sizes(sizes), build=True))

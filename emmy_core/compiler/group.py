@@ -115,6 +115,9 @@ class EmmyGroup(nn.Module):
         self._sizes: dict[tuple, dict[str, int] | None] = {}
         self._texts: dict[tuple, str] = {}  # the same keys' sizes as text (a runner's key)
         self._runners = RunnerCache()
+        # per (own contender?, size bucket, output views): the runner made with room for the bucket's largest sizes,
+        # whose memory and launches the bucket's other sizes use (`Runner.sized`)
+        self._bases: dict[tuple[bool, tuple[tuple[str, int], ...], frozenset[str]], Runner] = {}
         self._building = threading.Lock()
         self._packs: dict[tuple[object, ...], tuple[object, torch.Tensor]] = {}  # weights packed once for all sizes
         # the own contender's packed weights apart: dropped when it has lost every race it ran, so a group whose
@@ -176,27 +179,59 @@ class EmmyGroup(nn.Module):
         text = format_sizes(sizes) or "its static sizes"
         fail = self._drop_own if own else self._hand_back
         views = output_views(compiled.lowered) if self.check else frozenset()
+        bucket = size_bucket(sizes)
+        base = self._base(own, bucket, views)
         while True:
             try:
-                layout = compiled.layout(sizes, views, build=True)
-                check_fits(layout.nbytes, compiled.device, f"{compiled.lowered.graph.name} at {text}")
-                runner = Runner(layout, self._weights(args), compiled.device, self._launcher_of(compiled),
-                                self._own_packs if own else self._packs)
+                if base is not None and base.serves(sizes) and compiled.takes_bucket(sizes, base.sizes):
+                    runner = base.sized(sizes)  # the bucket's runner at these sizes: no layout, no binding
+                else:
+                    base = None
+                    layout = compiled.layout(sizes, views, build=True)
+                    # on a CPU, the pool is made for the bucket's largest sizes, so its other sizes reuse it
+                    capacity = dict(bucket) if compiled.card.target == "cpu" else None
+                    check_fits(layout.nbytes_at(capacity) if capacity and layout.resizable else layout.nbytes,
+                               compiled.device, f"{compiled.lowered.graph.name} at {text}")
+                    runner = Runner(layout, self._weights(args), compiled.device, self._launcher_of(compiled),
+                                    self._own_packs if own else self._packs, capacity)
             except Exception as exc:  # a group that does not build here runs as torch; the note says why
                 fail(f"does not build at {text}: {str(exc).strip().splitlines()[0][:200]}")
                 return None
             if not self.check:
-                return runner
+                return self._keep_base(own, bucket, views, runner, base)
             on_args = answer is not None and not self.writes_inputs
             why, strides = self._differs(runner, args, views, answer if on_args else None)
             if why is not None:
                 fail(f"differs from torch at {text} on fresh inputs: {why}")
                 return None
             if not views or strides:
-                return runner
+                return self._keep_base(own, bucket, views, runner, base)
             if answer:
                 answer.clear()
             views = frozenset()  # an output view strided unlike torch's own: hand back contiguous copies
+            base = self._base(own, bucket, views)
+
+    def _base(self, own: bool, bucket: tuple[tuple[str, int], ...], views: frozenset[str]) -> Runner | None:
+        """The runner made for the first size of `bucket` (by the own contender where `own`) with these output
+        `views`, while the runner cache keeps a runner over its memory (`Runner.sized` makes the bucket's others)."""
+        base = self._bases.get((own, bucket, views))
+        if base is not None and not any(r.storage == base.storage for r in self._runners.values()):
+            del self._bases[(own, bucket, views)]  # dropped by the cache: its memory goes with it
+            return None
+        return base
+
+    def _keep_base(self, own: bool, bucket: tuple[tuple[str, int], ...], views: frozenset[str], runner: Runner,
+                   base: Runner | None) -> Runner:
+        """`runner`, noted as its bucket's base where it was made with room for the bucket (not sized from one)."""
+        if base is None and runner.capacity is not None:
+            self._bases[(own, bucket, views)] = runner
+        return runner
+
+    def _drop_bases(self) -> None:
+        """Forgets the bases the runner cache holds no runner of (dropped, or outraced): their memory goes."""
+        held = {r.storage for r in self._runners.values()}
+        for key in [k for k, b in self._bases.items() if b.storage not in held]:
+            del self._bases[key]
 
     def _differs(self, runner: Runner, args: Sequence[Any], views: frozenset[str] = frozenset(),
                  answer: list[tuple[torch.Tensor, ...]] | None = None) -> tuple[str | None, bool]:
@@ -351,6 +386,7 @@ class EmmyGroup(nn.Module):
     def _hand_back(self, why: str) -> None:
         self.status.off = why
         self._runners.clear()
+        self._bases.clear()
         self._packs.clear()
         self._own_packs.clear()
         self._note(f"{self.compiled.lowered.graph.name} runs as torch: {why}")
@@ -392,6 +428,7 @@ class EmmyGroup(nn.Module):
             with self._building:  # one thread settles, builds and checks a size; the others then find it
                 if wkey != self._weights_key:  # a weight was edited or replaced: launches bound to the old one go
                     self._runners.clear()
+                    self._bases.clear()
                     self._packs.clear()
                     self._own_packs.clear()
                     self._weights_key = wkey
@@ -404,6 +441,7 @@ class EmmyGroup(nn.Module):
                     if runner is None:
                         return self.torch_sub(*args)
                     self._runners.put(text, runner)
+                    self._drop_bases()
                     if answer:  # checked against torch on these very inputs: the call's result
                         return answer[0]
         inputs = [args[i] for i in self.translated.inputs]

@@ -33,6 +33,7 @@ from emmy_core.dtypes import torch_dtype
 from emmy_core.evidence.model import KernelPlan
 from emmy_core.graph.errors import GraphError
 from emmy_core.graph.lower import KernelStep, LayoutStep, Lowered
+from emmy_core.graph.ops import Dim
 from emmy_core.ir.check import MAX_EXTENT
 from emmy_core.ir.nodes import Program
 from emmy_core.ir.sizes import extents
@@ -40,12 +41,20 @@ from emmy_core.ir.sizes import extents
 WIDTH = {"f32": 4, "f16": 2, "bf16": 2}
 
 Ref = tuple[str, str]  # ("env", value) changes per call; ("pool", name) is allocated once; ("weight", path)
+# a shape as a function of the graph's sizes: each dimension the product of graph dimensions (names) and numbers
+Recipe = tuple[tuple[Dim, ...], ...]
+
+
+def shape_at(recipe: Recipe, sizes: Mapping[str, int]) -> tuple[int, ...]:
+    """The shape `recipe` makes at the graph's `sizes`."""
+    return tuple(prod(d if isinstance(d, int) else sizes[d] for d in dims) for dims in recipe)
 
 
 @dataclass(frozen=True)
 class Spec:
     shape: tuple[int, ...]
     dtype: str
+    recipe: Recipe | None = None  # the shape at any sizes (None: this one only)
 
     @property
     def nbytes(self) -> int:
@@ -56,6 +65,8 @@ class Spec:
 class LaunchSpec:
     plan: KernelPlan  # a kernel that runs whole (a leaf of the plan tree)
     buffers: tuple[tuple[str, Ref, tuple[int, ...]], ...]  # (kernel buffer, tensor, shape as the kernel sees it)
+    recipes: tuple[Recipe, ...] = ()  # each buffer's shape at any sizes
+    dyn: Recipe = ()  # the kernel's dynamic axis sizes (in the program's order) at any sizes
 
 
 @dataclass(frozen=True)
@@ -71,6 +82,7 @@ class ViewSpec:
     src: Ref
     shape: tuple[int, ...]
     perm: tuple[int, ...] | None = None  # an output handed back as this permutation of src (strided), not a reshape
+    recipe: Recipe | None = None  # the shape at any sizes
 
 
 @dataclass
@@ -83,6 +95,7 @@ class Layout:
     pool: dict[str, Spec] = field(default_factory=dict)  # allocated once
     fresh: dict[str, Spec] = field(default_factory=dict)  # allocated per call (env)
     aliases: dict[str, tuple[Ref, tuple[int, ...]]] = field(default_factory=dict)  # pool views of pool values
+    alias_recipes: dict[str, Recipe] = field(default_factory=dict)  # their shapes at any sizes
     refs: dict[str, Ref] = field(default_factory=dict)  # graph value -> where it lives
     ops: list[LaunchSpec | CopySpec | ViewSpec] = field(default_factory=list)
     input_nbytes: int = 0  # the inputs' own bytes (the caller's tensors; not allocated here)
@@ -91,6 +104,19 @@ class Layout:
     def nbytes(self) -> int:
         """Bytes this layout allocates: the pool once, the fresh values per call."""
         return sum(s.nbytes for s in self.pool.values()) + sum(s.nbytes for s in self.fresh.values())
+
+    def nbytes_at(self, sizes: Mapping[str, int]) -> int:
+        """What the same ops allocate at other `sizes` (a runner serving a bucket holds its largest sizes' pool)."""
+        return sum(prod(shape_at(s.recipe, sizes)) * WIDTH[s.dtype] if s.recipe is not None else s.nbytes
+                   for group in (self.pool, self.fresh) for s in group.values())
+
+    @property
+    def resizable(self) -> bool:
+        """Whether every shape is known at any sizes (`Runner.sized`)."""
+        return all(s.recipe is not None for group in (self.pool, self.fresh) for s in group.values()) and \
+            all(v in self.alias_recipes for v in self.aliases) and \
+            all(op.recipe is not None if isinstance(op, ViewSpec) else len(op.recipes) == len(op.buffers)
+                for op in self.ops if not isinstance(op, CopySpec))
 
 
 def _kernel_ext(program: Program, sizes: Mapping[str, int]) -> dict[str, int]:
@@ -167,7 +193,7 @@ def plan_layout(lowered: Lowered, sizes: Mapping[str, int], plans: Sequence[Kern
 
     def spec_of(value: str) -> Spec:
         t = index[value].type
-        return Spec(t.concrete(dict(sizes)), t.dtype)
+        return Spec(t.concrete(dict(sizes)), t.dtype, tuple((d,) for d in t.shape))
 
     kernels = iter(plans)
     for step in lowered.steps:
@@ -177,13 +203,16 @@ def plan_layout(lowered: Lowered, sizes: Mapping[str, int], plans: Sequence[Kern
             if step.op == "reshape":
                 if step.node in fresh or src[0] == "env":
                     layout.refs[step.node] = ("env", step.node)
-                    layout.ops.append(ViewSpec(step.node, src, spec.shape))
+                    layout.ops.append(ViewSpec(step.node, src, spec.shape, recipe=spec.recipe))
                 else:
                     layout.refs[step.node] = ("pool", step.node)
                     layout.aliases[step.node] = (src, spec.shape)
+                    assert spec.recipe is not None
+                    layout.alias_recipes[step.node] = spec.recipe
             elif step.node in views:
                 layout.refs[step.node] = ("env", step.node)
-                layout.ops.append(ViewSpec(step.node, src, spec.shape, tuple(dict(step.attrs)["perm"])))  # type: ignore[arg-type]
+                layout.ops.append(ViewSpec(step.node, src, spec.shape, tuple(dict(step.attrs)["perm"]),  # type: ignore[arg-type]
+                                           spec.recipe))
             else:
                 out = place(step.node, spec)
                 layout.ops.append(CopySpec(out, src, tuple(dict(step.attrs)["perm"])))  # type: ignore[arg-type]
@@ -193,51 +222,81 @@ def plan_layout(lowered: Lowered, sizes: Mapping[str, int], plans: Sequence[Kern
     return layout
 
 
+def _axis_recipes(program: Program, step: KernelStep) -> dict[str, tuple[Dim, ...]]:
+    """Every axis of `program` (a kernel of `step`, or a piece of one: its axes keep their names) as graph dims."""
+    dims = dict(step.axes)
+    return {a.name: dims[a.name] if a.extent is None else (a.extent,) for a in program.axes}
+
+
 def _kernel_step(layout: Layout, step: KernelStep, plan: KernelPlan, index: Mapping[str, Any],
                  place: Callable[[str, Spec], Ref], spec_of: Callable[[str], Spec]) -> None:
     program = step.program
     ext = _kernel_ext(program, plan.sizes)
-    names: dict[str, tuple[Ref, tuple[int, ...]]] = {}
+    axes = _axis_recipes(program, step)
+    names: dict[str, tuple[Ref, tuple[int, ...], Recipe]] = {}
     for buf_name, value in step.inputs:
         buf = program.buffer(buf_name)
-        names[buf_name] = (layout.refs[value], tuple(ext[a] for a in buf.shape))
+        names[buf_name] = (layout.refs[value], tuple(ext[a] for a in buf.shape), tuple(axes[a] for a in buf.shape))
     for buf_name, value in step.outputs:
         buf = program.buffer(buf_name)
         shape = tuple(ext[a] for a in buf.shape)
-        spec = spec_of(value) if value in index else Spec(shape, buf.dtype)  # a tap nothing reads: scratch
-        names[buf_name] = (place(value, spec), shape)
-    _expand(layout, plan, names)
+        recipe = tuple(axes[a] for a in buf.shape)
+        spec = spec_of(value) if value in index else Spec(shape, buf.dtype, recipe)  # a tap nothing reads: scratch
+        names[buf_name] = (place(value, spec), shape, recipe)
+    _expand(layout, plan, names, step)
 
 
-def _expand(layout: Layout, plan: KernelPlan, names: dict[str, tuple[Ref, tuple[int, ...]]]) -> None:
+def _expand(layout: Layout, plan: KernelPlan, names: dict[str, tuple[Ref, tuple[int, ...], Recipe]],
+            step: KernelStep) -> None:
     """Appends the launches of `plan` with its buffers bound by `names` (its pieces', for a decision)."""
     if plan.decision is None:
-        layout.ops.append(LaunchSpec(plan, tuple((b.name, *names[b.name]) for b in plan.program.buffers)))
+        bufs = plan.program.buffers
+        axes = _axis_recipes(plan.program, step)
+        layout.ops.append(LaunchSpec(plan, tuple((b.name, *names[b.name][:2]) for b in bufs),
+                                     tuple(names[b.name][2] for b in bufs),
+                                     tuple(axes[a.name] for a in plan.program.dynamic_axes)))
         return
     inner = dict(names)
     for piece_plan in plan.pieces:
         ext = _kernel_ext(piece_plan.program, piece_plan.sizes)
+        axes = _axis_recipes(piece_plan.program, step)
         for b in piece_plan.program.outputs:
             if b.name not in inner:  # an intermediate of the decision: scratch of this kernel at these sizes
                 shape = tuple(ext[a] for a in b.shape)
+                recipe = tuple(axes[a] for a in b.shape)
                 name = f"{plan.key.kernel_id[:16]}:{plan.key.sizes}:{b.name}"
-                layout.pool[name] = Spec(shape, b.dtype)
-                inner[b.name] = (("pool", name), shape)
+                layout.pool[name] = Spec(shape, b.dtype, recipe)
+                inner[b.name] = (("pool", name), shape, recipe)
     for piece_plan in plan.pieces:
-        _expand(layout, piece_plan, {b.name: inner[b.name] for b in piece_plan.program.buffers})
+        _expand(layout, piece_plan, {b.name: inner[b.name] for b in piece_plan.program.buffers}, step)
 
 
 class Runner:
-    """The allocated layout with every op bound; `run(inputs)` computes the model's outputs."""
+    """The allocated layout with every op bound; `run(inputs)` computes the model's outputs.
+
+    With `capacity` (graph sizes at least the layout's, each: its size bucket's largest), the pool is allocated for
+    those sizes and `sized(sizes)` gives the runner of any sizes up to them over the same memory and launches:
+    the same kernels at other sizes of their dynamic axes (a prepared CPU launch takes its sizes at each call,
+    a matmul's packed weight does not depend on them), each intermediate the front of its buffer seen at its
+    shape there. A server's new prompt length in a bucket then costs neither a layout nor a binding."""
 
     def __init__(self, layout: Layout, weights: Mapping[str, torch.Tensor], device: torch.device,
-                 launcher_for: Callable[[KernelPlan], Launcher], packs: dict[Any, Any] | None = None) -> None:
+                 launcher_for: Callable[[KernelPlan], Launcher], packs: dict[Any, Any] | None = None,
+                 capacity: Mapping[str, int] | None = None) -> None:
         self.layout = layout
         self.device = device
+        self.sizes = dict(layout.sizes)  # the sizes this runner computes at
         self._packs = packs  # packed weights shared with the runners of other sizes (Launcher.bind)
-        pool: dict[str, torch.Tensor] = {
-            name: torch.empty(spec.shape, dtype=torch_dtype(spec.dtype), device=device)
-            for name, spec in layout.pool.items()}
+        self.capacity = dict(capacity) if capacity is not None and layout.resizable else None
+        self._storage: dict[str, torch.Tensor] = {}  # each pool buffer's memory, for the capacity's sizes
+        pool: dict[str, torch.Tensor] = {}
+        for name, spec in layout.pool.items():
+            n = prod(spec.shape)
+            room = max(n, prod(shape_at(spec.recipe, self.capacity))) \
+                if self.capacity is not None and spec.recipe is not None else n
+            flat = torch.empty(room, dtype=torch_dtype(spec.dtype), device=device)
+            self._storage[name] = flat
+            pool[name] = flat[:n].view(spec.shape)
         for name, (src, shape) in layout.aliases.items():
             pool[name] = self._fixed(src, pool, weights).view(shape)
         self._fresh = [(v, s.shape, torch_dtype(s.dtype)) for v, s in layout.fresh.items()]
@@ -264,16 +323,70 @@ class Runner:
                 self.labels.append(("view", op.out))
         self._pool = pool
         self._weights = weights
-        self.held_bytes = sum(s.nbytes for s in layout.pool.values())  # what it keeps between calls
+        self._launcher_list = [launchers[id(op.plan)] if isinstance(op, LaunchSpec) else None for op in layout.ops]
+        # what it keeps between calls (shared with the runners `sized` makes of it: `storage` names the memory)
+        self.held_bytes = sum(t.numel() * t.element_size() for t in self._storage.values())
+        self.storage = id(self)
         self._lock = threading.Lock()  # one call at a time: the pool and the launches' pointer arrays are shared
+
+    def serves(self, sizes: Mapping[str, int]) -> bool:
+        """Whether `sized(sizes)` can compute at `sizes`: this runner has a capacity, every launch takes its sizes
+        at the call, and no size is beyond the capacity."""
+        return self.capacity is not None and self.prepared and sizes.keys() == self.capacity.keys() and \
+            all(1 <= v <= self.capacity[k] for k, v in sizes.items())
+
+    def sized(self, sizes: Mapping[str, int]) -> Runner:
+        """The runner at `sizes` (`serves(sizes)`): this one's memory, launches and lock, its own shapes and
+        launch sizes. ValueError where it cannot serve them."""
+        if not self.serves(sizes):
+            raise ValueError(f"a runner of capacity {self.capacity} cannot compute at {dict(sizes)}")
+        out = object.__new__(Runner)
+        out.layout, out.device, out.sizes, out._packs, out.capacity = self.layout, self.device, dict(sizes), \
+            self._packs, self.capacity
+        out._storage, out._weights, out._lock, out.storage = self._storage, self._weights, self._lock, self.storage
+        out.held_bytes = self.held_bytes
+        pool: dict[str, torch.Tensor] = {}
+        for name, spec in self.layout.pool.items():
+            shape = shape_at(spec.recipe, sizes)  # type: ignore[arg-type]
+            pool[name] = self._storage[name][:prod(shape)].view(shape)
+        for name, (src, _) in self.layout.aliases.items():
+            pool[name] = out._fixed(src, pool, self._weights).view(shape_at(self.layout.alias_recipes[name], sizes))
+        out._pool = pool
+        out._fresh = [(v, shape_at(s.recipe, sizes), torch_dtype(s.dtype))  # type: ignore[arg-type]
+                      for v, s in self.layout.fresh.items()]
+        out.labels, out._launcher_list, out._launchers, out._bound = \
+            self.labels, self._launcher_list, self._launchers, self._bound  # `rebind` makes launchers at its sizes
+        ops: list[Callable[[dict[str, torch.Tensor]], None]] = []
+        for op, bound in zip(self.layout.ops, self._ops, strict=True):
+            if isinstance(op, LaunchSpec):
+                at = getattr(bound, "at", None)  # a prepared CPU launch: the same pointers at its new sizes
+                ops.append(at(shape_at(op.dyn, sizes)) if at is not None else out._launch(
+                    op, out._launcher_at(op, self._launcher_list[len(ops)]), pool, self._weights,
+                    tuple(shape_at(r, sizes) for r in op.recipes)))
+            elif isinstance(op, CopySpec):
+                ops.append(out._copy(op, pool, self._weights))
+            else:
+                ops.append(out._view(op, pool, self._weights, shape_at(op.recipe, sizes)))  # type: ignore[arg-type]
+        out._ops = ops
+        return out
+
+    def _launcher_at(self, op: LaunchSpec, launcher: Launcher | None) -> Launcher:
+        """`launcher` (the layout's, of `op`) at this runner's sizes."""
+        assert launcher is not None
+        if self.sizes == self.layout.sizes:
+            return launcher
+        own = dict(zip((a.name for a in op.plan.program.dynamic_axes), shape_at(op.dyn, self.sizes), strict=True))
+        return Launcher(launcher.built, own, launcher.name, launcher.target)
 
     def rebind(self, paths: set[str] | frozenset[str]) -> int:
         """Binds again every launch that reads one of the weight `paths` (edited in place since it was bound:
         a CPU matmul packs its weight again); the number of launches bound again."""
         n = 0
+        sized = self.sizes != self.layout.sizes
         for i, op, launcher, reads in self._bound:
             if reads & paths:
-                self._ops[i] = self._launch(op, launcher, self._pool, self._weights)
+                shapes = tuple(shape_at(r, self.sizes) for r in op.recipes) if sized else None
+                self._ops[i] = self._launch(op, self._launcher_at(op, launcher), self._pool, self._weights, shapes)
                 n += 1
         return n
 
@@ -287,11 +400,14 @@ class Runner:
         raise AssertionError(f"{ref} changes per call")
 
     def _launch(self, op: LaunchSpec, launcher: Launcher, pool: Mapping[str, torch.Tensor],
-                weights: Mapping[str, torch.Tensor]) -> Callable[[dict[str, torch.Tensor]], None]:
-        constants = {b: self._fixed(ref, pool, weights).view(shape) for b, ref, shape in op.buffers
-                     if ref[0] == "weight"}
-        fixed = {b: self._fixed(ref, pool, weights).view(shape) for b, ref, shape in op.buffers if ref[0] == "pool"}
-        per_call = [(b, ref[1], shape) for b, ref, shape in op.buffers if ref[0] == "env"]
+                weights: Mapping[str, torch.Tensor], shapes: Sequence[tuple[int, ...]] | None = None
+                ) -> Callable[[dict[str, torch.Tensor]], None]:
+        """The bound launch of `op`, its buffers seen at `shapes` (the layout's where None)."""
+        bufs = [(b, ref, shape) for (b, ref, _), shape in zip(op.buffers, shapes, strict=True)] \
+            if shapes is not None else op.buffers
+        constants = {b: self._fixed(ref, pool, weights).view(shape) for b, ref, shape in bufs if ref[0] == "weight"}
+        fixed = {b: self._fixed(ref, pool, weights).view(shape) for b, ref, shape in bufs if ref[0] == "pool"}
+        per_call = [(b, ref[1], shape) for b, ref, shape in bufs if ref[0] == "env"]
         return launcher.bind(constants, fixed, per_call, self._packs)
 
     def _copy(self, op: CopySpec, pool: Mapping[str, torch.Tensor],
@@ -308,10 +424,11 @@ class Runner:
 
         return run
 
-    def _view(self, op: ViewSpec, pool: Mapping[str, torch.Tensor],
-              weights: Mapping[str, torch.Tensor]) -> Callable[[dict[str, torch.Tensor]], None]:
+    def _view(self, op: ViewSpec, pool: Mapping[str, torch.Tensor], weights: Mapping[str, torch.Tensor],
+              shape: tuple[int, ...] | None = None) -> Callable[[dict[str, torch.Tensor]], None]:
         src = None if op.src[0] == "env" else self._fixed(op.src, pool, weights)
-        src_name, out_name, shape, perm = op.src[1], op.out, op.shape, op.perm
+        src_name, out_name, perm = op.src[1], op.out, op.perm
+        shape = op.shape if shape is None else shape
         if perm is not None:
             def permuted(env: dict[str, torch.Tensor]) -> None:
                 env[out_name] = (src if src is not None else env[src_name]).permute(perm)
@@ -394,7 +511,8 @@ class RunnerCache:
     Every runner holds its size's intermediates, allocated once (a 2048-wide Llama layer holds hundreds of MB
     at a long prompt), so a model run at ever new sizes (a server's prompt lengths) would grow without
     bound. At most KEEP_SIZES runners are kept, and beyond the most recent one no more than KEEP_BYTES of
-    pool; a size dropped and met again is built (and checked) again."""
+    pool (the runners of one bucket's sizes share theirs, counted once); a size dropped and met again is built
+    (and checked) again."""
 
     def __init__(self, keep: int | None = None, keep_bytes: int | None = None) -> None:
         self._keep, self._keep_bytes = keep, keep_bytes
@@ -406,15 +524,17 @@ class RunnerCache:
             self._runners[text] = runner
         return runner
 
+    def held_bytes(self) -> int:
+        """The memory the kept runners hold, each buffer once (the runners `Runner.sized` makes share theirs)."""
+        return sum({r.storage: r.held_bytes for r in self._runners.values()}.values())
+
     def put(self, text: str, runner: Runner) -> None:
         self._runners.pop(text, None)
         self._runners[text] = runner
         keep = KEEP_SIZES if self._keep is None else self._keep
         keep_bytes = KEEP_BYTES if self._keep_bytes is None else self._keep_bytes
-        held = sum(r.held_bytes for r in self._runners.values())
-        while len(self._runners) > 1 and (len(self._runners) > keep or held > keep_bytes):
-            oldest = next(iter(self._runners))
-            held -= self._runners.pop(oldest).held_bytes
+        while len(self._runners) > 1 and (len(self._runners) > keep or self.held_bytes() > keep_bytes):
+            del self._runners[next(iter(self._runners))]
 
     def clear(self) -> None:
         self._runners.clear()

@@ -31,7 +31,7 @@ from emmy_core.graph.forks import (
 )
 from emmy_core.ir.identity import kernel_id
 from emmy_core.ir.nodes import Program
-from emmy_core.ir.sizes import size_bucket
+from emmy_core.ir.sizes import format_sizes, size_bucket
 
 if TYPE_CHECKING:
     from emmy_core.graph.lower import Lowered
@@ -96,6 +96,7 @@ class ModelResolver:
         self._bucketed: dict[tuple[str, tuple[tuple[str, int], ...]], KernelPlan] = {}  # first settle per bucket
         self._resized: dict[ForkKey, KernelPlan] = {}  # the bucket's plans made for the current `model` call
         self._forks: dict[str, tuple[Fork, tuple[Fork, ...]]] = {}  # per identity: options do not depend on sizes
+        self._ran: dict[tuple[int, str], list[KernelPlan] | None] = {}  # `_ran_at`, per lowered model and sizes
 
     def forks_of(self, program: Program, cuts: tuple[Decision, ...], depth: int) -> tuple[Fork, tuple[Fork, ...]]:
         """The kernel's schedule fork (enumerated lazily) and its structural forks, once per identity."""
@@ -162,6 +163,53 @@ class ModelResolver:
         self.plans[key] = plan
         self._bucketed.setdefault(bucket, plan)
         return plan
+
+    def takes_bucket(self, lowered: Lowered, graph_sizes: Mapping[str, int], first: Mapping[str, int]) -> bool:
+        """Whether at `graph_sizes` every kernel of `lowered` would take the very choices it took at `first` (a size
+        settled here): each kernel's size bucket there was first settled by the plan `first` ran, and no measurement
+        speaks of these exact sizes. Then what was made for `first` computes at `graph_sizes` too."""
+        if not self.buckets:
+            return False
+        made = self._ran_at(lowered, first)
+        if made is None:
+            return False
+        at = dict(graph_sizes)
+        card, setting = self.sources.card.name, self.sources.setting
+        for step, plan in zip(lowered.kernels, made, strict=True):
+            own = _own_sizes(step.program, step.sizes(at))
+            if not own:  # a kernel without dynamic axes has one plan at every size
+                continue
+            if self._bucketed.get((plan.key.kernel_id, size_bucket(own))) is not plan:
+                return False
+            key = ForkKey.of(step.program, own, card, setting)
+            if key in self.plans:
+                if self.plans[key] is not plan:  # settled at these sizes with choices of their own
+                    return False
+            elif self._measured_at(step.program, key):
+                return False
+        return True
+
+    def _ran_at(self, lowered: Lowered, first: Mapping[str, int]) -> list[KernelPlan] | None:
+        """Per kernel step, the plan whose choices it ran with at `first` (its bucket's first settle), or None where
+        one had choices of its own there or was not settled. Kept once found: plans are only ever added, and a
+        bucket's first settle stays its first."""
+        at = dict(first)
+        text = (id(lowered), format_sizes(at))
+        if text in self._ran:
+            return self._ran[text]
+        made: list[KernelPlan] = []
+        for step in lowered.kernels:
+            own = _own_sizes(step.program, step.sizes(at))
+            key = ForkKey.of(step.program, own, self.sources.card.name, self.sources.setting)
+            plan = self._bucketed.get((key.kernel_id, size_bucket(own))) if own else self.plans.get(key)
+            if plan is None:  # not settled yet: asked again later
+                return None
+            if key in self.plans and self.plans[key] is not plan:  # choices of its own: never the bucket's
+                self._ran[text] = None
+                return None
+            made.append(plan)
+        self._ran[text] = made
+        return made
 
     def _measured_at(self, program: Program, key: ForkKey) -> bool:
         """Whether a measured source (golden, local) has a row of `program` at exactly the key's sizes."""

@@ -29,9 +29,7 @@ def kernel_id(kernel: Kernel) -> str:
     """sha256 hex digest naming a kernel exactly (read `IDENTITY_VERSION` at call time). Kept on the kernel beside
     the version it was hashed under: a new prompt length settles the same kernels again, and hashing their text at
     every size was a share of what a new length costs."""
-    from emmy_core.ir import identity as _self  # the live module value, so a patched version re-keys
-
-    version = _self.IDENTITY_VERSION
+    version = IDENTITY_VERSION  # the module's value at call time: a patched version re-keys
     kept = kernel.__dict__.get("_identity")
     if kept is not None and kept[0] == version:
         return kept[1]

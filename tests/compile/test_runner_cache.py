@@ -18,6 +18,10 @@ from emmy_core.compiler.runner import RunnerCache
 @dataclass
 class _Held:
     held_bytes: int
+    storage: int = 0  # the memory it holds (runners of one bucket's sizes share it): its own where 0
+
+    def __post_init__(self) -> None:
+        self.storage = self.storage or id(self)
 
 
 def test_the_least_recently_used_runner_is_dropped_first_beyond_the_count() -> None:
@@ -38,6 +42,17 @@ def test_runners_beyond_the_byte_budget_are_dropped_but_never_the_one_just_built
     assert len(cache) == 1 and "S=2" in cache
     cache.put("S=3", _Held(500))  # over the budget alone: still kept, as the one in use
     assert len(cache) == 1 and "S=3" in cache
+
+
+def test_runners_sharing_their_memory_count_it_once() -> None:
+    cache = RunnerCache(keep=10, keep_bytes=100)
+    base = _Held(60)
+    cache.put("S=65", base)  # type: ignore[arg-type]
+    cache.put("S=70", _Held(60, base.storage))  # type: ignore[arg-type]
+    cache.put("S=71", _Held(60, base.storage))  # type: ignore[arg-type]
+    assert len(cache) == 3 and cache.held_bytes() == 60
+    cache.put("S=200", _Held(60))  # another memory: over the budget, the oldest go until it fits
+    assert cache.held_bytes() == 60 and list(cache._runners) == ["S=200"]
 
 
 class _Mlp(nn.Module):

@@ -163,3 +163,26 @@ def test_a_size_taking_its_buckets_choices_keeps_nothing_but_its_size(proj, tmp_
     assert compiled.record.sizes == [f"B=1,S={s}" for s in range(40, 60)]
     compiled.resolve({"B": 1, "S": 60})  # the measured size: settled, recorded
     assert any(r.key.sizes == "T=60" and r.tier == "local" for r in compiled.record.resolutions)
+
+
+def test_a_size_takes_the_bucket_runner_only_where_every_kernel_takes_its_first_sizes_choices(  # type: ignore[no-untyped-def]
+        proj, tmp_path: Path) -> None:
+    """`ModelResolver.takes_bucket`: what a bucket's runner was made with serves another size of the bucket only
+    where each kernel would take those very choices there: not in another bucket, not where a measurement speaks
+    of the exact size, not from a first size that had choices of its own."""
+    _, _, lowered = proj
+    top = kernels_of(lowered)[0]
+    fast = dict(candidates(top, CARD)[3])
+    db = write_db(tmp_path / "tune.db", Setup().row(top, fast, 1.0, {"T": 50}))
+    sources = open_sources(CARD, "deploy", freezes=tmp_path, tuning_db=db, library=False)
+    resolver = ModelResolver(sources, buckets=True)
+    first = {"B": 1, "S": 40}
+    assert not resolver.takes_bucket(lowered, {"B": 1, "S": 45}, first)  # nothing settled at the first size yet
+    resolver.model(lowered, first)
+    assert resolver.takes_bucket(lowered, {"B": 1, "S": 45}, first)
+    assert resolver.takes_bucket(lowered, {"B": 1, "S": 33}, first)
+    assert not resolver.takes_bucket(lowered, {"B": 1, "S": 50}, first)  # T=50 was measured: settled as ever
+    assert not resolver.takes_bucket(lowered, {"B": 1, "S": 70}, first)  # another bucket
+    resolver.model(lowered, {"B": 1, "S": 50})
+    assert not resolver.takes_bucket(lowered, {"B": 1, "S": 45}, {"B": 1, "S": 50})  # 50 had choices of its own
+    assert not ModelResolver(sources).takes_bucket(lowered, {"B": 1, "S": 45}, first)  # buckets off
