@@ -90,6 +90,28 @@ def test_a_split_taken_on_evidence_runs_and_equals_torch(proj, tmp_path: Path) -
         torch.testing.assert_close(compiled(x), module(x), rtol=1e-4, atol=1e-4)
 
 
+def test_a_split_runs_at_other_sizes_of_its_bucket_over_the_same_scratch(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A runner made for a split's bucket (`Runner.sized`): the pieces' intermediates are scratch of the bucket's
+    largest sizes, seen at each size's shape, and every piece launches at that size."""
+    from emmy_core.compiler.runner import Runner
+    from emmy_core.ir.sizes import size_bucket
+
+    module, example, lowered = proj
+    write_db(tmp_path / "tune.db", _priced(lowered))
+    compiled = emmy_compile(module, example, card=CARD, freezes=tmp_path, tuning_db=tmp_path / "tune.db", prior=False,
+                            torch_ops="refuse").one_graph
+    first = {"B": 2, "S": 8}
+    layout = compiled.layout(first, build=True)
+    scratch = [n for n in layout.pool if n not in dict(compiled.lowered.graph.sizes) and ":" in n]
+    assert scratch and layout.resizable
+    base = Runner(layout, compiled._weights_on_device(), compiled.device, compiled._launcher,
+                  capacity=dict(size_bucket(first)))
+    with torch.no_grad():
+        for s in (5, 6, 8):
+            x = torch.randn(2, s, 1024)
+            torch.testing.assert_close(base.sized({"B": 2, "S": s}).run([x])[0], module(x), rtol=1e-4, atol=1e-4)
+
+
 def test_a_top_pick_beyond_the_cards_limits_is_blocked_and_the_next_option_answers(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     module, example, lowered = proj
     k = kernels_of(lowered)[0]
