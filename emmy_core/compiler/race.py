@@ -8,7 +8,9 @@ where the library is weak they are the faster. So when a group is first run at a
 against torch, the backend races its contenders on the same fresh inputs: Emmy's group as the evidence
 settled it, the same group on Emmy's kernels only (where the first had a product on torch's kernel), and
 torch's ops; in turn, each round in the other direction: at least RACE_ROUNDS[0] rounds, then more until
-RACE_SECONDS have passed, at most RACE_ROUNDS[1]. The fastest by the median keeps the size, the earlier
+RACE_SECONDS have passed, at most RACE_ROUNDS[1], and no more once the rounds are apart (the fastest's slowest
+round faster than every other's fastest, by RACE_MARGIN: more rounds would not change the winner, and a new size
+bucket's races are most of its first call). The fastest by the median keeps the size, the earlier
 contender on a tie; but an Emmy contender takes it from torch's ops only when faster by more than RACE_MARGIN:
 within it, a few rounds cannot tell them apart, and a tie goes to torch, the baseline a compiled model must
 never fall below (a bf16 decoder's MLP group won its race by 1% and ran 2-4% slower than torch's ops after). The verdict is taken at the first size of each size bucket (`ir.sizes.size_bucket`: a
@@ -85,10 +87,20 @@ def race(sides: Mapping[str, Callable[[], object]], rounds: Sequence[int] = RACE
     times: dict[str, list[float]] = {k: [] for k in names}
     done = 0
     deadline = time.perf_counter() + seconds
-    while done < high and (done < low or time.perf_counter() < deadline):
+    while done < high and (done < low or (time.perf_counter() < deadline and not apart(times))):
         for name in (names if done % 2 == 0 else names[::-1]):
             t0 = time.perf_counter()
             sides[name]()
             times[name].append(time.perf_counter() - t0)
         done += 1
     return Race({k: tuple(v) for k, v in times.items()})
+
+
+def apart(times: Mapping[str, Sequence[float]]) -> bool:
+    """Whether the rounds so far decide the race: the fastest contender by the median was faster in its slowest
+    round than every other contender in its fastest, by RACE_MARGIN."""
+    if any(not t for t in times.values()):
+        return False
+    best = min(times, key=lambda k: statistics.median(times[k]))
+    slowest = max(times[best]) * (1 + RACE_MARGIN)
+    return all(slowest < min(t) for k, t in times.items() if k != best)

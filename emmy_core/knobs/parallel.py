@@ -72,7 +72,14 @@ def keep_busy(kernel: Program, sizes: Mapping[str, int], knobs: Sequence[Knobs])
     work = _extents(kernel, sizes)
     if work is None:
         return list(range(len(knobs)))
-    busy = [i for i, k in enumerate(knobs) if _idle(work, k) == 0]
+    idle: dict[tuple[object, ...], int] = {}  # a pool of 1500 options holds a few dozen ways to share the work
+    busy = []
+    for i, k in enumerate(knobs):
+        way = (k.get("threads"), k.get("par_axis"), k.get("tile_m"), k.get("tile_n"))
+        if way not in idle:
+            idle[way] = _idle(work, k)
+        if idle[way] == 0:
+            busy.append(i)
     return busy or list(range(len(knobs)))
 
 

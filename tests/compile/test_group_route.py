@@ -4,6 +4,7 @@ is per size, said in the report, and never taken with `library=False` (Emmy's ke
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 
@@ -13,7 +14,7 @@ from torch import nn
 
 from emmy_core.compiler import group as be
 from emmy_core.compiler.backend import _GRAPHS, compile_reports, emmy_backend
-from emmy_core.compiler.race import RACE_MARGIN, RACE_ROUNDS, Race, race
+from emmy_core.compiler.race import RACE_MARGIN, RACE_ROUNDS, Race, apart, race
 from emmy_core.knobs.route import is_library
 from tests.compile.conftest import Mlp
 
@@ -79,7 +80,26 @@ def test_race_times_every_side_in_turn_within_its_bounds() -> None:
     assert calls[:3] == ["emmy", "own", "torch"]  # the warm call of each
     assert calls[3:6] == ["emmy", "own", "torch"] and calls[6:9] == ["torch", "own", "emmy"]  # the order turns
     assert result.winner != "emmy" and result.median("emmy") >= 0.002 > result.median("torch")
-    assert race({"emmy": lambda: None, "torch": lambda: None}, seconds=10.0).rounds == RACE_ROUNDS[1]
+    flip = itertools.count()
+
+    def now_and_then() -> None:  # every contender's rounds overlap: none is apart, the race runs its most rounds
+        if next(flip) % 2:
+            time.sleep(0.0005)
+
+    assert race({"emmy": now_and_then, "torch": now_and_then}, seconds=10.0).rounds == RACE_ROUNDS[1]
+
+
+def test_race_stops_once_its_rounds_are_apart() -> None:
+    """A contender slower in every round than the other's slowest (by the margin) ends the race at its least
+    rounds, however long it could run; rounds that overlap do not."""
+    def slow() -> None:
+        time.sleep(0.003)
+
+    result = race({"emmy": slow, "torch": lambda: None}, seconds=10.0)
+    assert result.rounds == RACE_ROUNDS[0] and result.winner == "torch"
+    assert apart({"a": (1.0, 1.1), "b": (1.2, 1.3)}) and not apart({"a": (1.0, 1.2), "b": (1.2, 1.3)})
+    assert not apart({"a": (1.0, 1.0), "b": (1.02, 1.1)})  # within the margin
+    assert not apart({"a": (), "b": ()})
 
 
 def test_group_route_runs_torch_at_a_size_torch_wins(monkeypatch: pytest.MonkeyPatch) -> None:
