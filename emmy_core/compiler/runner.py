@@ -501,8 +501,9 @@ class Runner:
         return tuple(out)
 
 
-KEEP_SIZES = 16  # runners (sizes) one compiled graph keeps built at once
+KEEP_SIZES = 16  # runners (sizes) of their own memory one compiled graph keeps built at once
 KEEP_BYTES = 1 << 30  # and the buffers they hold, beyond the one just used
+KEEP_SIZED = 512  # runners in all, those over another's memory included (`Runner.sized`: a few KiB of views each)
 
 
 class RunnerCache:
@@ -510,12 +511,13 @@ class RunnerCache:
 
     Every runner holds its size's intermediates, allocated once (a 2048-wide Llama layer holds hundreds of MB
     at a long prompt), so a model run at ever new sizes (a server's prompt lengths) would grow without
-    bound. At most KEEP_SIZES runners are kept, and beyond the most recent one no more than KEEP_BYTES of
-    pool (the runners of one bucket's sizes share theirs, counted once); a size dropped and met again is built
-    (and checked) again."""
+    bound. At most KEEP_SIZES memories are kept (the runners of one bucket's sizes share one: `Runner.sized`),
+    beyond the most recent runner no more than KEEP_BYTES of them, and KEEP_SIZED runners in all (a decode
+    step's every cache length is a size: a generate of 40 tokens met 40, and a cache of 16 checked each again at
+    every generate); a size dropped and met again is made (and checked) again."""
 
-    def __init__(self, keep: int | None = None, keep_bytes: int | None = None) -> None:
-        self._keep, self._keep_bytes = keep, keep_bytes
+    def __init__(self, keep: int | None = None, keep_bytes: int | None = None, keep_sized: int | None = None) -> None:
+        self._keep, self._keep_bytes, self._keep_sized = keep, keep_bytes, keep_sized
         self._runners: dict[str, Runner] = {}  # insertion order is use order: a hit moves to the end
 
     def get(self, text: str) -> Runner | None:
@@ -533,8 +535,14 @@ class RunnerCache:
         self._runners[text] = runner
         keep = KEEP_SIZES if self._keep is None else self._keep
         keep_bytes = KEEP_BYTES if self._keep_bytes is None else self._keep_bytes
-        while len(self._runners) > 1 and (len(self._runners) > keep or self.held_bytes() > keep_bytes):
+        keep_sized = KEEP_SIZED if self._keep_sized is None else self._keep_sized
+        while len(self._runners) > 1 and (len(self._runners) > keep_sized or self.memories() > keep or
+                                          self.held_bytes() > keep_bytes):
             del self._runners[next(iter(self._runners))]
+
+    def memories(self) -> int:
+        """How many memories the kept runners hold (the runners of one bucket's sizes share one)."""
+        return len({r.storage for r in self._runners.values()})
 
     def clear(self) -> None:
         self._runners.clear()

@@ -150,9 +150,12 @@ def torch_wins(node: fx.Node) -> str | None:
 
     What stays a rule, and why no race settles it:
     - A decode step: its cache is one position longer at every call, a size the group has never run, and every
-      new size is settled, built and checked; with torch's the groups around it keep their sizes.
-      `bench/generate.py --attention true` (a 2-core AMD EPYC, f32, where Emmy's attention wins a prompt's):
-      4.8 ms a token at hidden 64 and 16.1 ms at 1024, against eager's 1.1 and 8.4 and the default's 0.85 and 4.8.
+      new size is checked against torch (on its bucket's runner: `Runner.sized`); with torch's the groups around
+      it keep their sizes. `bench/generate.py --attention true` (a 2-core AMD EPYC, f32, where Emmy's attention
+      wins a prompt's): at lengths met before, 1.31x eager a token at hidden 64 and 1.96x at 1024 (the default:
+      1.33x and 1.60x); but a generate meeting its lengths for the first time ran 0.28x and 0.37x eager (the
+      default 0.57x and 0.65x), and a group keeps 512 lengths, so a server of longer contexts would meet new ones
+      at every token.
     - A mask given as a tensor (a padded batch's): Emmy's decomposition reads it spread over every head and row,
       made by torch at every call, and the group holds that spread mask, not the one torch's kernel reads, so
       torch's side of its race cannot be torch's fused kernel. On an Intel Xeon (AVX-512, 2 cores;

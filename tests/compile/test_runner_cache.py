@@ -44,6 +44,18 @@ def test_runners_beyond_the_byte_budget_are_dropped_but_never_the_one_just_built
     assert len(cache) == 1 and "S=3" in cache
 
 
+def test_runners_sharing_a_memory_count_once_toward_the_sizes_kept_and_all_toward_the_runners_kept() -> None:
+    cache = RunnerCache(keep=1, keep_bytes=1 << 40, keep_sized=3)
+    base = _Held(10)
+    for s in (33, 40, 50):
+        cache.put(f"S={s}", _Held(10, base.storage) if s != 33 else base)  # type: ignore[arg-type]
+    assert len(cache) == 3 and cache.memories() == 1
+    cache.put("S=60", _Held(10, base.storage))  # type: ignore[arg-type]
+    assert list(cache._runners) == ["S=40", "S=50", "S=60"]  # beyond the runners kept: the oldest goes
+    cache.put("S=100", _Held(10))  # type: ignore[arg-type]
+    assert list(cache._runners) == ["S=100"]  # beyond the memories kept: the bucket's every runner goes
+
+
 def test_runners_sharing_their_memory_count_it_once() -> None:
     cache = RunnerCache(keep=10, keep_bytes=100)
     base = _Held(60)
@@ -77,7 +89,7 @@ def test_a_backend_group_keeps_at_most_keep_sizes_runners_and_rebuilds_a_dropped
             torch.testing.assert_close(c(x), m(x))
         groups = [g for state in emmy_core.compiler.backend._GRAPHS[before:] for g in state.live_groups()]
     assert groups and all(g.off is None for g in groups)
-    assert all(len(g._runners) <= 2 for g in groups)
+    assert all(g._runners.memories() <= 2 for g in groups)  # S=5 and S=7 share their bucket's
     assert all(len(g.sizes_seen()) == 4 for g in groups)  # every size it ran is still known to a tune
 
 
