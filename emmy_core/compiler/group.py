@@ -141,11 +141,15 @@ class EmmyGroup(nn.Module):
         sizes = self.translated.names.evaluate(bound)
         out = sizes if all(v >= 1 for v in sizes.values()) else None
         self._sizes[key] = out
-        self._texts[key] = format_sizes(sizes) if out is not None else ""
-        return out, self._texts[key]
+        self._texts[key] = text = format_sizes(sizes) if out is not None else ""
+        while len(self._sizes) > SIZES_KEPT:  # a server meets ever new lengths: the oldest are worked out again
+            oldest = next(iter(self._sizes))
+            del self._sizes[oldest], self._texts[oldest]
+        return out, text
 
     def sizes_seen(self) -> list[dict[str, int]]:
-        """Every size (of the group's named axes) this group was called at, first seen first."""
+        """Every size (of the group's named axes) this group was called at, first seen first (the last SIZES_KEPT
+        distinct ones)."""
         out: list[dict[str, int]] = []
         for sizes in self._sizes.values():
             if sizes is not None and sizes not in out:

@@ -104,3 +104,23 @@ def test_the_one_graph_path_keeps_at_most_keep_sizes_runners(monkeypatch: pytest
             torch.testing.assert_close(compiled(x), m(x))
             assert len(compiled._runners) <= 2
     assert "B=2,S=3" in compiled._runners and "B=2,S=7" in compiled._runners and "B=2,S=5" not in compiled._runners
+
+
+def test_a_group_keeps_the_sizes_of_its_last_calls_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sizes a group worked out from its inputs' shapes are kept for its last SIZES_KEPT distinct ones (a server
+    meets ever new lengths); one dropped and met again is worked out again, and computes as ever."""
+    from emmy_core.compiler import group as group_module
+
+    monkeypatch.setattr(group_module, "SIZES_KEPT", 3)
+    torch.manual_seed(0)
+    m = _Mlp().eval()
+    c = torch.compile(m, backend=emmy_backend(prior=False, library=False), dynamic=True)
+    before = len(emmy_core.compiler.backend._GRAPHS)
+    with torch.no_grad():
+        for s in (3, 5, 7, 9, 11, 3):
+            x = torch.randn(2, s, 16)
+            torch.testing.assert_close(c(x), m(x))
+        groups = [g for state in emmy_core.compiler.backend._GRAPHS[before:] for g in state.live_groups()]
+    assert groups and all(g.off is None for g in groups)
+    assert all(len(g._sizes) == len(g._texts) == 3 for g in groups)
+    assert all(len(g.sizes_seen()) == 3 for g in groups)  # of the five distinct sizes, the last three
