@@ -85,3 +85,33 @@ def test_threads_meeting_a_new_size_together_build_it_once_and_each_get_their_ow
     groups = [g for state in emmy_core.compiler.backend._GRAPHS[before:] for g in state.live_groups()]
     assert groups and all(g.off is None and len(g._runners) == 2 for g in groups)
     assert [builds[id(g)] for g in groups] == [2] * len(groups)  # length 9, then 48 once for all four threads
+
+
+def test_concurrent_calls_at_sizes_of_one_bucket_each_get_their_own_answer() -> None:
+    """Sizes of one bucket run on one memory (`Runner.sized`): threads calling at different sizes of it take
+    turns, and each gets the answer of its own size."""
+    torch.manual_seed(0)
+    m = _Mlp().eval()
+    c = torch.compile(m, backend=emmy_backend(prior=False, library=False), dynamic=True)
+    lengths = (33, 40, 50, 64)
+    inputs = [torch.randn(2, s, 64, generator=torch.Generator().manual_seed(s)) for s in lengths]
+    with torch.no_grad():
+        wants = [m(x) for x in inputs]
+        for x, want in zip(inputs, wants, strict=True):  # each size made and checked before the threads start
+            torch.testing.assert_close(c(x), want, rtol=1e-4, atol=1e-4)
+    wrong: list[str] = []
+    start = threading.Barrier(len(lengths))
+
+    def work(i: int) -> None:
+        start.wait()
+        with torch.no_grad():
+            for n in range(30):
+                if not torch.allclose(c(inputs[i]), wants[i], rtol=1e-4, atol=1e-4):
+                    wrong.append(f"S={lengths[i]}, call {n}")
+
+    pool = [threading.Thread(target=work, args=(i,)) for i in range(len(lengths))]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert wrong == []
