@@ -75,13 +75,15 @@ class Race:
 
 
 def race(sides: Mapping[str, Callable[[], object]], rounds: Sequence[int] = RACE_ROUNDS,
-         seconds: float = RACE_SECONDS) -> Race:
+         seconds: float = RACE_SECONDS, warm: bool = True) -> Race:
     """Times the contenders in turn after one warm call of each (first launches pay for page faults and cold
-    caches), every other round in the reverse order, so none always runs on the caches another left."""
+    caches; `warm=False` where each has just run at these sizes, as a group's check runs them), every other
+    round in the reverse order, so none always runs on the caches another left."""
     if len(sides) < 2:
         raise ValueError(f"a race needs two contenders or more, got {len(sides)}")
-    for fn in sides.values():
-        fn()
+    if warm:
+        for fn in sides.values():
+            fn()
     low, high = rounds
     names = list(sides)
     times: dict[str, list[float]] = {k: [] for k in names}

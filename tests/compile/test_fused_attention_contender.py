@@ -112,9 +112,10 @@ def test_a_race_emmys_attention_loses_runs_torchs_fused_attention(monkeypatch: p
     real = be.race
     raced: list[set[str]] = []
 
-    def emmy_slowed(sides: dict[str, Callable[[], object]]) -> object:
+    def emmy_slowed(sides: dict[str, Callable[[], object]], **kw: object) -> object:
         raced.append(set(sides))
-        return real({k: (lambda f=f: (f(), time.sleep(0.002))) if k != "torch" else f for k, f in sides.items()})
+        return real({k: (lambda f=f: (f(), time.sleep(0.002))) if k != "torch" else f for k, f in sides.items()},
+                    **kw)
 
     monkeypatch.setattr(be, "race", emmy_slowed)
     torch.manual_seed(0)

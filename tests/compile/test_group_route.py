@@ -27,10 +27,10 @@ def _torch_slowed(monkeypatch: pytest.MonkeyPatch, raced: list[int] | None = Non
     """Every race run with torch's side made slower for real (each race counted in `raced`): Emmy wins them."""
     real = be.race
 
-    def slow_torch(sides: dict[str, Callable[[], object]]) -> object:
+    def slow_torch(sides: dict[str, Callable[[], object]], **kw: object) -> object:
         if raced is not None:
             raced.append(1)
-        return real({k: _slowed(f) if k == "torch" else f for k, f in sides.items()})
+        return real({k: _slowed(f) if k == "torch" else f for k, f in sides.items()}, **kw)
 
     monkeypatch.setattr(be, "race", slow_torch)
 
@@ -106,7 +106,8 @@ def test_group_route_runs_torch_at_a_size_torch_wins(monkeypatch: pytest.MonkeyP
     """Emmy's side made slower for real (2 ms a call): its group hands that size to torch, the answer is torch's,
     and the report says why; a group that is not outraced stays on Emmy."""
     real = be.race
-    monkeypatch.setattr(be, "race", lambda sides: real({k: _slowed(f) if k != "torch" else f for k, f in sides.items()}))
+    monkeypatch.setattr(be, "race", lambda sides, **kw: real({k: _slowed(f) if k != "torch" else f
+                                                              for k, f in sides.items()}, **kw))
     torch.manual_seed(0)
     model = Mlp().eval()
     x = torch.randn(3, 32)
@@ -127,7 +128,8 @@ def test_group_route_runs_torch_at_a_size_torch_wins(monkeypatch: pytest.MonkeyP
 
 def test_group_route_keeps_a_group_that_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     real = be.race
-    monkeypatch.setattr(be, "race", lambda sides: real({k: _slowed(f) if k == "torch" else f for k, f in sides.items()}))
+    monkeypatch.setattr(be, "race", lambda sides, **kw: real({k: _slowed(f) if k == "torch" else f
+                                                              for k, f in sides.items()}, **kw))
     model = Mlp().eval()
     x = torch.randn(3, 32)
     before = len(_GRAPHS)
@@ -141,7 +143,7 @@ def test_group_route_keeps_a_group_that_wins(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_group_route_is_off_with_library_off(monkeypatch: pytest.MonkeyPatch) -> None:
     raced: list[int] = []
-    monkeypatch.setattr(be, "race", lambda *a: raced.append(1))
+    monkeypatch.setattr(be, "race", lambda *a, **kw: raced.append(1))
     model = Mlp().eval()
     fn = torch.compile(model, backend=emmy_backend(prior=False, library=False), dynamic=False)
     with torch.no_grad():
@@ -156,9 +158,9 @@ def test_group_route_runs_emmy_only_where_its_kernels_win(monkeypatch: pytest.Mo
     real = be.race
     entered: list[tuple[str, ...]] = []
 
-    def slow_all_but_own(sides: dict[str, Callable[[], object]]) -> object:
+    def slow_all_but_own(sides: dict[str, Callable[[], object]], **kw: object) -> object:
         entered.append(tuple(sides))
-        return real({k: f if k == "own" else _slowed(f) for k, f in sides.items()})
+        return real({k: f if k == "own" else _slowed(f) for k, f in sides.items()}, **kw)
 
     monkeypatch.setattr(be, "race", slow_all_but_own)
     torch.manual_seed(0)
@@ -184,7 +186,7 @@ def test_group_route_runs_emmy_only_where_its_kernels_win(monkeypatch: pytest.Mo
 def test_group_route_enters_no_own_contender_where_no_product_is_on_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     entered: list[tuple[str, ...]] = []
     real = be.race
-    monkeypatch.setattr(be, "race", lambda sides: (entered.append(tuple(sides)), real(sides))[1])
+    monkeypatch.setattr(be, "race", lambda sides, **kw: (entered.append(tuple(sides)), real(sides, **kw))[1])
 
     class Chain(nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -202,9 +204,9 @@ def test_group_route_races_once_per_size_bucket(monkeypatch: pytest.MonkeyPatch)
     real = be.race
     raced: list[int] = []
 
-    def slow_emmy(sides: dict[str, Callable[[], object]]) -> object:
+    def slow_emmy(sides: dict[str, Callable[[], object]], **kw: object) -> object:
         raced.append(1)
-        return real({k: f if k == "torch" else _slowed(f) for k, f in sides.items()})
+        return real({k: f if k == "torch" else _slowed(f) for k, f in sides.items()}, **kw)
 
     monkeypatch.setattr(be, "race", slow_emmy)
     model = Mlp().eval()
@@ -266,7 +268,8 @@ def test_an_own_contender_that_lost_keeps_no_packed_weights(monkeypatch: pytest.
     torch runs holds no second copy of its weights), and where it won, they stay for its runs."""
     real = be.race
     slow = {"own"}
-    monkeypatch.setattr(be, "race", lambda sides: real({k: _slowed(f) if k in slow else f for k, f in sides.items()}))
+    monkeypatch.setattr(be, "race", lambda sides, **kw: real({k: _slowed(f) if k in slow else f
+                                                              for k, f in sides.items()}, **kw))
     model = Mlp().eval()
     before = len(_GRAPHS)
     fn = torch.compile(model, backend=emmy_backend(prior=False), dynamic=True)
@@ -332,9 +335,9 @@ def test_a_gpu_cards_group_route_runs_under_tritons_interpreter() -> None:
     raced: list[set[str]] = []
     real = be.race
 
-    def counted(sides: dict[str, Callable[[], object]]) -> object:
+    def counted(sides: dict[str, Callable[[], object]], **kw: object) -> object:
         raced.append(set(sides))
-        return real(sides)
+        return real(sides, **kw)
 
     torch.manual_seed(0)
     model, x = Mlp().eval(), torch.randn(3, 32)
@@ -355,7 +358,8 @@ def test_a_groups_status_keeps_a_bounded_number_of_sizes_and_every_raced_one(mon
     verdict ran, and every raced size; a size dropped from it and met again still runs as its bucket's verdict."""
     monkeypatch.setattr(be, "SIZES_KEPT", 3)
     real = be.race
-    monkeypatch.setattr(be, "race", lambda sides: real({k: _slowed(f) if k != "torch" else f for k, f in sides.items()}))
+    monkeypatch.setattr(be, "race", lambda sides, **kw: real({k: _slowed(f) if k != "torch" else f
+                                                              for k, f in sides.items()}, **kw))
     torch.manual_seed(0)
     model = Mlp().eval()
     before = len(_GRAPHS)
