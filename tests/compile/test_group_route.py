@@ -89,6 +89,13 @@ def test_race_times_every_side_in_turn_within_its_bounds() -> None:
     assert race({"emmy": now_and_then, "torch": now_and_then}, seconds=10.0).rounds == RACE_ROUNDS[1]
 
 
+def test_race_without_warm_up_times_from_its_first_call() -> None:
+    calls: list[str] = []
+    result = race({"emmy": lambda: calls.append("emmy"), "torch": lambda: calls.append("torch")}, rounds=(3, 3),
+                  warm=False)
+    assert result.rounds == 3 and calls == ["emmy", "torch", "torch", "emmy", "emmy", "torch"]
+
+
 def test_race_stops_once_its_rounds_are_apart() -> None:
     """A contender slower in every round than the other's slowest (by the margin) ends the race at its least
     rounds, however long it could run; rounds that overlap do not."""
