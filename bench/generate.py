@@ -2,8 +2,8 @@
 
 Generation is a prefill, then one decode step per token with a KV cache: every step shows the
 backend a cache one position longer (a size it has not run), so this is where per-size costs show
-(settling forks, binding launches, the check against torch) and where a matmul has one row per
-sequence. A tiny-vocabulary `LlamaForCausalLM` with random weights (no downloads) generates greedily
+(in a size bucket run before, the check against torch; in a new one, settling forks, races and builds too)
+and where a matmul has one row per sequence. A tiny-vocabulary `LlamaForCausalLM` with random weights (no downloads) generates greedily
 from the same prompt with each contender: the first `generate` (Dynamo's compile, Emmy's builds and
 every new size: what a user's first call costs), one from a longer prompt (every cache length new, the
 graphs compiled), then `--repeats` more calls over the first call's lengths, interleaved (median). The tokens must equal eager's. Ratios are eager's time over each contender's.
