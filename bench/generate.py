@@ -6,7 +6,8 @@ backend a cache one position longer (a size it has not run), so this is where pe
 and where a matmul has one row per sequence. A tiny-vocabulary `LlamaForCausalLM` with random weights (no downloads) generates greedily
 from the same prompt with each contender: the first `generate` (Dynamo's compile, Emmy's builds and
 every new size: what a user's first call costs), one from a longer prompt (every cache length new, the
-graphs compiled), then `--repeats` more calls over the first call's lengths, interleaved (median). The tokens must equal eager's. Ratios are eager's time over each contender's.
+graphs compiled; its prefill a size bucket never run, which the backend's `defer` leaves to torch's ops at its
+first call), then `--repeats` more calls over the first call's lengths, interleaved (median). The tokens must equal eager's. Ratios are eager's time over each contender's.
 Then the cost of a new prompt length in a size bucket seen before (`ir.sizes.size_bucket`: the longer prompt's):
 a forward (a graph of its own, first called at one length of that bucket) at each of 4 lengths never run, its
 first call's time less its second's (median), beside eager's call.

@@ -139,7 +139,7 @@ def compile_reports() -> list[GraphReport]:
 def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_db: Path | str | None = None,
                  freezes: FreezesArg = None, prior: PriorArg = None, check: bool = True,
                  build: bool = True, attention: bool | str = "auto", fallback: str = "eager",
-                 library: bool = True, tune: int | None = None) -> Callable[..., Any]:
+                 library: bool = True, tune: int | None = None, defer: bool = True) -> Callable[..., Any]:
     """A Dynamo backend for `card` and `setting` with the given evidence sources (as `emmy_core.compile` takes them).
 
     `check=False` skips the check against torch at each new size (for timing the check's cost only);
@@ -156,7 +156,11 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
     first option is torch's own kernel (True), or Emmy's kernels are the only candidates (False). `tune=N`: at
     the first size of each size bucket a group runs, its kernels are tuned on this machine before they are settled
     (N of Emmy's candidates each, chosen as `emmy tune` chooses them, and torch's kernel beside them), the rows
-    recorded into `tuning_db` (default: the local tuning database), where this and every later compile reads them."""
+    recorded into `tuning_db` (default: the local tuning database), where this and every later compile reads them.
+    `defer` (the default): a size bucket after a group's first runs torch's ops at its first call, and is settled,
+    built, checked and raced at its second, so a size met once (a long prompt in a new bucket) costs nothing more
+    than torch's call, where settling a bucket costs tens of milliseconds a group; `False` settles every bucket
+    at its first call."""
     from emmy_core.codegen.backend import get_setting
 
     get_setting(setting)
@@ -168,6 +172,9 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
         raise ValueError(f"library={library!r}: True (torch's own kernel is a candidate) or False (Emmy's only)")
     if tune is not None:
         check_tune(tune, None)
+    if not isinstance(defer, bool):
+        raise ValueError(f"defer={defer!r}: True (a bucket after a group's first is settled at its second call) or "
+                         "False (at its first)")
     warned: list[bool] = []
 
     def compile_fx(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
@@ -226,7 +233,7 @@ def emmy_backend(*, card: str | Card = "local", setting: str = "deploy", tuning_
             call = next(n for n in gm.graph.nodes if n.op == "call_module" and n.target == sub_name)
             kept = frozenset(i for i, a in enumerate(call.args) if isinstance(a, fx.Node) and a.target is attention_mask)
             group = EmmyGroup(torch_side, tr, compiled, nodes, state.notes.append, check, resolve_only=not build,
-                              route=library, own=own, tune=tuner, kept=kept)
+                              route=library, own=own, tune=tuner, kept=kept, defer=defer and build)
             setattr(gm, sub_name, group)
             state.add(group)
         gm.recompile()

@@ -48,7 +48,8 @@ class GroupStatus:
 
     nodes: tuple[str, ...]
     off: str | None = None
-    torch_calls: int = 0  # calls of a live group that torch ran (autograd on, a size of 0, a changed attribute)
+    # calls of a live group that torch ran (autograd on, a size of 0, a changed attribute, a new bucket's first call)
+    torch_calls: int = 0
     raced: dict[str, str] = field(default_factory=dict)  # size text -> why torch's ops run it (`compiler.race`)
     own: dict[str, str] = field(default_factory=dict)  # size text -> why Emmy's kernels only run it (`compiler.race`)
     tuned: dict[str, str] = field(default_factory=dict)  # size text -> what the backend's `tune` recorded there
@@ -90,7 +91,7 @@ class EmmyGroup(nn.Module):
                  nodes: tuple[str, ...], note: Callable[[str], None], check: bool = True,
                  resolve_only: bool = False, route: bool = False, own: Compiled | None = None,
                  tune: Callable[[Compiled, dict[str, int]], str] | None = None,
-                 kept: frozenset[int] = frozenset()) -> None:
+                 kept: frozenset[int] = frozenset(), defer: bool = False) -> None:
         super().__init__()
         self.torch_sub = torch_sub
         # arguments made from the sizes alone (a causal mask): the check's and the race's fresh inputs keep them as
@@ -101,6 +102,11 @@ class EmmyGroup(nn.Module):
         self.own = own if route else None
         self._tune = tune  # the backend's `tune` option: the group's kernels tuned at the first size of a bucket
         self._tuned: set[tuple[tuple[str, int], ...]] = set()
+        # `defer`: a size bucket after the group's first runs torch's ops at its first call, and is settled, built,
+        # checked and raced at its second (`_settle_size`); the buckets met once so far
+        self._defer = defer
+        self._met: set[tuple[tuple[str, int], ...]] = set()
+        self._settled: set[tuple[tuple[str, int], ...]] = set()  # buckets Emmy's side was settled at
         self._own_off: str | None = None  # why the own contender left the races (it failed to build or check)
         # per size bucket (`ir.sizes.size_bucket`): the race's winner at its first size, and that size; every other
         # size of the bucket runs the same contender, checked, without a race of its own
@@ -340,6 +346,13 @@ class EmmyGroup(nn.Module):
                     self.status.own[text] = f"Emmy's group (own) measured fastest {why}"
                     return runner
             return self._build(sizes, args, answer=answer)
+        bucket = size_bucket(sizes)
+        if self._defer and self._settled and bucket not in self._settled and bucket not in self._met:
+            self._met.add(bucket)  # a one-off size pays nothing; a bucket met again is settled at its second call
+            self.status.torch_calls += 1
+            return None
+        self._settled.add(bucket)
+        self._met.discard(bucket)
         self._tune_at(sizes)
         runner = self._build(sizes, args)
         if runner is None or not self.route:

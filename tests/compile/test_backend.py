@@ -159,7 +159,7 @@ def test_the_strict_one_graph_compile_and_the_backend_agree_bit_for_bit() -> Non
     m = Block().eval()
     x = torch.randn(2, 5, H)
     direct = emmy_core.compile(m, (x,), prior=False, library=False, torch_ops="refuse")
-    c = torch.compile(m, backend=emmy_backend(prior=False, library=False), dynamic=True)
+    c = torch.compile(m, backend=emmy_backend(prior=False, library=False, defer=False), dynamic=True)
     with torch.no_grad():
         for s in (5, 9):
             y = torch.randn(2, s, H)
@@ -454,7 +454,7 @@ def test_a_transposed_output_is_handed_back_as_torchs_own_strided_view_not_a_cop
 def test_a_weight_is_packed_once_for_every_size_and_again_when_edited_in_place() -> None:
     torch.manual_seed(0)
     m = Block().eval()
-    c = torch.compile(m, backend=emmy_backend(prior=False, library=False), dynamic=True)
+    c = torch.compile(m, backend=emmy_backend(prior=False, library=False, defer=False), dynamic=True)
     before = len(emmy_core.compiler.backend._GRAPHS)
     with torch.no_grad():
         c(torch.randn(2, 3, H))

@@ -69,6 +69,7 @@ def _runner_at(group: EmmyGroup, s: int) -> runner_module.Runner:
 def _run(sizes: tuple[int, ...], **options: object) -> tuple[nn.Module, list[EmmyGroup]]:
     torch.manual_seed(0)
     m = _Block().eval()
+    options.setdefault("defer", False)  # every bucket settled at its first call
     c = torch.compile(m, backend=emmy_backend(prior=False, **options), dynamic=True)  # type: ignore[arg-type]
     before = len(emmy_core.compiler.backend._GRAPHS)
     with torch.no_grad():
@@ -141,3 +142,36 @@ def test_with_the_race_a_bucket_run_by_emmy_runs_its_new_sizes_on_the_first_ones
         texts = list(g._runners._runners)
         storages = {g._runners.get(t).storage for t in texts}  # type: ignore[union-attr]
         assert len(storages) == 1, texts  # one bucket, one memory, whichever contender won its race
+
+
+def test_a_new_bucket_runs_torch_at_its_first_call_and_is_settled_at_its_second() -> None:
+    """`defer` (the default): a group's first bucket is settled at once; a later bucket's first call runs torch's
+    ops (a one-off size pays nothing more), its second is settled, built, checked and raced, and the bucket's
+    sizes after it run on its runner."""
+    torch.manual_seed(0)
+    m = _Block().eval()
+    c = torch.compile(m, backend=emmy_backend(prior=False, library=False), dynamic=True)
+    before = len(emmy_core.compiler.backend._GRAPHS)
+    with torch.no_grad():
+        def call(s: int) -> None:
+            x = torch.randn(2, s, H, generator=torch.Generator().manual_seed(s))
+            torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-4)
+
+        call(33)
+        groups = _groups(before)
+        assert groups and all(len(g._runners) == 1 for g in groups)  # the first bucket: settled at once
+        calls = [g.torch_calls for g in groups]
+        call(70)  # a new bucket, met once: torch's ops ran it, nothing made
+        assert all(len(g._runners) == 1 and g.torch_calls == n + 1 for g, n in zip(groups, calls, strict=True))
+        call(70)  # met again: settled and made
+        assert all(len(g._runners) == 2 for g in groups)
+        call(100)  # the bucket's next size: on its runner
+        assert all(_runner_at(g, 100).storage == _runner_at(g, 70).storage for g in groups)
+        assert all(g.torch_calls == n + 1 for g, n in zip(groups, calls, strict=True))
+
+
+def test_without_defer_every_bucket_is_settled_at_its_first_call() -> None:
+    _, groups = _run((33, 70), library=False, defer=False)
+    assert all(len(g._runners) == 2 and g.torch_calls == 0 for g in groups)
+    with pytest.raises(ValueError, match="defer="):
+        emmy_backend(defer="yes")  # type: ignore[arg-type]

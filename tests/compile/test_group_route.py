@@ -218,7 +218,7 @@ def test_group_route_races_once_per_size_bucket(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(be, "race", slow_emmy)
     model = Mlp().eval()
     before = len(_GRAPHS)
-    fn = torch.compile(model, backend=emmy_backend(prior=False), dynamic=True)
+    fn = torch.compile(model, backend=emmy_backend(prior=False, defer=False), dynamic=True)
     with torch.no_grad():
         for rows in (5, 6, 7):
             x = torch.randn(rows, 32)
@@ -279,7 +279,7 @@ def test_an_own_contender_that_lost_keeps_no_packed_weights(monkeypatch: pytest.
                                                               for k, f in sides.items()}, **kw))
     model = Mlp().eval()
     before = len(_GRAPHS)
-    fn = torch.compile(model, backend=emmy_backend(prior=False), dynamic=True)
+    fn = torch.compile(model, backend=emmy_backend(prior=False, defer=False), dynamic=True)
     with torch.no_grad():
         fn(torch.randn(5, 32))
         groups = [g for s in _GRAPHS[before:] for g in s.live_groups()]
