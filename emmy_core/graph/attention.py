@@ -152,10 +152,10 @@ def torch_wins(node: fx.Node) -> str | None:
     - A decode step: its cache is one position longer at every call, a size the group has never run, and every
       new size is checked against torch (on its bucket's runner: `Runner.sized`); with torch's the groups around
       it keep their sizes. `bench/generate.py --attention true` (a 2-core AMD EPYC, f32, where Emmy's attention
-      wins a prompt's): at lengths met before, 1.31x eager a token at hidden 64 and 1.96x at 1024 (the default:
-      1.33x and 1.60x); but a generate meeting its lengths for the first time ran 0.28x and 0.37x eager (the
-      default 0.57x and 0.65x), and a group keeps 512 lengths, so a server of longer contexts would meet new ones
-      at every token.
+      wins a prompt's): at lengths met before, 1.30x eager a token at hidden 64 and 1.56-1.96x at 1024 over two
+      runs (the default: 1.24-1.33x and 1.60-1.63x); but a generate meeting its lengths for the first time ran
+      0.44x and 0.53x eager (the default 1.28x and 1.52x), and a group keeps 512 lengths, so a server of longer
+      contexts would meet new ones at every token.
     - A mask given as a tensor (a padded batch's): Emmy's decomposition reads it spread over every head and row,
       made by torch at every call, and the group holds that spread mask, not the one torch's kernel reads, so
       torch's side of its race cannot be torch's fused kernel. On an Intel Xeon (AVX-512, 2 cores;
