@@ -21,7 +21,7 @@ from emmy_core.targets.card import Card
 def compile(module: nn.Module, example_inputs: Sequence[torch.Tensor], *, card: str | Card = "local",
             setting: str = "deploy", strict_evidence: bool = False, tuning_db: Path | str | None = None,
             freezes: FreezesArg = None, prior: PriorArg = None, torch_ops: str = "run",
-            library: bool = True) -> CompiledModel:
+            library: bool = True, defer: bool = True) -> CompiledModel:
     """Compiles `module` for `card` (default: this machine's) from its example inputs: a `CompiledModel`, called
     exactly like the module (positional and keyword arguments, training, `generate` through `forward`), whose
     mode is the path taken (`.torch_ops`) and whose resolution is read the same way on both (`records()`,
@@ -39,7 +39,9 @@ def compile(module: nn.Module, example_inputs: Sequence[torch.Tensor], *, card: 
     or the freeze shipped with the package), the local tuning database (`tuning_db=`,
     `$EMMY_TUNING_DB` or `~/.cache/emmy/autotune.db`), the prior (`prior=`: None the installed one,
     a path, a loaded prior, or False for none), the rule's first option. The example's sizes are
-    settled and their kernels built now; other sizes when first called. The module's weights are
+    settled and their kernels built now; other sizes when first called, except that on the Dynamo path a size
+    bucket (sizes rounded up to powers of two) after a group's first is settled at its second call, its first
+    run by torch's ops (`defer=True`: a size met once costs no settle; `defer=False` settles at the first). The module's weights are
     followed: every call takes in a weight edited in place (torch's version counter) or replaced by one
     of the same shape and type (the one-graph path refuses one of another shape or type).
 
@@ -53,8 +55,10 @@ def compile(module: nn.Module, example_inputs: Sequence[torch.Tensor], *, card: 
             raise TypeError("strict_evidence=True applies to torch_ops='refuse' (one graph, every fork settled at "
                             "compile); the Dynamo path (the default) settles each group's forks when its sizes first "
                             "run: pass torch_ops='refuse' with it")
+        if not isinstance(defer, bool):
+            raise TypeError(f"defer= must be True or False, got {type(defer).__name__}")
         return compile_graphs(module, example_inputs, card=card, setting=setting, tuning_db=tuning_db,
-                              freezes=freezes, prior=prior, library=library)
+                              freezes=freezes, prior=prior, library=library, defer=defer)
     if torch_ops not in MODES:
         raise TypeError(f"torch_ops= must be 'run' (the default: torch runs what Emmy does not lower) or 'refuse' "
                         f"(one graph all on Emmy kernels), got {str(torch_ops)[:40]!r}")

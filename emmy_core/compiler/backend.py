@@ -56,7 +56,7 @@ from emmy_core.threads import warn_if_spinning
 
 FALLBACKS = ("eager", "inductor")  # how the ops left to torch run
 BACKEND_OPTIONS = frozenset({"card", "setting", "tuning_db", "freezes", "prior", "attention", "fallback",
-                             "library", "tune"})
+                             "library", "tune", "defer"})
 
 
 class GraphState:

@@ -245,7 +245,7 @@ def _signature(module: nn.Module) -> inspect.Signature | None:
 
 def compile_graphs(module: nn.Module, example_inputs: Sequence[Any], *, card: str | Card = "local",
                    setting: str = "deploy", tuning_db: Path | str | None = None, freezes: FreezesArg = None,
-                   prior: PriorArg = None, library: bool = True) -> CompiledModel:
+                   prior: PriorArg = None, library: bool = True, defer: bool = True) -> CompiledModel:
     """`module` through `torch.compile` with the emmy backend for `card` and `setting` with these evidence sources
     (dynamic shapes, its own recompile region), run once on `example_inputs` without gradients so the example's
     sizes are built. Arguments of the wrong kind and an unknown card are refused before Dynamo starts."""
@@ -255,7 +255,7 @@ def compile_graphs(module: nn.Module, example_inputs: Sequence[Any], *, card: st
     the_card = card_of(card)
     graphs: list[GraphState] = []
     backend = collecting(be.emmy_backend(card=the_card, setting=setting, tuning_db=tuning_db, freezes=freezes,
-                                         prior=prior, library=library), graphs)
+                                         prior=prior, library=library, defer=defer), graphs)
     run = torch.compile(module, backend=backend, dynamic=True, isolate_recompiles=True)
     with torch.no_grad():
         run(*example_inputs)

@@ -57,6 +57,7 @@ class GroupStatus:
     decided_at: dict[str, str] = field(default_factory=dict)  # size text -> the raced size of its bucket
     name: str = ""
     last: str = ""  # the size text of the last call Emmy's checks let through (the report's sizes)
+    deferred: str = ""  # the size text of a new bucket's first call, run by torch's ops (`EmmyGroup` with `defer`)
 
     def race_at_last(self) -> GroupRace | None:
         """The race that decided the last size (its bucket's), or None where none was run."""
@@ -67,8 +68,14 @@ class GroupStatus:
         return GroupRace(self.name, at, medians, winner)
 
     def torch_at_last(self) -> str | None:
-        """Why torch runs the group at its last size: handed back for good, or outraced there (None: Emmy)."""
-        return self.off or self.raced.get(self.last)
+        """Why torch runs the group at its last size: handed back for good, outraced there, or a new bucket's first
+        call (None: Emmy)."""
+        if self.off or self.last in self.raced:
+            return self.off or self.raced[self.last]
+        if self.last and self.last == self.deferred:
+            return (f"{self.last} is the first call of a size bucket this group had not run: torch's ops ran it, and "
+                    "the bucket is settled at its second call (defer)")
+        return None
 
     def trim(self) -> None:
         """Keeps what the per-size maps say of the last `SIZES_KEPT` sizes that took their bucket's verdict, and of
@@ -350,7 +357,9 @@ class EmmyGroup(nn.Module):
         if self._defer and self._settled and bucket not in self._settled and bucket not in self._met:
             self._met.add(bucket)  # a one-off size pays nothing; a bucket met again is settled at its second call
             self.status.torch_calls += 1
+            self.status.deferred = text
             return None
+        self.status.deferred = ""
         self._settled.add(bucket)
         self._met.discard(bucket)
         self._tune_at(sizes)

@@ -76,7 +76,7 @@ def test_a_16_bit_group_closer_to_the_exact_answer_than_torch_stays_on_emmy() ->
     x = torch.randn(2, 7, 64).to(torch.bfloat16)
     before = len(compile_reports())
     with torch.no_grad():
-        got = torch.compile(layer, backend=emmy_backend(prior=False, library=False), dynamic=True)(x)
+        got = torch.compile(layer, backend=emmy_backend(defer=False, prior=False, library=False), dynamic=True)(x)
         theirs, exact = layer(x), wide(x.float())  # torch in bf16, and the same weights in f32
     reports = _since(before)
     assert not [n for r in reports for n in r.notes], [n for r in reports for n in r.notes]
@@ -106,7 +106,7 @@ def test_an_f32_output_of_bf16_work_is_judged_at_bf16s_tolerance() -> None:
     module = WidenedAfterBf16Work().eval().to(torch.bfloat16)
     before = len(compile_reports())
     with torch.no_grad():
-        compiled = torch.compile(module, backend=emmy_backend(prior=False, library=False), dynamic=True)
+        compiled = torch.compile(module, backend=emmy_backend(defer=False, prior=False, library=False), dynamic=True)
         for s in (7, 1, 33):
             x, residual = torch.randn(2, s, 64), torch.randn(2, s, 64).to(torch.bfloat16)
             torch.testing.assert_close(compiled(x, residual), module(x, residual), rtol=3e-2, atol=3e-2)

@@ -113,7 +113,7 @@ def test_an_op_emmy_does_not_lower_runs_as_torch_and_the_report_names_it() -> No
     torch.manual_seed(0)
     m = WithCumsum().eval()
     before = len(compile_reports())
-    c = torch.compile(m, backend=emmy_backend(prior=False, library=False))
+    c = torch.compile(m, backend=emmy_backend(defer=False, prior=False, library=False))
     x = torch.randn(2, 5, H)
     with torch.no_grad():
         torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
@@ -127,7 +127,7 @@ def test_an_op_emmy_does_not_lower_runs_as_torch_and_the_report_names_it() -> No
 def test_a_weight_edited_in_place_after_compile_is_followed() -> None:
     torch.manual_seed(0)
     m = Block().eval()
-    c = torch.compile(m, backend=emmy_backend(prior=False, library=False))
+    c = torch.compile(m, backend=emmy_backend(defer=False, prior=False, library=False))
     x = torch.randn(2, 5, H)
     with torch.no_grad():
         torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
@@ -144,7 +144,7 @@ def test_recompiles_are_bounded_ten_sequence_lengths_at_most_two_graph_compilati
     torch.manual_seed(0)
     m = Block().eval()
     before = len(compile_reports())
-    c = torch.compile(m, backend=emmy_backend(prior=False, library=False, build=False))
+    c = torch.compile(m, backend=emmy_backend(defer=False, prior=False, library=False, build=False))
     with torch.no_grad():
         for s in range(2, 12):
             c(torch.randn(3, s, H))
@@ -170,8 +170,8 @@ def test_the_direct_api_on_the_dynamo_path_agrees_bit_for_bit_and_explains_what_
     torch.manual_seed(0)
     m = WithCumsum().eval()
     x = torch.randn(2, 5, H)
-    direct = emmy_core.compile(m, (x,), prior=False, library=False)  # the default call: the Dynamo path
-    c = torch.compile(m, backend=emmy_backend(prior=False, library=False), dynamic=True)
+    direct = emmy_core.compile(m, (x,), prior=False, library=False, defer=False)  # the Dynamo path
+    c = torch.compile(m, backend=emmy_backend(defer=False, prior=False, library=False), dynamic=True)
     with torch.no_grad():
         for s in (5, 9):
             y = torch.randn(2, s, H)
@@ -240,7 +240,7 @@ def test_each_direct_compile_is_its_own_dynamo_region_so_many_compiles_of_one_cl
 def test_a_group_that_differs_from_torch_runs_as_torch_with_a_note() -> None:
     torch.manual_seed(0)
     m = Block().eval()
-    c = torch.compile(m, backend=emmy_backend(prior=False, library=False), dynamic=True)
+    c = torch.compile(m, backend=emmy_backend(defer=False, prior=False, library=False), dynamic=True)
     x = torch.randn(2, 5, H)
     with torch.no_grad():
         c(x)
@@ -266,7 +266,7 @@ def test_causal_and_masked_attention_run_as_emmy_matmuls_and_softmax_equal_to_to
     keep[..., 0] = True  # no row fully masked (`test_attention_rows` has those)
     before = len(compile_reports())
     with torch.no_grad():
-        got = torch.compile(Attention(), backend=emmy_backend(prior=False, library=False, attention=True))(q, k, v, bias, keep)
+        got = torch.compile(Attention(), backend=emmy_backend(defer=False, prior=False, library=False, attention=True))(q, k, v, bias, keep)
         want = Attention()(q, k, v, bias, keep)
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
@@ -292,12 +292,12 @@ def test_grouped_query_heads_are_stacked_as_rows_of_one_product_and_no_key_or_va
                 F.scaled_dot_product_attention(q, k, v, attn_mask=keep, enable_gqa=True))
 
     with torch.no_grad():
-        for g, w in zip(torch.compile(masked, backend=emmy_backend(prior=False, library=False, attention=True))(q, k, v), masked(q, k, v),
+        for g, w in zip(torch.compile(masked, backend=emmy_backend(defer=False, prior=False, library=False, attention=True))(q, k, v), masked(q, k, v),
                         strict=True):
             torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
         assert not compile_reports()[-1].notes
         before = len(compile_reports())
-        got = torch.compile(gqa, backend=emmy_backend(prior=False, library=False, attention=True))(q, k, v)
+        got = torch.compile(gqa, backend=emmy_backend(defer=False, prior=False, library=False, attention=True))(q, k, v)
     torch.testing.assert_close(got, gqa(q, k, v), rtol=1e-5, atol=1e-5)
     (report,) = _since(before)
     assert not report.notes and not [f for f in report.fell_back if "repeat" in f.op], report.fell_back
@@ -318,7 +318,7 @@ def test_attention_auto_leaves_decode_attention_to_torchs_kernel_and_rewrites_f3
         q, k, v = (torch.randn(1, 2, 6, 8).to(dtype) for _ in range(3))
         before = len(compile_reports())
         with torch.no_grad():
-            got = torch.compile(attend, backend=emmy_backend(prior=False, library=False))(q, k, v)  # attention="auto"
+            got = torch.compile(attend, backend=emmy_backend(defer=False, prior=False, library=False))(q, k, v)  # attention="auto"
         torch.testing.assert_close(got, attend(q, k, v), rtol=2e-3, atol=2e-3)
         (report,) = _since(before)
         assert report.matmul_flops == report.matmul_flops_on_emmy == 2 * (2 * 2 * 6 * 6 * 8), dtype
@@ -326,13 +326,13 @@ def test_attention_auto_leaves_decode_attention_to_torchs_kernel_and_rewrites_f3
     q, k, v = (torch.randn(1, 2, n, 8).half() for n in (1, 9, 9))  # a decode step: one query, the cache's keys
     before = len(compile_reports())
     with torch.no_grad():
-        got = torch.compile(attend, backend=emmy_backend(prior=False, library=False))(q, k, v)
+        got = torch.compile(attend, backend=emmy_backend(defer=False, prior=False, library=False))(q, k, v)
     torch.testing.assert_close(got, attend(q, k, v), rtol=2e-3, atol=2e-3)
     (report,) = _since(before)
     assert report.matmul_flops_on_emmy == 0
     assert [f.reason for f in report.fell_back if "scaled_dot_product_attention" in f.op] == [DECODE]
     with pytest.raises(ValueError, match="attention="):
-        emmy_backend(attention="yes")
+        emmy_backend(defer=False, attention="yes")
 
 
 def test_products_count_their_flops_whether_their_factors_come_by_position_or_by_keyword() -> None:
@@ -350,13 +350,13 @@ def test_products_count_their_flops_whether_their_factors_come_by_position_or_by
     x = torch.randn(2, 8, 7)
     before = len(compile_reports())
     with torch.no_grad():
-        torch.testing.assert_close(torch.compile(conv, backend=emmy_backend(prior=False, library=False))(x), conv(x))
+        torch.testing.assert_close(torch.compile(conv, backend=emmy_backend(defer=False, prior=False, library=False))(x), conv(x))
     (report,) = _since(before)
     assert report.matmul_flops == 2 * (2 * 8 * 9) * (1 * 3)  # output elements times a group's weight
     bias, a, b = torch.randn(2, 3, 5), torch.randn(2, 3, 11), torch.randn(2, 11, 5)
     before = len(compile_reports())
     with torch.no_grad():
-        torch.testing.assert_close(torch.compile(bmm_plus, backend=emmy_backend(prior=False, library=False))(bias, a, b),
+        torch.testing.assert_close(torch.compile(bmm_plus, backend=emmy_backend(defer=False, prior=False, library=False))(bias, a, b),
                                    bmm_plus(bias, a, b), rtol=1e-5, atol=1e-5)
     (report,) = _since(before)
     assert report.matmul_flops == 2 * (2 * 3 * 5) * 11
@@ -365,7 +365,7 @@ def test_products_count_their_flops_whether_their_factors_come_by_position_or_by
 def test_a_lifted_float_attribute_is_taken_at_its_value_and_a_changed_one_runs_as_torch() -> None:
     torch.manual_seed(0)
     m = Scaled().eval()
-    c = torch.compile(m, backend=emmy_backend(prior=False, library=False), dynamic=True)
+    c = torch.compile(m, backend=emmy_backend(defer=False, prior=False, library=False), dynamic=True)
     x = torch.randn(2, 5, H)
     with torch.no_grad():
         torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
@@ -430,7 +430,7 @@ def test_the_backend_is_registered_as_the_emmy_entry_point() -> None:
 def test_a_transposed_output_is_handed_back_as_torchs_own_strided_view_not_a_copy(contiguous: bool) -> None:
     torch.manual_seed(0)
     m = Heads(contiguous).eval()
-    c = torch.compile(m, backend=emmy_backend(prior=False, library=False), dynamic=True)
+    c = torch.compile(m, backend=emmy_backend(defer=False, prior=False, library=False), dynamic=True)
     before = len(emmy_core.compiler.backend._GRAPHS)
     xs = (torch.randn(2, 5, H), torch.randn(1, 7, H))
     with torch.no_grad():
@@ -481,7 +481,7 @@ def test_a_call_where_torch_tracks_gradients_runs_torch_warns_once_and_the_repor
 
     torch.manual_seed(0)
     m = Scaled().eval()
-    c = torch.compile(m, backend=emmy_backend(prior=False, library=False), dynamic=True)
+    c = torch.compile(m, backend=emmy_backend(defer=False, prior=False, library=False), dynamic=True)
     x = torch.randn(2, 5, H)
     with pytest.warns(NoGradientsWarning, match="torch ran it"):
         y = c(x)

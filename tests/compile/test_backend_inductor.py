@@ -49,13 +49,13 @@ def _run(backend: object, options: dict | None = None) -> tuple[int, list]:
 
 
 def test_the_ops_left_to_torch_are_compiled_by_inductor_around_emmys_groups() -> None:
-    kernels, reports = _run("emmy", {"fallback": "inductor", "prior": False, "library": False})
+    kernels, reports = _run("emmy", {"fallback": "inductor", "prior": False, "library": False, "defer": False})
     assert kernels >= 1  # the cumsum between the two groups is Inductor's kernel, not eager torch's
     assert 1 <= len(reports) <= 2  # a size of 1 may be compiled apart (Dynamo specialises it)
     for report in reports:
         assert report.matmul_flops and report.matmul_flops_on_emmy == report.matmul_flops  # both linears on Emmy
         assert any("arange" in f.op for f in report.fell_back)
-    eager_kernels, _ = _run(emmy_backend(prior=False, library=False))
+    eager_kernels, _ = _run(emmy_backend(defer=False, prior=False, library=False))
     assert eager_kernels == 0  # the default runs the ops left to torch as eager torch runs them
 
 
@@ -64,7 +64,7 @@ def test_an_unknown_backend_option_or_fallback_is_refused_naming_what_it_takes()
     with pytest.raises(Exception, match=r"has no option 'fallbak'.*fallback"):
         torch.compile(m, backend="emmy", options={"fallbak": "inductor"})(torch.randn(2, 5, H))
     with pytest.raises(ValueError, match="eager, inductor"):
-        emmy_backend(fallback="aot")
+        emmy_backend(defer=False, fallback="aot")
 
 
 class _Sub(nn.Module):

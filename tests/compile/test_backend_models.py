@@ -40,7 +40,7 @@ def _equal_to_eager(module: nn.Module, make: Callable[[int], tuple], rtol: float
     module.eval()
     before = len(compile_reports())
     # the `rank` setting (-O1): the same kernels and forks as `deploy`, half the C compile time of a test
-    compiled = torch.compile(module, backend=emmy_backend(prior=False, library=False, setting="rank", attention=attention),
+    compiled = torch.compile(module, backend=emmy_backend(defer=False, prior=False, library=False, setting="rank", attention=attention),
                              dynamic=True)
     with torch.no_grad():
         compiled(*make(COMPILED_AT))
@@ -122,7 +122,7 @@ def test_tiny_llama_generates_eagers_tokens_with_a_kv_cache_its_decode_steps_on_
     with torch.no_grad():
         want = model.generate(ids, max_new_tokens=6, min_new_tokens=6, do_sample=False)
         before = len(compile_reports())
-        model.forward = torch.compile(model.forward, backend=emmy_backend(prior=False, library=False, setting="rank"), dynamic=True)
+        model.forward = torch.compile(model.forward, backend=emmy_backend(defer=False, prior=False, library=False, setting="rank"), dynamic=True)
         got = model.generate(ids, max_new_tokens=6, min_new_tokens=6, do_sample=False)
     assert torch.equal(got, want)
     reports = compile_reports()[before:]

@@ -161,10 +161,14 @@ def test_a_new_bucket_runs_torch_at_its_first_call_and_is_settled_at_its_second(
         groups = _groups(before)
         assert groups and all(len(g._runners) == 1 for g in groups)  # the first bucket: settled at once
         calls = [g.torch_calls for g in groups]
-        call(70)  # a new bucket, met once: torch's ops ran it, nothing made
+        call(70)  # a new bucket, met once: torch's ops ran it, nothing made, and the report says so
         assert all(len(g._runners) == 1 and g.torch_calls == n + 1 for g, n in zip(groups, calls, strict=True))
+        assert all("first call of a size bucket" in (g.status.torch_at_last() or "") for g in groups)
+        report = emmy_core.compiler.backend._GRAPHS[before].report()
+        assert report.matmul_flops_on_emmy == 0 < report.matmul_flops
         call(70)  # met again: settled and made
-        assert all(len(g._runners) == 2 for g in groups)
+        assert all(len(g._runners) == 2 and g.status.torch_at_last() is None for g in groups)
+        assert emmy_core.compiler.backend._GRAPHS[before].report().matmul_flops_on_emmy > 0
         call(100)  # the bucket's next size: on its runner
         assert all(_runner_at(g, 100).storage == _runner_at(g, 70).storage for g in groups)
         assert all(g.torch_calls == n + 1 for g, n in zip(groups, calls, strict=True))

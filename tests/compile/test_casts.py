@@ -28,7 +28,7 @@ def fresh_dynamo() -> None:
 
 
 def _compiled(module: nn.Module, dynamic: bool | None = None) -> tuple[nn.Module, int]:
-    return torch.compile(module, backend=emmy_backend(prior=False, library=False, setting="rank"), dynamic=dynamic), len(_GRAPHS)
+    return torch.compile(module, backend=emmy_backend(defer=False, prior=False, library=False, setting="rank"), dynamic=dynamic), len(_GRAPHS)
 
 
 def _kernels(before: int) -> list[KernelStep]:

@@ -65,7 +65,7 @@ def _run_dynamic(module: nn.Module, calls: Iterable[Sequence[torch.Tensor]]) -> 
     """Compiles `module` with dynamic sizes, checks it equals eager on every call's arguments, and returns the
     reports of the graphs it compiled."""
     m = module.eval()
-    c = torch.compile(m, backend=emmy_backend(prior=False, library=False), dynamic=True)
+    c = torch.compile(m, backend=emmy_backend(defer=False, prior=False, library=False), dynamic=True)
     before = len(compile_reports())
     with torch.no_grad():
         for args in calls:

@@ -28,7 +28,7 @@ def compiled_matches_eager(module: nn.Module, inputs: list[tuple[torch.Tensor, .
     """Runs `module` compiled with dynamic sizes on each input set and checks each result against eager;
     the reports of the graphs compiled."""
     before = len(compile_reports())
-    compiled = torch.compile(module, backend=emmy_backend(prior=False, library=False), dynamic=True)
+    compiled = torch.compile(module, backend=emmy_backend(defer=False, prior=False, library=False), dynamic=True)
     with torch.no_grad():
         for args in inputs:
             torch.testing.assert_close(compiled(*args), module(*args), rtol=1e-5, atol=1e-5)
@@ -115,7 +115,7 @@ def test_a_cache_written_in_place_is_read_after_the_write_and_holds_what_eager_w
     x, pos = torch.randn(2, 3, 8), torch.tensor([1, 4, 5])
     ours, theirs = torch.zeros(2, 6, 8), torch.zeros(2, 6, 8)
     with torch.no_grad():
-        got = torch.compile(module, backend=emmy_backend(prior=False, library=False))(x, ours, pos)
+        got = torch.compile(module, backend=emmy_backend(defer=False, prior=False, library=False))(x, ours, pos)
         want = module(x, theirs, pos)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ours, theirs)
@@ -205,7 +205,7 @@ class WrittenThrough(nn.Module):
 def test_a_view_is_known_by_its_storage_so_a_write_through_any_view_reaches_the_earlier_views(through: str) -> None:
     torch.manual_seed(0)
     module = WrittenThrough(through)
-    compiled = torch.compile(module, backend=emmy_backend(prior=False, library=False), dynamic=True)
+    compiled = torch.compile(module, backend=emmy_backend(defer=False, prior=False, library=False), dynamic=True)
     x = torch.randn(1, 16)
     with torch.no_grad():
         for n in (3, 5):
@@ -231,7 +231,7 @@ class AliasedInputs(nn.Module):
 def test_inputs_that_share_a_storage_see_each_others_writes() -> None:
     torch.manual_seed(0)
     module = AliasedInputs()
-    compiled = torch.compile(module, backend=emmy_backend(prior=False, library=False), dynamic=True)
+    compiled = torch.compile(module, backend=emmy_backend(defer=False, prior=False, library=False), dynamic=True)
     with torch.no_grad():
         for n in (3, 5):
             x, ours, theirs = torch.randn(2, 16), torch.randn(2, 8, 16), None
@@ -259,7 +259,7 @@ def test_draws_from_the_random_generator_keep_their_order_so_a_seed_gives_eagers
     """A group {l1, l2} placed at l2 moved the dropout after `rand_like`, which then drew the dropout's numbers."""
     torch.manual_seed(0)
     module = TwoDraws()
-    compiled = torch.compile(module, backend=emmy_backend(prior=False, library=False), dynamic=True)
+    compiled = torch.compile(module, backend=emmy_backend(defer=False, prior=False, library=False), dynamic=True)
     with torch.no_grad():
         for n in (3, 5):
             x = torch.randn(n, 16)
@@ -277,5 +277,5 @@ def test_a_model_made_under_inference_mode_compiles_and_runs() -> None:
     with torch.inference_mode():
         module = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 16))
         x = torch.randn(3, 16)
-        got = torch.compile(module, backend=emmy_backend(prior=False, library=False), dynamic=True)(x)
+        got = torch.compile(module, backend=emmy_backend(defer=False, prior=False, library=False), dynamic=True)(x)
         torch.testing.assert_close(got, module(x), rtol=1e-5, atol=1e-5)

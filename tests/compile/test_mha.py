@@ -43,7 +43,7 @@ def test_multihead_attention_runs_its_projections_on_emmy_and_matches_eager(kind
     torch.manual_seed(0)
     extra = {"kdim": 16, "vdim": 24} if kind.startswith("key and value") else {}
     m = nn.MultiheadAttention(E, 4, batch_first=batch_first, **extra).eval()
-    c = torch.compile(m, backend=emmy_backend(prior=False, library=False), dynamic=True)
+    c = torch.compile(m, backend=emmy_backend(defer=False, prior=False, library=False), dynamic=True)
     before = len(compile_reports())
     with torch.no_grad():
         for batch, length in ((2, 7), (1, 1), (3, 12)):
@@ -65,7 +65,7 @@ def test_multihead_attention_runs_its_projections_on_emmy_and_matches_eager(kind
 def test_multihead_attention_it_does_not_rewrite_is_named_in_the_report_with_its_reason() -> None:
     torch.manual_seed(0)
     m = nn.MultiheadAttention(E, 4, batch_first=True, dropout=0.0).train()  # in training: its dropout is torch's
-    c = torch.compile(m, backend=emmy_backend(prior=False, library=False), dynamic=True)
+    c = torch.compile(m, backend=emmy_backend(defer=False, prior=False, library=False), dynamic=True)
     before = len(compile_reports())
     x = torch.randn(2, 5, E)
     with torch.no_grad():
@@ -88,7 +88,7 @@ def test_a_query_whose_every_key_is_padded_gets_eagers_answer_nan_or_zero(batch_
     padding[1] = True  # the second sequence hides every key
     with torch.no_grad():
         want, _ = m(x, x, x, key_padding_mask=padding, need_weights=need_weights)
-        compiled = torch.compile(m, backend=emmy_backend(prior=False, library=False, attention=attention))
+        compiled = torch.compile(m, backend=emmy_backend(defer=False, prior=False, library=False, attention=attention))
         got, _ = compiled(x, x, x, key_padding_mask=padding, need_weights=need_weights)
     assert torch.equal(got.isnan(), want.isnan())
     torch.testing.assert_close(got.nan_to_num(), want.nan_to_num(), rtol=1e-5, atol=1e-5)

@@ -58,7 +58,7 @@ def inputs(s: int, dtype: torch.dtype = torch.float32, transposed: bool = False)
 def run(module: nn.Module, sizes: tuple[int, ...], dtype: torch.dtype = torch.float32,
         transposed: bool = False) -> tuple[list[GraphReport], list]:  # type: ignore[type-arg]
     before = len(_GRAPHS)
-    compiled = torch.compile(module, backend=emmy_backend(prior=False, library=False, setting="rank"))
+    compiled = torch.compile(module, backend=emmy_backend(defer=False, prior=False, library=False, setting="rank"))
     tol = 1e-5 if dtype == torch.float32 else 1e-2
     with torch.no_grad():
         for s in sizes:
@@ -115,7 +115,7 @@ def test_a_slice_or_concatenation_other_than_halves_of_the_last_axis_runs_as_tor
     before = len(_GRAPHS)
     x = torch.randn(2, 4, 16)
     with torch.no_grad():
-        got = torch.compile(NotHalves(), backend=emmy_backend(prior=False, library=False, setting="rank"))(x)
+        got = torch.compile(NotHalves(), backend=emmy_backend(defer=False, prior=False, library=False, setting="rank"))(x)
     for g, w in zip(got, NotHalves()(x), strict=True):
         torch.testing.assert_close(g, w)
     reasons = {f.node: f.reason for st in _GRAPHS[before:] for f in st.report().fell_back}
