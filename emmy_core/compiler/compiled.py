@@ -28,7 +28,8 @@ from torch import nn
 from emmy_core.compiler.build import Builder, runnable_here
 from emmy_core.compiler.launch import Launcher
 from emmy_core.compiler.memory import check_fits
-from emmy_core.compiler.runner import Layout, Runner, RunnerCache, plan_layout
+from emmy_core.compiler.runner import Layout, Runner, plan_layout
+from emmy_core.compiler.runner_cache import RunnerCache
 from emmy_core.compiler.weights import WeightWatch, check_same_kind
 from emmy_core.evidence.context import PriorArg, PriorUnavailableWarning, open_sources
 from emmy_core.evidence.freeze import FreezesArg

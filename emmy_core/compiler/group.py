@@ -30,7 +30,8 @@ from emmy_core.compiler.coverage import GroupRace
 from emmy_core.compiler.launch import Launcher
 from emmy_core.compiler.memory import check_fits
 from emmy_core.compiler.race import TORCH, race
-from emmy_core.compiler.runner import Runner, RunnerCache, output_views
+from emmy_core.compiler.runner import Runner, output_views
+from emmy_core.compiler.runner_cache import RunnerCache
 from emmy_core.compiler.steps import steps_taken
 from emmy_core.compiler.weights import version_of
 from emmy_core.evidence.model import KernelPlan

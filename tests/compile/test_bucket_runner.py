@@ -12,6 +12,7 @@ from torch import nn
 
 import emmy_core
 from emmy_core.compiler import runner as runner_module
+from emmy_core.compiler import runner_cache
 from emmy_core.compiler.backend import emmy_backend
 from emmy_core.compiler.group import EmmyGroup
 from emmy_core.ir.sizes import format_sizes, size_bucket
@@ -104,7 +105,7 @@ def test_a_size_beyond_the_bucket_gets_a_runner_of_its_own() -> None:
 
 
 def test_a_bucket_whose_runners_the_cache_dropped_makes_a_new_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runner_module, "KEEP_SIZES", 1)
+    monkeypatch.setattr(runner_cache, "KEEP_SIZES", 1)
     _, groups = _run((33, 70, 40), library=False)
     for g in groups:
         r = _runner_at(g, 40)

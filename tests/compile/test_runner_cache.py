@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 import emmy_core
-from emmy_core.compiler import runner as runner_module
+from emmy_core.compiler import runner_cache as runner_module
 from emmy_core.compiler.backend import emmy_backend
-from emmy_core.compiler.runner import RunnerCache
+from emmy_core.compiler.runner_cache import RunnerCache
 
 
 @dataclass
