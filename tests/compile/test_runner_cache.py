@@ -76,19 +76,25 @@ class _Mlp(nn.Module):
         return self.down(torch.relu(self.up(x)))
 
 
-def test_a_backend_group_keeps_at_most_keep_sizes_runners_and_rebuilds_a_dropped_size(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runner_module, "KEEP_SIZES", 2)
+def _mlp_groups(lengths: tuple[int, ...]) -> list:  # type: ignore[type-arg]
+    """The live groups of `_Mlp` through the backend, called at each of `lengths` (each answer equal to eager's)."""
     torch.manual_seed(0)
     m = _Mlp().eval()
     c = torch.compile(m, backend=emmy_backend(prior=False, library=False), dynamic=True)
     before = len(emmy_core.compiler.backend._GRAPHS)
     with torch.no_grad():
-        for s in (3, 5, 7, 9, 3):
+        for s in lengths:
             x = torch.randn(2, s, 16)
             torch.testing.assert_close(c(x), m(x))
         groups = [g for state in emmy_core.compiler.backend._GRAPHS[before:] for g in state.live_groups()]
     assert groups and all(g.off is None for g in groups)
+    return groups
+
+
+def test_a_backend_group_keeps_at_most_keep_sizes_runners_and_rebuilds_a_dropped_size(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner_module, "KEEP_SIZES", 2)
+    groups = _mlp_groups((3, 5, 7, 9, 3))
     assert all(g._runners.memories() <= 2 for g in groups)  # S=5 and S=7 share their bucket's
     assert all(len(g.sizes_seen()) == 4 for g in groups)  # every size it ran is still known to a tune
 
@@ -112,15 +118,6 @@ def test_a_group_keeps_the_sizes_of_its_last_calls_only(monkeypatch: pytest.Monk
     from emmy_core.compiler import group as group_module
 
     monkeypatch.setattr(group_module, "SIZES_KEPT", 3)
-    torch.manual_seed(0)
-    m = _Mlp().eval()
-    c = torch.compile(m, backend=emmy_backend(prior=False, library=False), dynamic=True)
-    before = len(emmy_core.compiler.backend._GRAPHS)
-    with torch.no_grad():
-        for s in (3, 5, 7, 9, 11, 3):
-            x = torch.randn(2, s, 16)
-            torch.testing.assert_close(c(x), m(x))
-        groups = [g for state in emmy_core.compiler.backend._GRAPHS[before:] for g in state.live_groups()]
-    assert groups and all(g.off is None for g in groups)
+    groups = _mlp_groups((3, 5, 7, 9, 11, 3))
     assert all(len(g._sizes) == len(g._texts) == 3 for g in groups)
     assert all(len(g.sizes_seen()) == 3 for g in groups)  # of the five distinct sizes, the last three

@@ -58,12 +58,17 @@ def test_plans_handed_in_settled_serve_their_bucket_too(proj, tmp_path: Path) ->
     assert all("as settled at T=40 (the same size bucket)" in r.note for p in same.walk() for r in p.resolutions)
 
 
-def test_a_measurement_at_the_new_size_is_settled_as_ever(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def _measured_at_50(proj, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """The one-matmul model, a fast option of its kernel measured at T=50 in a local database, and its sources."""
     _, _, lowered = proj
     top = kernels_of(lowered)[0]
     fast = dict(candidates(top, CARD)[3])
     db = write_db(tmp_path / "tune.db", Setup().row(top, fast, 1.0, {"T": 50}))
-    sources = open_sources(CARD, "deploy", freezes=tmp_path, tuning_db=db, library=False)
+    return lowered, fast, open_sources(CARD, "deploy", freezes=tmp_path, tuning_db=db, library=False)
+
+
+def test_a_measurement_at_the_new_size_is_settled_as_ever(proj, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    lowered, fast, sources = _measured_at_50(proj, tmp_path)
     resolver = ModelResolver(sources, buckets=True)
     resolver.model(lowered, {"B": 1, "S": 40})
     plan = resolver.model(lowered, {"B": 1, "S": 50})[0]
@@ -170,11 +175,7 @@ def test_a_size_takes_the_bucket_runner_only_where_every_kernel_takes_its_first_
     """`ModelResolver.takes_bucket`: what a bucket's runner was made with serves another size of the bucket only
     where each kernel would take those very choices there: not in another bucket, not where a measurement speaks
     of the exact size, not from a first size that had choices of its own."""
-    _, _, lowered = proj
-    top = kernels_of(lowered)[0]
-    fast = dict(candidates(top, CARD)[3])
-    db = write_db(tmp_path / "tune.db", Setup().row(top, fast, 1.0, {"T": 50}))
-    sources = open_sources(CARD, "deploy", freezes=tmp_path, tuning_db=db, library=False)
+    lowered, _, sources = _measured_at_50(proj, tmp_path)
     resolver = ModelResolver(sources, buckets=True)
     first = {"B": 1, "S": 40}
     assert not resolver.takes_bucket(lowered, {"B": 1, "S": 45}, first)  # nothing settled at the first size yet
