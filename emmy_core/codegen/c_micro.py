@@ -48,6 +48,7 @@ class MicroGeometry:
     prefetch: int = 0  # k steps ahead the A and B streams are prefetched (0: none)
     b_half: str | None = None  # "f16" / "bf16": the packed B panels keep B's 16-bit values, widened as loaded
     dot: str = "fma"  # fma | dpbf16 | amx: the multiply instructions (`c_schedule`'s `dot`)
+    prefetch_l2: int = 0  # k steps ahead the B stream is prefetched into L2 (0: none)
 
     @property
     def b_type(self) -> str:
@@ -79,7 +80,7 @@ def micro_geometry(s: CSchedule, acc: str, b_dtype: str | None = None) -> MicroG
     half = b_dtype if b_dtype in HALF_LOADS and acc == "f32" and s.pack_b and dot == "fma" else None
     rows = s.unroll * AMX_TILE if dot == "amx" else s.unroll  # amx: `unroll` counts 16-row tiles
     return MicroGeometry(acc, rows, s.vec, lanes, max(1, s.vec // lanes), s.pack_a, s.pack_b, s.prefetch, half,
-                         dot)
+                         dot, s.prefetch_l2)
 
 
 DOT_K_ALIGN = {"fma": 1, "dpbf16": 2, "amx": 32}
@@ -104,6 +105,8 @@ def dot_problem(g: MicroGeometry, a_dtype: str, b_dtype: str, window: Range | No
         return problem
     if g.dot == "dpbf16" and (g.lanes != 16 or g.nr % 16):
         return f"dot=dpbf16 needs 512-bit registers (simd 512) and vec a multiple of 16, not vec={g.nr}"
+    if g.dot == "amx" and g.prefetch_l2:
+        return "prefetch_l2 takes the fma and dpbf16 micro-kernels: dot=amx loads whole tiles of B"
     if g.dot == "amx" and (g.mr not in (16, 32) or g.nr not in (16, 32)):
         return (f"dot=amx needs one or two tiles of 16 rows (unroll 1 or 2) and 16 or 32 columns (vec), not "
                 f"{g.mr} x {g.nr}")
@@ -207,6 +210,8 @@ def _dpbf16_kernel_c(g: MicroGeometry) -> str:
     if g.prefetch:
         out += [f"    __builtin_prefetch(em_b + {g.prefetch * 2 * g.nr + q}, 0, 3);" for q in range(0, 2 * g.nr, 32)]
         out.append(f"    __builtin_prefetch(em_a + {g.prefetch * 2 * g.mr}, 0, 3);")
+    if g.prefetch_l2:  # k steps ahead: a pair step holds 2 N_r values of B
+        out += [f"    __builtin_prefetch(em_b + {g.prefetch_l2 * g.nr + q}, 0, 2);" for q in range(0, 2 * g.nr, 32)]
     out.append("    __m512bh " + ", ".join(f"em_b{q}" for q in range(g.vpr)) + ";")
     for q in range(g.vpr):
         out.append(f"    em_b{q} = (__m512bh)_mm512_loadu_si512((const void *)(em_b + {32 * q}));")
@@ -293,6 +298,13 @@ def _amx_kernel_c(g: MicroGeometry) -> str:
     return "\n".join(out)
 
 
+def _b_prefetch(g: MicroGeometry, steps: int, b_step: str, locality: int) -> list[str]:
+    """The fma micro-kernel's prefetch of the B row `steps` k steps ahead, a line at a time (`locality` 3: into
+    L1, 2: into L2)."""
+    b_line = 32 if g.b_half else 64 * 8 // ELEMENT_BITS[g.acc]
+    return [f"    __builtin_prefetch(em_b + {steps} * {b_step} + {q}, 0, {locality});" for q in range(0, g.nr, b_line)]
+
+
 def micro_kernel_c(g: MicroGeometry) -> str:
     """C declarations of the micro-kernel: its vector type, multiply-add and `em_micro` function.
 
@@ -311,7 +323,8 @@ def micro_kernel_c(g: MicroGeometry) -> str:
                 f"typedef {t} em_vec __attribute__((vector_size({g.register_bytes})));")
     acc = [[f"em_c{r}_{q}" for q in range(g.vpr)] for r in range(g.mr)]
     how = ", ".join(["A packed" if g.pack_a else "A in place", "B packed" if g.pack_b else "B in place"]
-                    + ([f"prefetch {g.prefetch} steps ahead"] if g.prefetch else []))
+                    + ([f"prefetch {g.prefetch} steps ahead"] if g.prefetch else [])
+                    + ([f"B prefetched into L2 {g.prefetch_l2} steps ahead"] if g.prefetch_l2 else []))
     out = [f"/* micro-kernel: {g.mr} x {g.nr} {g.acc} accumulators in {g.mr * g.vpr} registers of {g.lanes} lanes; "
            f"{how} */",
            vec_type, _fma_macro(g), _load_b_macro(g),
@@ -336,16 +349,16 @@ def micro_kernel_c(g: MicroGeometry) -> str:
             f"    const {g.b_type} *restrict em_b = em_bp + em_k * {b_step};"]
     if g.pack_a:
         out.append(f"    const {t} *restrict em_a = em_ap + em_k * {g.mr};")
+    line_elems = 64 * 8 // ELEMENT_BITS[g.acc]
     if g.prefetch:
-        line_elems = 64 * 8 // ELEMENT_BITS[g.acc]
-        b_line = 32 if g.b_half else line_elems
-        out += [f"    __builtin_prefetch(em_b + {g.prefetch} * {b_step} + {q}, 0, 3);"
-                for q in range(0, g.nr, b_line)]
+        out += _b_prefetch(g, g.prefetch, b_step, 3)
         if g.pack_a:
             out.append(f"    __builtin_prefetch(em_a + {g.prefetch * g.mr}, 0, 3);")
         else:
             out += [f"    if (((em_k + {g.prefetch}) & {line_elems - 1}) == 0) "
                     + " ".join(f"__builtin_prefetch(em_a{r} + em_k + {g.prefetch}, 0, 3);" for r in range(g.mr))]
+    if g.prefetch_l2:  # the B stream alone, into L2, far enough ahead to hide the memory's latency
+        out += _b_prefetch(g, g.prefetch_l2, b_step, 2)
     out.append("    em_vec " + ", ".join(f"em_b{q}" for q in range(g.vpr)) + ";")
     for q in range(g.vpr):
         out.append(f"    EM_LOAD_B(em_b{q}, em_b + {q * g.lanes});")

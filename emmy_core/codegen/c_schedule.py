@@ -21,6 +21,9 @@ A knob the kernel's family does not use is ignored; a missing one takes its defa
     an operand already of the accumulator type can stay in place;
   - `prefetch` 0: how many k steps ahead the micro-kernel prefetches its B and A streams
     (0: none, the hardware prefetcher alone);
+  - `prefetch_l2` 0: how many k steps ahead the micro-kernel prefetches its B stream into the L2
+    cache (0: none): far enough ahead to hide the memory's latency where a product streams its
+    packed weights from memory (a decode step's few rows), which `prefetch`'s L1 distance does not;
   - `prefetch_c` false: true prefetches the rows of a tile's output and epilogue operands
     (a residual, a gate) before the k loop of its last pass, so the epilogue finds them in cache;
   - `dot` "fma": the micro-kernel's multiply instructions. "fma" widens the operands to the
@@ -54,7 +57,7 @@ from emmy_core.knobs.vocab import SCHEDULE_KNOBS, knobs_problem
 DEFAULTS: dict[str, int | str | None] = {"tile_m": 32, "tile_n": 64, "tile_k": 256, "vec": 1, "unroll": 1,
                                          "threads": None, "simd": None, "par_axis": "m",
                                          "pack_a": True, "pack_b": True, "prefetch": 0,
-                                         "prefetch_c": False, "dot": "fma"}
+                                         "prefetch_c": False, "dot": "fma", "prefetch_l2": 0}
 LEGACY_SIMD_BITS = 512  # the widest single vector variable when `simd` is not decided
 
 
@@ -73,6 +76,7 @@ class CSchedule:
     prefetch: int
     prefetch_c: bool
     dot: str
+    prefetch_l2: int
 
 
 def schedule_of(knobs: dict[str, object]) -> CSchedule:

@@ -32,7 +32,7 @@ from emmy_core.graph.forks import (
 )
 from emmy_core.ir.identity import kernel_id
 from emmy_core.ir.nodes import Program
-from emmy_core.knobs.parallel import fit_rows, keep_busy
+from emmy_core.knobs.parallel import SIZE_DECIDED_KNOBS, fit_rows, keep_busy, stream_rows
 from emmy_core.knobs.route import is_library
 from emmy_core.prior.geometry import knob_columns
 from emmy_core.targets.card import Card
@@ -191,8 +191,9 @@ def within_sight(prior: Any, options: list[ScheduleOption], fork: Fork) -> list[
     appended after its fit, as the CPU matmul's `dot`): what it cannot see it cannot rank, so the rule decides
     it (scored blind, an AMX option of a bf16 product lost to an fma one the trees liked for other knobs); the
     first option alone where it sets such a knob (an instruction the prior never saw). All of them where none
-    agrees (the first blocked) or the prior sees every knob."""
-    unseen = getattr(prior, "unseen_knobs", frozenset)()
+    agrees (the first blocked) or the prior sees every knob. Whether B is streamed (`prefetch_l2`) the sizes
+    decide (`busy_at`), not the first option, which is one of a pool for every size."""
+    unseen = getattr(prior, "unseen_knobs", frozenset)() - SIZE_DECIDED_KNOBS  # those `busy_at` decided
     first = next((o for o in fork.options if isinstance(o, ScheduleOption) and "library" not in o.knobs), None)
     if not unseen or first is None:
         return options
@@ -208,14 +209,17 @@ def within_sight(prior: Any, options: list[ScheduleOption], fork: Fork) -> list[
 
 
 def busy_at(options: list[ScheduleOption], kernel: Program, key: ForkKey) -> list[ScheduleOption]:
-    """The options that keep every thread busy at the key's sizes and whose micro-kernel is no taller than its
-    rows (`knobs.parallel`): one that leaves a thread idle runs as a finer one would with fewer threads, one
-    taller than the rows computes rows that do not exist, so the prior ranks them out rather than learn it."""
+    """The options that keep every thread busy at the key's sizes, whose micro-kernel is no taller than its rows,
+    and that stream B where the rows are few enough, else not (`knobs.parallel`): one that leaves a thread idle
+    runs as a finer one would with fewer threads, one taller than the rows computes rows that do not exist, and
+    the prior has no feature for the stream (`prefetch_l2`), so the rule's regime decides it rather than leave it
+    unlearnt."""
     if not options:
         return options
     sizes = sizes_of(key)
     options = [options[i] for i in keep_busy(kernel, sizes, [o.knobs for o in options])]
-    return [options[i] for i in fit_rows(kernel, sizes, [o.knobs for o in options])]
+    options = [options[i] for i in fit_rows(kernel, sizes, [o.knobs for o in options])]
+    return [options[i] for i in stream_rows(kernel, sizes, [o.knobs for o in options])]
 
 
 class PriorSource(Source):

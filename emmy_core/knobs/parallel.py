@@ -13,6 +13,11 @@ rows that do not exist: a dynamic-row bf16 product at one row ran in 640-930 us 
 micro-kernels, 230-260 us with 6-row ones, 80-112 us with one-row ones (torch 240-360) on a Zen 4 EPYC.
 `fit_rows` keeps the options whose micro-kernel is no taller than the rows at hand, else the shortest offered
 (a dynamic-row pool offers none of one row: `knobs.space.CPU_MIN_CHAINS`).
+
+A product of few rows streams its weights from memory, and the options that stream B (`prefetch_l2`, the deepest
+pass, one row block: `knobs.space._stream_options`) ran 7-43% faster there; at more rows they only add
+instructions. `stream_rows` keeps, at sizes of at most `CPU_STREAM_ROWS` rows, the streaming options alone where a
+pool offers them (a dynamic M: the rule streams a static one of that many rows), and elsewhere the rest.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from math import prod
 from emmy_core.ir.family import MatmulShape, classify
 from emmy_core.ir.nodes import Program
 from emmy_core.ir.sizes import extents
+from emmy_core.knobs.space import CPU_STREAM_ROWS
 
 Knobs = Mapping[str, object]
 
@@ -104,3 +110,22 @@ def fit_rows(kernel: Program, sizes: Mapping[str, int], knobs: Sequence[Knobs]) 
         return fit
     least = min(r for r in rows if r is not None)
     return [i for i, r in enumerate(rows) if r == least]
+
+SIZE_DECIDED_KNOBS = frozenset({"prefetch_l2"})  # what `stream_rows` decides from the sizes (no prior sees it)
+
+
+def stream_rows(kernel: Program, sizes: Mapping[str, int], knobs: Sequence[Knobs]) -> list[int]:
+    """The indices of `knobs` that stream B (`prefetch_l2`) where the product has at most `CPU_STREAM_ROWS` rows
+    (and no batch) at `sizes`, those that do not elsewhere: within each `dot` family, so a family that offers
+    only one kind (AMX tiles stream nothing) keeps all of its options."""
+    work = _extents(kernel, sizes)
+    if work is None:
+        return list(range(len(knobs)))
+    few = work[0] == 1 and work[1] <= CPU_STREAM_ROWS
+    families: dict[object, list[int]] = {}
+    for i, k in enumerate(knobs):
+        families.setdefault(k.get("dot", "fma"), []).append(i)
+    kept: list[int] = []
+    for members in families.values():
+        kept += [i for i in members if bool(knobs[i].get("prefetch_l2")) == few] or members
+    return sorted(kept)

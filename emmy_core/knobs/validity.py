@@ -158,6 +158,8 @@ def dot_problem(v: KernelView, card: Card, k: dict[str, object]) -> str | None:
     assert isinstance(vec, int) and isinstance(unroll, int) and isinstance(tk, int)
     if dot == "dpbf16" and (k.get("simd") != 512 or vec % 16):
         return f"dot=dpbf16 needs simd=512 and vec a multiple of 16, not simd={k.get('simd')} vec={vec}"
+    if dot == "amx" and k.get("prefetch_l2"):
+        return "prefetch_l2 takes the fma and dpbf16 micro-kernels: dot=amx loads whole tiles of B"
     if dot == "amx" and (unroll not in (1, 2) or vec not in (16, 32)):
         return f"dot=amx needs unroll 1 or 2 (16-row tiles) and vec 16 or 32, not unroll={unroll} vec={vec}"
     cap_k = v.cap("k")

@@ -21,17 +21,19 @@ from emmy_core.ir.vocab import DTYPES, dtype_bytes
 # `simd` and `par_axis`, then `pack_a`, `pack_b`, `prefetch` and `prefetch_c`, came later than the rest of the
 # CPU matmul's knobs: rows measured before them leave them out and build with the generator's
 # defaults (the behaviour they measured); every option enumerated now decides them. `dot` came last: an
-# option leaves it out where it is fma (the default), so no earlier option's knobs or schedule id change.
+# option leaves it out where it is fma (the default), so no earlier option's knobs or schedule id change; and
+# `prefetch_l2` after it, set only by the options that stream their weights (absent: none).
 FAMILY_KNOBS: dict[tuple[str, str], tuple[str, ...]] = {
     ("cuda", "matmul"): ("block_m", "block_n", "block_k", "num_warps", "num_stages", "group_m", "acc", "mma"),
     ("cuda", "row"): ("block", "num_warps"),
     ("cuda", "elementwise"): ("block", "num_warps"),
     ("cpu", "matmul"): ("tile_m", "tile_n", "tile_k", "vec", "unroll", "threads", "simd", "par_axis", "pack_a",
-                        "pack_b", "prefetch", "prefetch_c", "dot"),
+                        "pack_b", "prefetch", "prefetch_c", "dot", "prefetch_l2"),
     ("cpu", "row"): ("vec", "unroll", "threads"),
     ("cpu", "elementwise"): ("vec", "threads"),
 }
-OPTIONAL_KNOBS = frozenset({"mma", "acc", "simd", "par_axis", "pack_a", "pack_b", "prefetch", "prefetch_c", "dot"})
+OPTIONAL_KNOBS = frozenset({"mma", "acc", "simd", "par_axis", "pack_a", "pack_b", "prefetch", "prefetch_c", "dot",
+                            "prefetch_l2"})
 
 
 def pow2ceil(x: int) -> int:

@@ -122,6 +122,11 @@ SCHEDULE_KNOBS: dict[str, KnobSpec] = {
            doc="run the kernel as this library runs it (torch's own ops), not as Emmy's generated code"),
         _k("library_version", "any", "version",
            doc="the library's release the measurement was taken with (torch.__version__)"),
+        # appended: a far prefetch of the weights a matmul streams from memory (a decode step's few rows)
+        _k("prefetch_l2", "cpu", "int", 0, 1024,
+           doc="k steps ahead a matmul micro-kernel prefetches its B stream into the L2 cache (0: none): for "
+               "products whose packed weights stream from memory, where `prefetch`'s distance hides too little "
+               "of its latency (fma and dpbf16 micro-kernels)"),
     )
 }
 

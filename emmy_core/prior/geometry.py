@@ -43,13 +43,13 @@ if TYPE_CHECKING:
 NAN = math.nan
 EXTERN_FEATURE_PREFIX = "x."  # an extern knob `extern.<name>` is the feature `x.<name>`
 MMA_PROPS = ("none", "m", "n", "k", "group_threads", "async")
-# Knobs no feature of this version reads: the CPU matmul's `dot` (appended after the shipped fit, and measured on
-# no peer card) is left to the rule's first option under a prior (`emmy_core.evidence.sources.within_sight`)
-# and to measurements, so the shipped prior still reproduces from the freeze it was fitted on. The library
+# Knobs no feature of this version reads: the CPU matmul's `dot` and `prefetch_l2` (appended after the shipped fit,
+# and measured on no peer card) are left to the rule's first option under a prior
+# (`emmy_core.evidence.sources.within_sight`) and to measurements, so the shipped prior still reproduces from the freeze it was fitted on. The library
 # route's `library` is a feature (`k.library`: torch's kernel, NaN for Emmy's own), so the prior learns where
 # the library wins from the card's description and the kernel's facts; its release is not (a row of another
 # release is never scored: `knobs.route.library_problem`).
-UNFEATURED_KNOBS = ("dot", "library_version")
+UNFEATURED_KNOBS = ("dot", "library_version", "prefetch_l2")
 KNOB_NAMES: tuple[str, ...] = (
     *(f"k.{n}" for n in SCHEDULE_KNOBS if n != "mma" and n not in UNFEATURED_KNOBS),
     *(f"k.mma_{p}" for p in MMA_PROPS))

@@ -37,7 +37,11 @@ def test_dot_options_follow_the_fma_ones_only_where_the_card_lists_the_instructi
     for pool in (amx, bf16):
         rest = [canonical_knobs(o) for o in pool if "dot" not in o]
         assert set(rest) == set(fma_keys)  # the fma options are the plain card's, unchanged
-        at = [i for i, o in enumerate(pool) if "dot" not in o]  # one run, from the first place or the second
+        # one run, from the first place or the second, before the dot ones; then the options that stream B
+        # (`prefetch_l2`, appended last)
+        tail = next(i for i in range(len(pool), 0, -1) if "prefetch_l2" not in pool[i - 1])
+        assert tail < len(pool) and all("prefetch_l2" not in o for o in pool[2:tail])
+        at = [i for i, o in enumerate(pool[:tail]) if "dot" not in o]
         assert at == list(range(at[0], at[0] + len(at))) and at[0] == (1 if pool[0].get("dot") else 0)
     for o in amx:
         if o.get("dot") == "amx":
@@ -50,12 +54,15 @@ def test_the_first_option_is_the_cards_dot_instruction_only_for_bf16() -> None:
         first = candidates(kernel, AMX)[0]
         assert first["dot"] == "amx" and first["unroll"] in (1, 2) and first["vec"] in (16, 32)
         dp = candidates(kernel, BF16_ONLY)[0]
-        assert dp["dot"] == "dpbf16" and dp["vec"] == 32 and dp["pack_a"] is True and dp["pack_b"] is True
+        # two registers a row (one where they hold too few rows for a static M that streams B)
+        assert dp["dot"] == "dpbf16" and dp["vec"] == (16 if kernel is KERNELS[2] else 32)
+        assert dp["pack_a"] is True and dp["pack_b"] is True
         assert option_problem(kernel, BF16_ONLY, dp) is None and option_problem(kernel, PLAIN, dp) is not None
         fma = candidates(kernel, PLAIN)[0]
         assert candidates(kernel, BF16_ONLY)[1] == fma  # the fma rule's option leads the rest
         assert {k: dp[k] for k in ("tile_m", "tile_n", "threads", "par_axis")} == \
             {k: fma[k] for k in ("tile_m", "tile_n", "threads", "par_axis")}  # its blocks and split
+        assert ("prefetch_l2" in dp) == ("prefetch_l2" in fma) and "prefetch_l2" not in candidates(kernel, AMX)[0]
     assert candidates(KERNELS[2], AMX)[0]["unroll"] == 1  # 16 rows: one tile of them
     assert candidates(KERNELS[3], BF16_ONLY)[0]["unroll"] == 1  # one row: one row of registers
     for dtype in ("f32", "f16"):
@@ -69,7 +76,7 @@ def test_dpbf16_first_option_rows_divide_its_row_block() -> None:
         dp = candidates(kernel, BF16_ONLY)[0]
         assert int(dp["tile_m"]) % int(dp["unroll"]) == 0, (kernel.name, dp)
     assert candidates(KERNELS[0], BF16_ONLY)[0]["unroll"] == 8  # 14 would fit the registers; 64 % 14 != 0
-    assert candidates(KERNELS[2], BF16_ONLY)[0]["unroll"] == 8  # M = 16: two of 8 rows, not 14 and 2
+    assert candidates(KERNELS[2], BF16_ONLY)[0]["unroll"] == 16  # M = 16 streams B: one pass of 16 rows, not 14 + 2
 
 
 def test_dpbf16_first_option_takes_128_row_blocks_from_256_rows() -> None:
@@ -94,16 +101,16 @@ def test_the_validity_of_dot_names_what_is_missing() -> None:
 
 
 def test_under_the_shipped_prior_the_rule_decides_dot() -> None:
-    """The prior has no feature for `dot` (appended after its fit): where the rule's first option names an
-    instruction (AMX tiles, vdpbf16ps) it stands alone, every other knob's effect on that instruction unseen by
-    the prior too; where it names none (fma), the prior ranks the options that agree with it (an f32 product
-    never leaves fma)."""
+    """The prior has no feature for `dot` nor `prefetch_l2` (appended after its fit): where the rule's first
+    option names an instruction (AMX tiles, vdpbf16ps) it stands alone, every other knob's effect on that
+    instruction unseen by the prior too; where it names none (fma), the prior ranks the options that agree with
+    it (an f32 product never leaves fma). `prefetch_l2` is left to the sizes (`knobs.parallel.stream_rows`)."""
     from emmy_core.evidence.sources import within_sight
     from emmy_core.graph.forks import ScheduleOption, schedule_fork
     from emmy_core.prior.artifact import load_installed_prior
 
     prior = load_installed_prior()
-    assert prior.unseen_knobs() == frozenset({"dot"})
+    assert prior.unseen_knobs() == frozenset({"dot", "prefetch_l2"})
     fork = schedule_fork(KERNELS[0], AMX)
     options = [o for o in fork.options if isinstance(o, ScheduleOption) and "library" not in o.knobs]
     for card in (AMX, BF16_ONLY):
@@ -114,7 +121,7 @@ def test_under_the_shipped_prior_the_rule_decides_dot() -> None:
         assert kept and all(o.knobs.get("dot") == options[0].knobs["dot"] for o in kept)
     plain = schedule_fork(KERNELS[0], PLAIN)
     rest = [o for o in plain.options if isinstance(o, ScheduleOption)]
-    assert within_sight(prior, rest, plain) == rest
+    assert within_sight(prior, rest, plain) == rest  # whether B streams the sizes decide (`busy_at`)
     f32 = schedule_fork(matmul(Dim("T", 128), 896, 4864, dtype="f32", b_transposed=True), BF16_ONLY)
     pool = [o for o in f32.options if isinstance(o, ScheduleOption) and "library" not in o.knobs]
     assert within_sight(prior, pool, f32) == pool  # no dot option for f32: the prior ranks them all

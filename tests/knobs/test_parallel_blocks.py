@@ -8,7 +8,14 @@ from emmy_core.evidence.context import open_sources
 from emmy_core.evidence.sources import PriorSource
 from emmy_core.graph.forks import ForkKey, schedule_fork
 from emmy_core.ir.builders import Dim, matmul
-from emmy_core.knobs.parallel import fit_rows, idle_threads, keep_busy, micro_rows, parallel_blocks
+from emmy_core.knobs.parallel import (
+    fit_rows,
+    idle_threads,
+    keep_busy,
+    micro_rows,
+    parallel_blocks,
+    stream_rows,
+)
 from emmy_core.targets import Card
 
 ZEN4 = Card("AMD EPYC (family 25 model 17 stepping 1) AVX-512 x2", "cpu", "x86_64", "", ("avx512_bf16",),
@@ -79,3 +86,29 @@ def test_prior_ranks_out_micro_kernels_taller_than_a_decode_steps_rows() -> None
         for t in (1, 2):
             answer = prior.schedule(fork, ForkKey.of(kernel, {"T": t}, ZEN4.name, "deploy"), {}, sources)
             assert micro_rows(answer.option.knobs) <= max(t, least), (kernel.name, t)  # type: ignore[union-attr]
+
+
+def test_stream_rows_keeps_the_options_that_stream_b_at_few_rows_and_the_rest_elsewhere() -> None:
+    pool = [KNOBS, {**KNOBS, "prefetch_l2": 32}, {**KNOBS, "unroll": 16, "prefetch_l2": 128}]
+    assert stream_rows(UP, {"T": 1}, pool) == [1, 2] and stream_rows(UP, {"T": 16}, pool) == [1, 2]
+    assert stream_rows(UP, {"T": 17}, pool) == [0] and stream_rows(UP, {"T": 512}, pool) == [0]
+    assert stream_rows(UP, {"T": 1}, pool[:1]) == [0]  # the pool offers none: all of it
+    assert stream_rows(UP, {"T": 128}, pool[1:]) == [0, 1]
+    assert stream_rows(SCORES, {"B": 1, "S": 1, "S2": 16}, pool) == [0]  # four heads: a batch, not a weight stream
+    amx = [{**KNOBS, "dot": "amx", "unroll": 1}, {**KNOBS, "dot": "dpbf16", "vec": 32},
+           {**KNOBS, "dot": "dpbf16", "vec": 32, "prefetch_l2": 128}, {**KNOBS, "dot": "amx", "unroll": 2}]
+    assert stream_rows(UP_BF16, {"T": 16}, amx) == [0, 2, 3]  # within each instruction: AMX streams nothing
+    assert stream_rows(UP_BF16, {"T": 64}, amx) == [0, 1, 3]
+
+
+def test_the_prior_streams_a_few_row_products_weights_and_no_others() -> None:
+    """With a dynamic M the pool ends with the options that stream B; at 16 rows or fewer the prior's answer is
+    one of them (on vdpbf16ps for bf16, the rule's instruction), at more rows never."""
+    sources = open_sources(ZEN4, "deploy", freezes=(), prior=None, local=False, library=False)
+    prior = next(s for s in sources.items if isinstance(s, PriorSource))
+    for kernel in (UP, UP_BF16):
+        fork = schedule_fork(kernel, ZEN4, library=False)
+        for t in (1, 4, 16, 17, 128):
+            knobs = prior.schedule(fork, ForkKey.of(kernel, {"T": t}, ZEN4.name, "deploy"), {}, sources).option.knobs  # type: ignore[union-attr]
+            assert ("prefetch_l2" in knobs) == (t <= 16), (kernel.name, t, knobs)
+            assert knobs.get("dot", "fma") == ("fma" if kernel is UP else "dpbf16"), (kernel.name, t, knobs)
