@@ -21,7 +21,7 @@ First of all, the matrix products at real decoder sizes (`--products`, default M
 Qwen2-0.5B's and TinyLlama's N x K; `--product-dtypes` f32,bf16), each a linear `y = a @ w.T` with the
 weight packed once: Emmy's first option and Emmy's best (the fastest of the first option, the fma rule's
 option, the first of each `dot` family the card offers, the first with its A and B streams prefetched,
-and a seeded sample of `--budget`), then the first and the best against torch eager (`F.linear`)
+the first of each family that streams B into L2, and a seeded sample of `--budget`), then the first and the best against torch eager (`F.linear`)
 interleaved, medians. For f32 at M >= 128 the share of the probed FMA peak; for bf16 the ratio to torch
 (and which `dot` won; on `dot=dpbf16` at M >= 128, the share of `vdpbf16ps`'s measured rate, and torch's); for M <= 16 (decode, bound by the weights' bytes) the weights' GB/s against a
 read (`Tensor.sum`) of the same bytes in the same rounds: once with one weight (it stays in cache between
@@ -246,11 +246,14 @@ def parse_products(text: str) -> list[tuple[int, int, int]]:
 
 def product_pool(program: object, card: object, budget: int, seed: int) -> list[dict[str, object]]:
     """What 'best' chooses among: the first option, the fma rule's, each dot family's first, the first with
-    the A and B streams prefetched, and a seeded sample of the pool (duplicates once)."""
+    the A and B streams prefetched, the first of each family that streams B into L2, and a seeded sample of the
+    pool (duplicates once)."""
     pool = candidates(program, card)  # type: ignore[arg-type]
     picks = [pool[0]]
     picks += [next((o for o in pool if o.get("dot", "fma") == d), None) for d in ("fma", "amx", "dpbf16")]  # type: ignore[misc]
     picks.append({**pool[0], "prefetch": 16} if pool[0].get("dot", "fma") != "amx" else None)  # type: ignore[arg-type]
+    picks += [next((o for o in pool if "prefetch_l2" in o and o.get("dot", "fma") == d), None)  # type: ignore[misc]
+              for d in ("fma", "dpbf16")]  # the first options that stream B (a dynamic or few-row M)
     picks += list(sample_candidates(program, card, budget, seed))  # type: ignore[arg-type]
     out: dict[str, dict[str, object]] = {}
     for k in picks:
