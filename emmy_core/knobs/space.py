@@ -477,13 +477,13 @@ def _cpu_matmul(v: KernelView, card: Card) -> list[Knobs]:
 
 def _stream_options(v: KernelView, card: Card) -> list[Knobs]:
     """Options for a product whose few rows (a dynamic M, or a static one of at most `CPU_STREAM_ROWS`) stream
-    its packed weights from memory: each micro-kernel of 1, 2 or 4 registers a row at the card's width, and on
+    its packed weights (a static N and K) from memory: each micro-kernel of 1, 2 or 4 registers a row at the card's width, and on
     `vdpbf16ps` where the card and the kernel take it, one row block of at most `CPU_STREAM_ROWS`, the deepest
     pass, N shared among the threads (all of it or 256-column blocks), B prefetched into L2 (`_stream_ahead`)
     with and without `prefetch`'s L1 distance. Appended last, so every other option keeps its place."""
     cm, ck = v.cap("m"), v.cap("k")
-    if cm is not None and cm > CPU_STREAM_ROWS:
-        return []
+    if (cm is not None and cm > CPU_STREAM_ROWS) or ck is None or v.n_extent is None:
+        return []  # many rows, or a B that is no weight (a dynamic N or K: attention's keys and values)
     base: Knobs = {"tile_m": min(CPU_STREAM_ROWS, cm or CPU_STREAM_ROWS),
                    "tile_k": min(CPU_STREAM_TILE_K, ck or CPU_STREAM_TILE_K), "threads": card.cores or 1,
                    "par_axis": "n"}
