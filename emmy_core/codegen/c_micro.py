@@ -83,11 +83,14 @@ def micro_geometry(s: CSchedule, acc: str, b_dtype: str | None = None) -> MicroG
                          dot, s.prefetch_l2)
 
 
-DOT_K_ALIGN = {"fma": 1, "dpbf16": 2, "amx": 32}
+DOT_K_ALIGN = {"fma": 1, "dpbf16": 2, "amx": 32, "fp16": 1}
+DOT_OPERANDS = {"dpbf16": "bf16", "amx": "bf16", "fp16": "f16"}  # the operands' type each `dot` multiplies
 # The dot-product kernels carry their instruction set as a function attribute, so they build at every setting
 # (`rank`'s baseline target too): they are only ever chosen on a card whose probe found the instructions.
 DPBF16_TARGET = '__attribute__((target("avx512f,avx512bf16")))'
 AMX_TARGET = '__attribute__((target("amx-tile,amx-bf16")))'
+FP16_TARGET = '__attribute__((target("avx512f,avx512bw,avx512vl,avx512fp16")))'
+FP16_CHUNK = 16  # k steps an fp16 micro-kernel sums in f16 before adding them into its f32 accumulators
 AMX_TILE = 16  # rows of an AMX tile, and f32 columns of a C tile (64 bytes)
 AMX_K = 32  # bf16 values along k one A tile row holds (64 bytes)
 
@@ -96,8 +99,9 @@ def dot_problem(g: MicroGeometry, a_dtype: str, b_dtype: str, window: Range | No
     """Why the schedule's `dot` cannot build this matmul, or None (fma always can)."""
     if g.dot == "fma":
         return None
-    if (a_dtype, b_dtype, g.acc) != ("bf16", "bf16", "f32"):
-        return f"dot={g.dot} needs bf16 A and B accumulating in f32, not {a_dtype} x {b_dtype} into {g.acc}"
+    want = DOT_OPERANDS[g.dot]
+    if (a_dtype, b_dtype, g.acc) != (want, want, "f32"):
+        return f"dot={g.dot} needs {want} A and B accumulating in f32, not {a_dtype} x {b_dtype} into {g.acc}"
     if not (g.pack_a and g.pack_b):
         return f"dot={g.dot} needs both operands packed (pack_a and pack_b true)"
     problem = window_problem(window, g.dot)
@@ -105,6 +109,8 @@ def dot_problem(g: MicroGeometry, a_dtype: str, b_dtype: str, window: Range | No
         return problem
     if g.dot == "dpbf16" and (g.lanes != 16 or g.nr % 16):
         return f"dot=dpbf16 needs 512-bit registers (simd 512) and vec a multiple of 16, not vec={g.nr}"
+    if g.dot == "fp16" and (g.lanes != 16 or g.nr % 32):
+        return f"dot=fp16 needs 512-bit registers (simd 512) and vec a multiple of 32, not vec={g.nr}"
     if g.dot == "amx" and g.prefetch_l2:
         return "prefetch_l2 takes the fma and dpbf16 micro-kernels: dot=amx loads whole tiles of B"
     if g.dot == "amx" and (g.mr not in (16, 32) or g.nr not in (16, 32)):
@@ -227,6 +233,69 @@ def _dpbf16_kernel_c(g: MicroGeometry) -> str:
     return "\n".join(out)
 
 
+def _fp16_kernel_c(g: MicroGeometry) -> str:
+    """`em_micro` on AVX512-FP16: per k step, `nr / 32` registers of B (32 f16 columns each) and a 16-bit
+    broadcast of each row's A value, multiplied and added in f16 by `vfmadd231ph` into chunk sums that start from
+    zero every `FP16_CHUNK` steps; each chunk's sums are then widened (`vcvtph2psx`) and added into the f32
+    accumulators, so a sum rounds to f16 over 16 products at most, and the depth adds in f32.
+
+    A's panel is `[k][M_r]` f16, B's `[k][N_r]` f16, both the operands' own bits."""
+    hq = g.nr // 32
+    acc = [[f"em_c{r}_{q}" for q in range(2 * hq)] for r in range(g.mr)]
+    part = [[f"em_h{r}_{q}" for q in range(hq)] for r in range(g.mr)]
+    out = [f"/* micro-kernel: {g.mr} x {g.nr} f32 accumulators in {g.mr * 2 * hq} registers; f16 products summed in "
+           f"f16 over {FP16_CHUNK} steps of k by vfmadd231ph (AVX512-FP16), then in f32 */",
+           "#if !defined(__x86_64__)",
+           '#error "dot=fp16 needs an x86-64 build"',
+           "#endif",
+           "#include <immintrin.h>",
+           f"{FP16_TARGET}",
+           "static void em_micro(int64_t em_kc, const uint16_t *restrict em_ap, int64_t em_lda, int64_t em_ra,",
+           "                     const uint16_t *restrict em_bp, int64_t em_ldb, const float *em_ci, int64_t em_ldi,",
+           "                     float *em_co, int64_t em_ldo) {",
+           "  (void)em_lda; (void)em_ra; (void)em_ldb;",
+           "  __m512 " + ", ".join(v for row in acc for v in row) + ";",
+           "  if (em_ci) {"]
+    for r in range(g.mr):
+        out.append("    " + " ".join(f"{acc[r][q]} = _mm512_loadu_ps(em_ci + {r} * em_ldi + {q * 16});"
+                                     for q in range(2 * hq)))
+    out.append("  } else {")
+    for r in range(g.mr):
+        out.append("    " + " ".join(f"{v} = _mm512_setzero_ps();" for v in acc[r]))
+    out += ["  }",
+            f"  for (int64_t em_k0 = 0; em_k0 < em_kc; em_k0 += {FP16_CHUNK}) {{",
+            f"    const int64_t em_k1 = em_k0 + {FP16_CHUNK} < em_kc ? em_k0 + {FP16_CHUNK} : em_kc;",
+            "    __m512h " + ", ".join(f"{v} = _mm512_setzero_ph()" for row in part for v in row) + ";",
+            "    for (int64_t em_k = em_k0; em_k < em_k1; ++em_k) {",
+            f"      const uint16_t *restrict em_b = em_bp + em_k * {g.nr};",
+            f"      const uint16_t *restrict em_a = em_ap + em_k * {g.mr};"]
+    if g.prefetch:
+        out += [f"      __builtin_prefetch(em_b + {g.prefetch * g.nr + q}, 0, 3);" for q in range(0, g.nr, 32)]
+        out.append(f"      __builtin_prefetch(em_a + {g.prefetch * g.mr}, 0, 3);")
+    if g.prefetch_l2:
+        out += [f"      __builtin_prefetch(em_b + {g.prefetch_l2 * g.nr + q}, 0, 2);" for q in range(0, g.nr, 32)]
+    out.append("      __m512h " + ", ".join(f"em_b{q}" for q in range(hq)) + ";")
+    for q in range(hq):
+        out.append(f"      em_b{q} = _mm512_castsi512_ph(_mm512_loadu_si512((const void *)(em_b + {32 * q})));")
+    for r in range(g.mr):
+        fmas = " ".join(f"{part[r][q]} = _mm512_fmadd_ph(em_x, em_b{q}, {part[r][q]});" for q in range(hq))
+        out.append(f"      {{ const __m512h em_x = _mm512_castsi512_ph(_mm512_set1_epi16((short)em_a[{r}])); {fmas} }}")
+    out.append("    }")
+    for r in range(g.mr):
+        for q in range(hq):
+            h = part[r][q]
+            lo, hi = acc[r][2 * q], acc[r][2 * q + 1]
+            out.append(f"    {lo} = _mm512_add_ps({lo}, _mm512_cvtxph_ps(_mm512_castph512_ph256({h}))); "
+                       f"{hi} = _mm512_add_ps({hi}, _mm512_cvtxph_ps(_mm256_castsi256_ph("
+                       f"_mm512_extracti64x4_epi64(_mm512_castph_si512({h}), 1))));")
+    out.append("  }")
+    for r in range(g.mr):
+        out.append("  " + " ".join(f"_mm512_storeu_ps(em_co + {r} * em_ldo + {q * 16}, {acc[r][q]});"
+                                   for q in range(2 * hq)))
+    out.append("}")
+    return "\n".join(out)
+
+
 def _amx_kernel_c(g: MicroGeometry) -> str:
     """`em_micro` on AMX-BF16: (M_r / 16) x (N_r / 16) f32 tiles, per 32 steps of k one A tile per 16 rows
     and one B tile per 16 columns, multiplied by `tdpbf16ps`; `em_amx_start` (each thread, before its first
@@ -312,12 +381,14 @@ def micro_kernel_c(g: MicroGeometry) -> str:
     is read in place (row r of the tile at `ap + r * lda`, k contiguous; rows from `ra` on, past
     the matrix, repeat its last row, whose sums the epilogue never stores), `ldb` only when B is
     (row k at `bp + k * ldb`, the tile's columns contiguous); packed panels step by M_r and N_r.
-    `dot` other than fma writes the dot-product kernels above (bf16 panels, f32 tiles).
+    `dot` other than fma writes the dot-product kernels above (bf16 or f16 panels, f32 tiles).
     """
     if g.dot == "dpbf16":
         return _dpbf16_kernel_c(g)
     if g.dot == "amx":
         return _amx_kernel_c(g)
+    if g.dot == "fp16":
+        return _fp16_kernel_c(g)
     t = C_TYPES[g.acc]
     vec_type = (f"typedef {t} em_vec;" if g.lanes == 1 else
                 f"typedef {t} em_vec __attribute__((vector_size({g.register_bytes})));")

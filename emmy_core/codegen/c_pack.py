@@ -1,6 +1,6 @@
 """The packing functions the packed matmul (`c_matmul`) declares: `em_pack_a`, one row block's rows of A for one
 pass along k, and `em_pack_b`, one column panel of B over the whole depth, each converting to the accumulator
-type (or, on the dot-product paths, copying bf16 bits into the instruction's pair or tile layout).
+type (or, on the dot-product paths, copying bf16 or f16 bits into the instruction's layout).
 
 Rows, columns and depth past the operand are written as zeros: a padded product adds nothing to any real sum.
 """
@@ -100,6 +100,9 @@ def _dot_packers(em: Emitter, shape: MatmulShape, g: MicroGeometry) -> None:
     - amx: A `[M_r-row panel][M_r][k padded to 32]` (rows of a tile), B `[k/2][N_r][2]` padded to 32 k.
     Rows, columns and k past the operand are zeros (a zero product adds nothing)."""
     a = g.k_align
+    if g.dot == "fp16":
+        _fp16_packers(em, shape, g)
+        return
     if g.dot == "amx":
         em.declare("\n".join([
             "/* rows [0, avail) of A (row stride lda), k [0, kc) padded to 32, into M_r-row bf16 panels; rows up to "
@@ -160,6 +163,43 @@ def _dot_packers(em: Emitter, shape: MatmulShape, g: MicroGeometry) -> None:
         "                      uint16_t *restrict em_bp, float *restrict em_tmp) {",
         f"  const int64_t em_cols = em_min64({g.nr}, em_nn - em_n0);",
         f"  const int64_t em_kp = (em_kn + {a - 1}) / {a} * {a};",
+        "  (void)em_tmp;",
+        *body,
+        "}"]))
+
+
+def _fp16_packers(em: Emitter, shape: MatmulShape, g: MicroGeometry) -> None:
+    """The packing functions of the fp16 path (f16 A and B, copied as their bits): A `[M_r-row panel][k][M_r]`,
+    B `[k][N_r]`; rows and columns past the operand are zeros."""
+    em.declare("\n".join([
+        "/* rows [0, avail) of A (row stride lda), k [0, kc), into M_r-row f16 panels; rows up to `rows` are zero */",
+        "static void em_pack_a(const uint16_t *restrict em_a, int64_t em_lda, int64_t em_avail, int64_t em_rows,",
+        "                      int64_t em_kc, uint16_t *restrict em_ap, float *restrict em_tmp) {",
+        "  (void)em_tmp;",
+        "  for (int64_t em_r = 0; em_r < em_rows; ++em_r) {",
+        f"    uint16_t *restrict em_d = em_ap + (em_r / {g.mr}) * em_kc * {g.mr} + em_r % {g.mr};",
+        "    const uint16_t *restrict em_s = em_a + em_r * em_lda;",
+        "    const int em_real = em_r < em_avail;",
+        f"    for (int64_t em_k = 0; em_k < em_kc; ++em_k) em_d[em_k * {g.mr}] = em_real ? em_s[em_k] : 0;",
+        "  }",
+        "}"]))
+    if shape.b_transposed:  # b[.., n, k]: a column's run along k
+        body = [f"  for (int64_t em_c = 0; em_c < {g.nr}; ++em_c) {{",
+                "    const uint16_t *restrict em_s = em_b + (em_n0 + em_c) * em_kn;",
+                f"    for (int64_t em_k = 0; em_k < em_kn; ++em_k) em_bp[em_k * {g.nr} + em_c] = "
+                "em_c < em_cols ? em_s[em_k] : 0;",
+                "  }"]
+    else:  # b[.., k, n]: a row's run along n
+        body = ["  for (int64_t em_k = 0; em_k < em_kn; ++em_k) {",
+                f"    uint16_t *restrict em_d = em_bp + em_k * {g.nr};",
+                "    memcpy(em_d, em_b + em_k * em_nn + em_n0, sizeof(uint16_t) * (size_t)em_cols);",
+                f"    for (int64_t em_c = em_cols; em_c < {g.nr}; ++em_c) em_d[em_c] = 0;",
+                "  }"]
+    em.declare("\n".join([
+        "/* one panel (columns [n0, n0 + N_r), every k) of one batch of B, f16 bits, zero columns past n */",
+        "static void em_pack_b(const uint16_t *restrict em_b, int64_t em_nn, int64_t em_kn, int64_t em_n0,",
+        "                      uint16_t *restrict em_bp, float *restrict em_tmp) {",
+        f"  const int64_t em_cols = em_min64({g.nr}, em_nn - em_n0);",
         "  (void)em_tmp;",
         *body,
         "}"]))

@@ -34,7 +34,9 @@ A knob the kernel's family does not use is ignored; a missing one takes its defa
     the tile layout). Both need bf16 A and B
     accumulating in f32, packed, with no reduction window; they add a pair's products before
     the running sum and flush subnormals, so unlike the other knobs they change result bits
-    (within the bf16 tolerance).
+    (within the bf16 tolerance). "fp16" (AVX512-FP16) multiplies f16 A and B with `vfmadd231ph`
+    into f16 sums over 16 steps of k, each then widened and added into f32 accumulators (`simd`
+    512, `vec` a multiple of 32; within the f16 tolerance).
 - row reductions and elementwise chains: `vec` 1 is the `simdlen` of `#pragma omp simd` on
   innermost independent loops and row reductions (1: no simd pragma, so a reduction adds
   in sequential order; above 1 a float row reduction is a simd reduction, reassociated);

@@ -62,6 +62,10 @@ CPU_PREFETCH = 16  # k steps ahead the prefetching variant fetches the A and B s
 CPU_AMX_TILES = ((2, 32), (1, 32), (2, 16), (1, 16))  # (unroll: 16-row tiles, vec: columns)
 CPU_DOT_TILE_K = (256, 512, 1024)
 CPU_DOT_TILE_M = (32, 64, 128)
+# AVX512-FP16's micro-kernels (knob `dot=fp16`, offered after the fma options where the card lists the instruction,
+# never first: no machine of these sessions had it, so only a measurement on one chooses it): (rows, columns), each
+# row holding f32 accumulators and f16 chunk sums (`knobs.validity`: 32 registers).
+CPU_FP16_MICRO = ((8, 32), (4, 64))
 # A product with few rows streams its packed weights from memory once (a decode step's projections): its options
 # take the deepest pass (`CPU_STREAM_TILE_K` at most), N shared among the threads, and B prefetched into L2
 # `CPU_STREAM_AHEAD` bytes ahead (`prefetch_l2`, in k steps of the panel's width). Measured on a Zen 4 EPYC (2
@@ -292,8 +296,9 @@ def _amx_first(v: KernelView, card: Card, fma: Knobs) -> Knobs | None:
 
 
 def _dot_options(v: KernelView, card: Card) -> list[Knobs]:
-    """The bf16 matmul's options on the card's dot-product instructions (`dot` amx, then dpbf16), each
-    where `dot_problem` allows it: appended after the fma options, so those keep their places."""
+    """The 16-bit matmul's options on the card's dot-product instructions (`dot` amx, then fp16 for f16 operands,
+    then dpbf16), each where `dot_problem` allows it: appended after the fma options, so those keep their
+    places."""
     out: list[Knobs] = []
     base: Knobs = {"pack_a": True, "pack_b": True, "prefetch": 0, "prefetch_c": False}
     probe: Knobs = {**base, "tile_m": 32, "tile_n": 32, "tile_k": 1024, "vec": 16, "unroll": 1, "threads": 1,
@@ -313,6 +318,18 @@ def _dot_options(v: KernelView, card: Card) -> list[Knobs]:
                                 out.append({**base, "tile_m": tm, "tile_n": tn, "tile_k": tk, "vec": vec,
                                             "unroll": unroll, "threads": t, "simd": card.simd_bits or 512,
                                             "par_axis": par, "prefetch_c": rule, "dot": "amx"})
+    if dot_problem(v, card, {**probe, "vec": 32, "dot": "fp16"}) is None:
+        for mr, nr in CPU_FP16_MICRO:
+            if not _fits(nr, cn) and cn is not None:
+                continue
+            for tk in tks:
+                for tm in tms:
+                    for tn in dict.fromkeys(t for t in (whole, CPU_TILE_N_PART) if t >= nr and t % nr == 0):
+                        for par in CPU_PAR_AXES:
+                            for t in _thread_counts(card):
+                                out.append({**base, "tile_m": tm, "tile_n": tn, "tile_k": tk, "vec": nr,
+                                            "unroll": min(mr, cm or mr), "threads": t, "simd": 512,
+                                            "par_axis": par, "prefetch_c": rule, "dot": "fp16"})
     if dot_problem(v, card, {**probe, "dot": "dpbf16"}) is None:
         for vectors in CPU_MICRO_VECTORS:
             shape = _micro(v, card, 512, vectors)

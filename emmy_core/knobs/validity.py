@@ -132,7 +132,8 @@ def _cpu_problem(v: KernelView, card: Card, k: dict[str, object]) -> str | None:
 
 
 # `dot` -> the card instruction it needs, and the depth a pass (tile_k) must be a multiple of
-DOT_NEEDS = {"dpbf16": ("avx512_bf16", 2), "amx": ("amx_bf16", 32)}
+DOT_NEEDS = {"dpbf16": ("avx512_bf16", 2), "amx": ("amx_bf16", 32), "fp16": ("avx512_fp16", 1)}
+DOT_OPERANDS = {"dpbf16": "bf16", "amx": "bf16", "fp16": "f16"}  # the operands' type each `dot` multiplies
 
 
 def dot_problem(v: KernelView, card: Card, k: dict[str, object]) -> str | None:
@@ -147,8 +148,9 @@ def dot_problem(v: KernelView, card: Card, k: dict[str, object]) -> str | None:
     need, depth = DOT_NEEDS[dot]
     if need not in card.tensor_cores:
         return f"dot={dot} needs {need}, which {card.name} does not list (its probe found none or no OS permission)"
-    if (v.operand_dtype, v.b_bytes, v.shape.acc_dtype) != ("bf16", 2, "f32"):
-        return f"dot={dot} needs bf16 A and B accumulating in f32, not {v.operand_dtype} into {v.shape.acc_dtype}"
+    want = DOT_OPERANDS[dot]
+    if (v.operand_dtype, v.b_bytes, v.shape.acc_dtype) != (want, 2, "f32"):
+        return f"dot={dot} needs {want} A and B accumulating in f32, not {v.operand_dtype} into {v.shape.acc_dtype}"
     if k.get("pack_a") is False or k.get("pack_b") is False:
         return f"dot={dot} needs both operands packed"
     problem = window_problem(v.shape.window, dot)
@@ -158,6 +160,8 @@ def dot_problem(v: KernelView, card: Card, k: dict[str, object]) -> str | None:
     assert isinstance(vec, int) and isinstance(unroll, int) and isinstance(tk, int)
     if dot == "dpbf16" and (k.get("simd") != 512 or vec % 16):
         return f"dot=dpbf16 needs simd=512 and vec a multiple of 16, not simd={k.get('simd')} vec={vec}"
+    if dot == "fp16" and (k.get("simd") != 512 or vec % 32):
+        return f"dot=fp16 needs simd=512 and vec a multiple of 32, not simd={k.get('simd')} vec={vec}"
     if dot == "amx" and k.get("prefetch_l2"):
         return "prefetch_l2 takes the fma and dpbf16 micro-kernels: dot=amx loads whole tiles of B"
     if dot == "amx" and (unroll not in (1, 2) or vec not in (16, 32)):
@@ -199,6 +203,13 @@ def _micro_problem(v: KernelView, card: Card, k: dict[str, object]) -> str | Non
     vec, unroll = k["vec"], k["unroll"]
     assert isinstance(vec, int) and isinstance(unroll, int)
     if k.get("dot") == "amx":  # the accumulators are AMX tiles (at most 2 x 2 of them, 8 tiles in all)
+        return None
+    if k.get("dot") == "fp16":  # per row: f32 accumulators (vec / 16) and f16 chunk sums (vec / 32); B; broadcast
+        need = unroll * (vec // 16 + vec // 32) + vec // 32 + 1
+        if need > register_count(card.arch, card_bits):
+            return (f"micro-kernel {unroll}x{vec} on dot=fp16 needs {need} vector registers of 512 bits (f32 "
+                    f"accumulators, f16 chunk sums, a B row and a broadcast); {card.name} has "
+                    f"{register_count(card.arch, card_bits)}: it would spill")
         return None
     width = min(simd if isinstance(simd, int) else card_bits, vec * v.compute_bits)
     lanes = max(1, width // v.compute_bits)

@@ -69,8 +69,8 @@ TENSOR_CORE_INSTRUCTIONS = ("none", "mma_m16n8k16", "wgmma_m64n64k16", "wgmma_m6
                             "wgmma_m64n16k16", "wgmma_m64n32k16", "wgmma_m64n256k16")
 
 # The CPU matmul's multiply instructions (knob `dot`; appended only). Which a CPU card offers is in its
-# `tensor_cores` (emmy_core.targets.cpu: `avx512_bf16`, `amx_bf16`); "fma" needs none.
-CPU_DOT_INSTRUCTIONS = ("fma", "dpbf16", "amx")
+# `tensor_cores` (emmy_core.targets.cpu: `avx512_bf16`, `amx_bf16`, `avx512_fp16`); "fma" needs none.
+CPU_DOT_INSTRUCTIONS = ("fma", "dpbf16", "amx", "fp16")
 
 SCHEDULE_KNOBS: dict[str, KnobSpec] = {
     k.name: k
@@ -114,7 +114,8 @@ SCHEDULE_KNOBS: dict[str, KnobSpec] = {
            doc="the instructions a matmul micro-kernel multiplies with: fma (operands widened to the "
                "accumulator, one fused multiply-add per k), dpbf16 (AVX512-BF16 vdpbf16ps on pairs along k, bf16 "
                "A and B packed pair-interleaved), amx (AMX-BF16 tdpbf16ps on 16 x 32 tiles, B packed in the tile "
-               "layout); valid only on a card whose probe found the instruction (`Card.tensor_cores`)"),
+               "layout), fp16 (AVX512-FP16 vfmadd231ph on f16 A and B, summed in f16 over 16 steps of k, then in "
+               "f32); valid only on a card whose probe found the instruction (`Card.tensor_cores`)"),
         # appended: the library route. A kernel run as torch runs it (oneDNN/MKL on a CPU, cuBLAS on a GPU)
         # rather than by Emmy's generated code; the release is part of the schedule identity, since the library's
         # kernel changes when torch changes (emmy_core.knobs.route)
