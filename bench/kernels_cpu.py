@@ -250,7 +250,7 @@ def product_pool(program: object, card: object, budget: int, seed: int) -> list[
     pool (duplicates once)."""
     pool = candidates(program, card)  # type: ignore[arg-type]
     picks = [pool[0]]
-    picks += [next((o for o in pool if o.get("dot", "fma") == d), None) for d in ("fma", "amx", "dpbf16")]  # type: ignore[misc]
+    picks += [next((o for o in pool if o.get("dot", "fma") == d), None) for d in ("fma", "amx", "dpbf16", "fp16")]  # type: ignore[misc]
     picks.append({**pool[0], "prefetch": 16} if pool[0].get("dot", "fma") != "amx" else None)  # type: ignore[arg-type]
     picks += [next((o for o in pool if "prefetch_l2" in o and o.get("dot", "fma") == d), None)  # type: ignore[misc]
               for d in ("fma", "dpbf16")]  # the first options that stream B (a dynamic or few-row M)

@@ -12,10 +12,10 @@ Its micro-kernel computes `unroll` rows at a time (16 per AMX tile), so at fewer
 rows that do not exist: a dynamic-row bf16 product at one row ran in 640-930 us with 14- or 16-row
 micro-kernels, 230-260 us with 6-row ones, 80-112 us with one-row ones (torch 240-360) on a Zen 4 EPYC.
 `fit_rows` keeps the options whose micro-kernel is no taller than the rows at hand, else the shortest offered
-(a dynamic-row pool offers none of one row: `knobs.space.CPU_MIN_CHAINS`).
+(a dynamic-row pool offers none of one row: `knobs.cpu_matmul.CPU_MIN_CHAINS`).
 
 A product of few rows streams its weights from memory, and the options that stream B (`prefetch_l2`, the deepest
-pass, one row block: `knobs.space._stream_options`) ran 7-43% faster there; at more rows they only add
+pass, one row block: `knobs.cpu_matmul._stream_options`) ran 7-43% faster there; at more rows they only add
 instructions. `stream_rows` keeps, at sizes of at most `CPU_STREAM_ROWS` rows, the streaming options alone where a
 pool offers them (a dynamic M: the rule streams a static one of that many rows), and elsewhere the rest.
 """
@@ -28,7 +28,7 @@ from math import prod
 from emmy_core.ir.family import MatmulShape, classify
 from emmy_core.ir.nodes import Program
 from emmy_core.ir.sizes import extents
-from emmy_core.knobs.space import CPU_STREAM_ROWS
+from emmy_core.knobs.cpu_matmul import CPU_STREAM_ROWS
 
 Knobs = Mapping[str, object]
 

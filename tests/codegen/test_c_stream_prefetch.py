@@ -19,7 +19,7 @@ from emmy_core.codegen.backend import BuildError
 from emmy_core.codegen.c import CBackend
 from emmy_core.ir.builders import Dim, matmul
 from emmy_core.knobs import candidates
-from emmy_core.knobs.space import CPU_STREAM_AHEAD, CPU_STREAM_TILE_K
+from emmy_core.knobs.cpu_matmul import CPU_STREAM_AHEAD, CPU_STREAM_TILE_K
 from emmy_core.knobs.validity import option_problem
 from emmy_core.targets import Card, probe_cpu
 
