@@ -49,7 +49,9 @@ CPU_FP16_MICRO = ((8, 32), (4, 64))
 CPU_STREAM_ROWS = 16  # the most rows a streaming option is for (a row block of at most this many)
 CPU_STREAM_TILE_K = 4096
 CPU_STREAM_AHEAD = 8192
-CPU_STREAM_CHAINS = 4  # accumulator registers a streaming micro-kernel needs at least (one row: four registers)
+# (rows, registers a row) of the streaming micro-kernels: every row of a decode step's 16, 8, 4, 2 or 1 in one pass
+# over B (16 accumulators at 16, 8 and 4 rows), as `_streaming_first` picks for a static M
+CPU_STREAM_MICRO = ((16, 1), (8, 2), (4, 4), (2, 4), (1, 4))
 
 
 def fits(value: int, cap: int | None) -> bool:
@@ -373,10 +375,11 @@ def cpu_matmul_options(v: KernelView, card: Card) -> list[Knobs]:
 
 def _stream_options(v: KernelView, card: Card) -> list[Knobs]:
     """Options for a product whose few rows (a dynamic M, or a static one of at most `CPU_STREAM_ROWS`) stream
-    its packed weights (a static N and K) from memory: each micro-kernel of 1, 2 or 4 registers a row at the card's width, and on
-    `vdpbf16ps` where the card and the kernel take it, one row block of at most `CPU_STREAM_ROWS`, the deepest
-    pass, N shared among the threads (all of it or 256-column blocks), B prefetched into L2 (`_stream_ahead`)
-    with and without `prefetch`'s L1 distance. Appended last, so every other option keeps its place."""
+    its packed weights (a static N and K) from memory: the micro-kernels of `CPU_STREAM_MICRO` at the card's
+    width that its registers hold (one pass over B at 16, 8, 4, 2 or 1 rows), and on `vdpbf16ps` where the card
+    and the kernel take it; one row block, the deepest pass, N shared among the threads (all of it or
+    256-column blocks), B prefetched into L2 (`_stream_ahead`) with and without `prefetch`'s L1 distance.
+    Appended last, so every other option keeps its place."""
     cm, ck = v.cap("m"), v.cap("k")
     if (cm is not None and cm > CPU_STREAM_ROWS) or ck is None or v.n_extent is None:
         return []  # many rows, or a B that is no weight (a dynamic N or K: attention's keys and values)
@@ -389,14 +392,13 @@ def _stream_options(v: KernelView, card: Card) -> list[Knobs]:
     if dot_problem(v, card, {**base, **dpbf16, "vec": 16, "unroll": 1, "tile_n": 16}) is None:
         families.append((dpbf16, 512, 2))
     whole = min(v.cap("n") or 1024, 1024)
+    registers = register_count(card.arch, width)
     out: list[Knobs] = []
     for family, simd, panel in families:
-        for vectors in CPU_MICRO_VECTORS:
-            shape = _micro(v, card, simd, vectors)
-            if shape is None:
-                continue
-            mr, nr = shape
-            if mr * vectors < CPU_STREAM_CHAINS:
+        lanes = simd // v.compute_bits
+        for mr, vectors in dict.fromkeys((min(r, cm or r), q) for r, q in CPU_STREAM_MICRO):
+            nr = lanes * vectors
+            if mr * vectors + vectors + 1 > registers or nr > 64 or (v.cap("n") or nr) < nr:
                 continue
             for tn in dict.fromkeys(t for t in (whole, CPU_TILE_N_PART) if t >= nr and t % nr == 0):
                 for prefetch in (0, CPU_PREFETCH):

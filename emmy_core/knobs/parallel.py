@@ -116,8 +116,9 @@ SIZE_DECIDED_KNOBS = frozenset({"prefetch_l2"})  # what `stream_rows` decides fr
 
 def stream_rows(kernel: Program, sizes: Mapping[str, int], knobs: Sequence[Knobs]) -> list[int]:
     """The indices of `knobs` that stream B (`prefetch_l2`) where the product has at most `CPU_STREAM_ROWS` rows
-    (and no batch) at `sizes`, those that do not elsewhere: within each `dot` family, so a family that offers
-    only one kind (AMX tiles stream nothing) keeps all of its options."""
+    (and no batch) at `sizes`, those of the tallest micro-kernel among them (the fewest passes over B: the rule's
+    regime, which the prior never saw measured), and those that do not stream elsewhere: within each `dot`
+    family, so a family that offers only one kind (AMX tiles stream nothing) keeps all of its options."""
     work = _extents(kernel, sizes)
     if work is None:
         return list(range(len(knobs)))
@@ -127,5 +128,9 @@ def stream_rows(kernel: Program, sizes: Mapping[str, int], knobs: Sequence[Knobs
         families.setdefault(k.get("dot", "fma"), []).append(i)
     kept: list[int] = []
     for members in families.values():
-        kept += [i for i in members if bool(knobs[i].get("prefetch_l2")) == few] or members
+        chosen = [i for i in members if bool(knobs[i].get("prefetch_l2")) == few]
+        if few and chosen:
+            tallest = max(micro_rows(knobs[i]) or 0 for i in chosen)
+            chosen = [i for i in chosen if (micro_rows(knobs[i]) or 0) == tallest]
+        kept += chosen or members
     return sorted(kept)

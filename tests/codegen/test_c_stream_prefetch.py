@@ -124,5 +124,7 @@ def test_more_rows_take_no_streaming_option_and_a_dynamic_m_offers_them_last() -
         assert {o.get("dot", "fma") for o in pool if "prefetch_l2" in o} == (
             {"fma", "dpbf16"} if dtype == "bf16" else {"fma"})
         assert all(option_problem(kernel, ZEN4, o) is None for o in pool if "prefetch_l2" in o)
+        rows = {(o["unroll"], o["vec"]) for o in pool if "prefetch_l2" in o and o.get("dot", "fma") == "fma"}
+        assert rows == {(16, 16), (8, 32), (4, 64), (2, 64), (1, 64)}  # one pass over B at 16, 8, 4, 2 or 1 rows
     scores = matmul(Dim("S", 16), Dim("S2", 16), 64, dtype="f32", batch=(Dim("B", 1), 4))  # q @ k^T: no weight
     assert not any("prefetch_l2" in o for o in candidates(scores, ZEN4))

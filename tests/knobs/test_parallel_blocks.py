@@ -89,11 +89,14 @@ def test_prior_ranks_out_micro_kernels_taller_than_a_decode_steps_rows() -> None
 
 
 def test_stream_rows_keeps_the_options_that_stream_b_at_few_rows_and_the_rest_elsewhere() -> None:
-    pool = [KNOBS, {**KNOBS, "prefetch_l2": 32}, {**KNOBS, "unroll": 16, "prefetch_l2": 128}]
-    assert stream_rows(UP, {"T": 1}, pool) == [1, 2] and stream_rows(UP, {"T": 16}, pool) == [1, 2]
+    pool = [KNOBS, {**KNOBS, "prefetch_l2": 32}, {**KNOBS, "unroll": 16, "prefetch_l2": 128},
+            {**KNOBS, "unroll": 16, "prefetch_l2": 128, "tile_n": 1024}]
+    # the tallest streaming micro-kernel (fewest passes over B; `fit_rows` has left none taller than the rows)
+    assert stream_rows(UP, {"T": 1}, pool) == [2, 3] and stream_rows(UP, {"T": 16}, pool) == [2, 3]
+    assert stream_rows(UP, {"T": 4}, pool[:2]) == [1]
     assert stream_rows(UP, {"T": 17}, pool) == [0] and stream_rows(UP, {"T": 512}, pool) == [0]
     assert stream_rows(UP, {"T": 1}, pool[:1]) == [0]  # the pool offers none: all of it
-    assert stream_rows(UP, {"T": 128}, pool[1:]) == [0, 1]
+    assert stream_rows(UP, {"T": 128}, pool[1:]) == [0, 1, 2]
     assert stream_rows(SCORES, {"B": 1, "S": 1, "S2": 16}, pool) == [0]  # four heads: a batch, not a weight stream
     amx = [{**KNOBS, "dot": "amx", "unroll": 1}, {**KNOBS, "dot": "dpbf16", "vec": 32},
            {**KNOBS, "dot": "dpbf16", "vec": 32, "prefetch_l2": 128}, {**KNOBS, "dot": "amx", "unroll": 2}]
