@@ -32,7 +32,7 @@ from emmy_core.graph.forks import (
 )
 from emmy_core.ir.identity import kernel_id
 from emmy_core.ir.nodes import Program
-from emmy_core.knobs.parallel import SIZE_DECIDED_KNOBS, fit_rows, keep_busy, stream_rows
+from emmy_core.knobs.parallel import SIZE_DECIDED_KNOBS, suited
 from emmy_core.knobs.route import is_library
 from emmy_core.prior.geometry import knob_columns
 from emmy_core.targets.card import Card
@@ -217,9 +217,7 @@ def busy_at(options: list[ScheduleOption], kernel: Program, key: ForkKey) -> lis
     if not options:
         return options
     sizes = sizes_of(key)
-    options = [options[i] for i in keep_busy(kernel, sizes, [o.knobs for o in options])]
-    options = [options[i] for i in fit_rows(kernel, sizes, [o.knobs for o in options])]
-    return [options[i] for i in stream_rows(kernel, sizes, [o.knobs for o in options])]
+    return [options[i] for i in suited(kernel, sizes, [o.knobs for o in options])]
 
 
 class PriorSource(Source):

@@ -12,12 +12,14 @@ Its micro-kernel computes `unroll` rows at a time (16 per AMX tile), so at fewer
 rows that do not exist: a dynamic-row bf16 product at one row ran in 640-930 us with 14- or 16-row
 micro-kernels, 230-260 us with 6-row ones, 80-112 us with one-row ones (torch 240-360) on a Zen 4 EPYC.
 `fit_rows` keeps the options whose micro-kernel is no taller than the rows at hand, else the shortest offered
-(a dynamic-row pool offers none of one row: `knobs.cpu_matmul.CPU_MIN_CHAINS`).
+(a dynamic-row pool's computing options have 6 rows at least, `knobs.cpu_matmul.CPU_MIN_CHAINS`; its streaming
+ones go down to one).
 
 A product of few rows streams its weights from memory, and the options that stream B (`prefetch_l2`, the deepest
 pass, one row block: `knobs.cpu_matmul._stream_options`) ran 7-43% faster there; at more rows they only add
-instructions. `stream_rows` keeps, at sizes of at most `CPU_STREAM_ROWS` rows, the streaming options alone where a
-pool offers them (a dynamic M: the rule streams a static one of that many rows), and elsewhere the rest.
+instructions. `stream_rows` keeps, at sizes of at most `CPU_STREAM_ROWS` rows, the streaming options of the tallest
+micro-kernel that fits (one pass over B where the pool has one) where a pool offers them (a dynamic M: the rule
+streams a static one of that many rows), and elsewhere the rest.
 """
 
 from __future__ import annotations
@@ -134,3 +136,12 @@ def stream_rows(kernel: Program, sizes: Mapping[str, int], knobs: Sequence[Knobs
             chosen = [i for i in chosen if (micro_rows(knobs[i]) or 0) == tallest]
         kept += chosen or members
     return sorted(kept)
+
+
+def suited(kernel: Program, sizes: Mapping[str, int], knobs: Sequence[Knobs]) -> list[int]:
+    """The indices of `knobs` that suit `sizes`: `keep_busy`, then `fit_rows`, then `stream_rows`, each over what
+    the one before kept (what the prior tier ranks, and what a tune measures first)."""
+    kept = list(range(len(knobs)))
+    for rule in (keep_busy, fit_rows, stream_rows):
+        kept = [kept[i] for i in rule(kernel, sizes, [knobs[j] for j in kept])]
+    return kept

@@ -55,10 +55,27 @@ def card_pool(prior: Any | None, program: Any, sizes: Mapping[str, int], card: C
     of each candidate, NaN where none did); without one, the rule's order alone."""
     scores = transfer = None
     if prior is not None:
-        scores = np.asarray(prior.score(program, dict(sizes), card, setting, knobs))
+        scores = np.asarray(prior.score(program, dict(sizes), card, setting, knobs), dtype=np.float64)
         cols = prior.transfer(program, dict(sizes), card, setting, knobs)
         transfer = None if cols is None else cols[:, 0]
+        scores = _regime_first(program, sizes, knobs, scores)
     return SearchPool(tuple(knobs), tuple(range(len(knobs))), first, scores, transfer, label)
+
+
+def _regime_first(program: Any, sizes: Mapping[str, int], knobs: Sequence[Mapping[str, object]],
+                  scores: np.ndarray) -> np.ndarray:
+    """The prior's scores with the options that do not suit the sizes (`knobs.parallel.suited`, as the prior tier
+    ranks them: every thread busy, no micro-kernel taller than the rows, and at a few rows the tallest streaming
+    ones) moved below every option that does, each side in the prior's own order: the prior never saw a streaming
+    option measured, so a tune measures the regime's first and the rest only with budget to spare."""
+    from emmy_core.knobs.parallel import suited
+
+    inside = np.zeros(len(knobs), dtype=bool)
+    inside[suited(program, sizes, knobs)] = True
+    if inside.all() or not inside.any() or not np.isfinite(scores).any():
+        return scores
+    span = float(np.nanmax(scores) - np.nanmin(scores)) + 1.0
+    return np.where(inside, scores, scores - span)
 
 
 @dataclass
