@@ -120,7 +120,9 @@ def stream_rows(kernel: Program, sizes: Mapping[str, int], knobs: Sequence[Knobs
     """The indices of `knobs` that stream B (`prefetch_l2`) where the product has at most `CPU_STREAM_ROWS` rows
     (and no batch) at `sizes`, those of the tallest micro-kernel among them (the fewest passes over B: the rule's
     regime, which the prior never saw measured), and those that do not stream elsewhere: within each `dot`
-    family, so a family that offers only one kind (AMX tiles stream nothing) keeps all of its options."""
+    family, so a family that offers only one kind (AMX tiles stream nothing) keeps all of its options; at a few
+    rows, where a dot-product family streams, none of the fma family's (a bf16 product widened to f32 FMAs
+    beside `vdpbf16ps`: the prior, which sees no `dot`, ranked them alike)."""
     work = _extents(kernel, sizes)
     if work is None:
         return list(range(len(knobs)))
@@ -128,6 +130,9 @@ def stream_rows(kernel: Program, sizes: Mapping[str, int], knobs: Sequence[Knobs
     families: dict[object, list[int]] = {}
     for i, k in enumerate(knobs):
         families.setdefault(k.get("dot", "fma"), []).append(i)
+    if few and "fma" in families and any(knobs[i].get("prefetch_l2") for d, members in families.items()
+                                         if d != "fma" for i in members):
+        del families["fma"]  # the card's own dot instruction streams: never widening to f32 FMAs beside it
     kept: list[int] = []
     for members in families.values():
         chosen = [i for i in members if bool(knobs[i].get("prefetch_l2")) == few]

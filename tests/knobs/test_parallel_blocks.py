@@ -4,6 +4,8 @@ at the sizes it settles (a dynamic axis makes it a question of the size, not of 
 
 from __future__ import annotations
 
+import dataclasses
+
 from emmy_core.evidence.context import open_sources
 from emmy_core.evidence.sources import PriorSource
 from emmy_core.graph.forks import ForkKey, schedule_fork
@@ -102,6 +104,9 @@ def test_stream_rows_keeps_the_options_that_stream_b_at_few_rows_and_the_rest_el
            {**KNOBS, "dot": "dpbf16", "vec": 32, "prefetch_l2": 128}, {**KNOBS, "dot": "amx", "unroll": 2}]
     assert stream_rows(UP_BF16, {"T": 16}, amx) == [0, 2, 3]  # within each instruction: AMX streams nothing
     assert stream_rows(UP_BF16, {"T": 64}, amx) == [0, 1, 3]
+    widened = [{**KNOBS, "unroll": 1, "prefetch_l2": 32}, {**KNOBS, "dot": "dpbf16", "unroll": 1, "prefetch_l2": 128}]
+    assert stream_rows(UP_BF16, {"T": 1}, widened) == [1]  # the card's instruction streams: no widening beside it
+    assert stream_rows(UP_BF16, {"T": 1}, widened[:1]) == [0] and stream_rows(UP, {"T": 1}, widened[:1]) == [0]
 
 
 def test_the_prior_streams_a_few_row_products_weights_and_no_others() -> None:
@@ -115,3 +120,16 @@ def test_the_prior_streams_a_few_row_products_weights_and_no_others() -> None:
             knobs = prior.schedule(fork, ForkKey.of(kernel, {"T": t}, ZEN4.name, "deploy"), {}, sources).option.knobs  # type: ignore[union-attr]
             assert ("prefetch_l2" in knobs) == (t <= 16), (kernel.name, t, knobs)
             assert knobs.get("dot", "fma") == ("fma" if kernel is UP else "dpbf16"), (kernel.name, t, knobs)
+
+
+def test_on_an_amx_card_a_one_row_bf16_product_streams_on_the_cards_instruction_not_on_widened_fmas() -> None:
+    """At one row the AMX tiles (16 rows at least) give way to the one-row streaming options; of those, the
+    prior's answer is on `vdpbf16ps`, never a widening to f32 FMAs (which it cannot tell apart: it sees no `dot`)."""
+    amx = dataclasses.replace(ZEN4, name="Test Xeon AMX AVX-512 x2",
+                              tensor_cores=("avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"))
+    sources = open_sources(amx, "deploy", freezes=(), prior=None, local=False, library=False)
+    prior = next(s for s in sources.items if isinstance(s, PriorSource))
+    fork = schedule_fork(UP_BF16, amx, library=False)
+    for t in (1, 4):
+        knobs = prior.schedule(fork, ForkKey.of(UP_BF16, {"T": t}, amx.name, "deploy"), {}, sources).option.knobs  # type: ignore[union-attr]
+        assert knobs.get("dot") == "dpbf16" and "prefetch_l2" in knobs, (t, knobs)
