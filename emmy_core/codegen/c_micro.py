@@ -182,6 +182,37 @@ def _broadcast(g: MicroGeometry, value: str) -> str:
     return "(em_vec){" + ", ".join([value] * g.lanes) + "}"
 
 
+def _f32_tile_open(dot: str, target: str, acc: list[list[str]]) -> list[str]:
+    """The opening of a dot-product `em_micro` over 512-bit f32 accumulators `acc` (rows of registers, 16
+    columns each) under the function attribute `target`: the x86-64 guard, the signature on 16-bit panels, and the
+    tile loaded from `em_ci` (a pass after the first) or zeroed."""
+    out = ["#if !defined(__x86_64__)",
+           f'#error "dot={dot} needs an x86-64 build"',
+           "#endif",
+           "#include <immintrin.h>",
+           f"{target}",
+           "static void em_micro(int64_t em_kc, const uint16_t *restrict em_ap, int64_t em_lda, int64_t em_ra,",
+           "                     const uint16_t *restrict em_bp, int64_t em_ldb, const float *em_ci, int64_t em_ldi,",
+           "                     float *em_co, int64_t em_ldo) {",
+           "  (void)em_lda; (void)em_ra; (void)em_ldb;",
+           "  __m512 " + ", ".join(v for row in acc for v in row) + ";",
+           "  if (em_ci) {"]
+    for r, row in enumerate(acc):
+        out.append("    " + " ".join(f"{v} = _mm512_loadu_ps(em_ci + {r} * em_ldi + {q * 16});"
+                                     for q, v in enumerate(row)))
+    out.append("  } else {")
+    for row in acc:
+        out.append("    " + " ".join(f"{v} = _mm512_setzero_ps();" for v in row))
+    out.append("  }")
+    return out
+
+
+def _f32_tile_close(acc: list[list[str]]) -> list[str]:
+    """The end of a dot-product `em_micro`: the 512-bit f32 accumulators `acc` stored to `em_co`."""
+    return [*("  " + " ".join(f"_mm512_storeu_ps(em_co + {r} * em_ldo + {q * 16}, {v});" for q, v in enumerate(row))
+              for r, row in enumerate(acc)), "}"]
+
+
 def _dpbf16_kernel_c(g: MicroGeometry) -> str:
     """`em_micro` on AVX512-BF16: per pair of k steps, `vpr` registers of B (16 columns x 2 k each) and a
     32-bit broadcast of each row's A pair, multiplied and added into f32 by `vdpbf16ps`.
@@ -191,25 +222,8 @@ def _dpbf16_kernel_c(g: MicroGeometry) -> str:
     acc = [[f"em_c{r}_{q}" for q in range(g.vpr)] for r in range(g.mr)]
     out = [f"/* micro-kernel: {g.mr} x {g.nr} f32 accumulators in {g.mr * g.vpr} registers; bf16 pairs along k "
            "by vdpbf16ps (AVX512-BF16), A and B packed pair-interleaved */",
-           "#if !defined(__x86_64__)",
-           '#error "dot=dpbf16 needs an x86-64 build"',
-           "#endif",
-           "#include <immintrin.h>",
-           f"{DPBF16_TARGET}",
-           "static void em_micro(int64_t em_kc, const uint16_t *restrict em_ap, int64_t em_lda, int64_t em_ra,",
-           "                     const uint16_t *restrict em_bp, int64_t em_ldb, const float *em_ci, int64_t em_ldi,",
-           "                     float *em_co, int64_t em_ldo) {",
-           "  (void)em_lda; (void)em_ra; (void)em_ldb;",
-           "  __m512 " + ", ".join(v for row in acc for v in row) + ";",
-           "  if (em_ci) {"]
-    for r in range(g.mr):
-        out.append("    " + " ".join(f"{acc[r][q]} = _mm512_loadu_ps(em_ci + {r} * em_ldi + {q * 16});"
-                                     for q in range(g.vpr)))
-    out.append("  } else {")
-    for r in range(g.mr):
-        out.append("    " + " ".join(f"{v} = _mm512_setzero_ps();" for v in acc[r]))
-    out += ["  }",
-            "  const int64_t em_pairs = (em_kc + 1) / 2;",
+           *_f32_tile_open("dpbf16", DPBF16_TARGET, acc)]
+    out += [            "  const int64_t em_pairs = (em_kc + 1) / 2;",
             "  for (int64_t em_p = 0; em_p < em_pairs; ++em_p) {",
             f"    const uint16_t *restrict em_b = em_bp + em_p * {2 * g.nr};",
             f"    const uint16_t *restrict em_a = em_ap + em_p * {2 * g.mr};"]
@@ -225,11 +239,7 @@ def _dpbf16_kernel_c(g: MicroGeometry) -> str:
         fmas = " ".join(f"{acc[r][q]} = _mm512_dpbf16_ps({acc[r][q]}, em_x, em_b{q});" for q in range(g.vpr))
         out.append(f"    {{ uint32_t em_w; memcpy(&em_w, em_a + {2 * r}, 4); "
                    f"const __m512bh em_x = (__m512bh)_mm512_set1_epi32((int)em_w); {fmas} }}")
-    out.append("  }")
-    for r in range(g.mr):
-        out.append("  " + " ".join(f"_mm512_storeu_ps(em_co + {r} * em_ldo + {q * 16}, {acc[r][q]});"
-                                   for q in range(g.vpr)))
-    out.append("}")
+    out += ["  }", *_f32_tile_close(acc)]
     return "\n".join(out)
 
 
@@ -245,25 +255,8 @@ def _fp16_kernel_c(g: MicroGeometry) -> str:
     part = [[f"em_h{r}_{q}" for q in range(hq)] for r in range(g.mr)]
     out = [f"/* micro-kernel: {g.mr} x {g.nr} f32 accumulators in {g.mr * 2 * hq} registers; f16 products summed in "
            f"f16 over {FP16_CHUNK} steps of k by vfmadd231ph (AVX512-FP16), then in f32 */",
-           "#if !defined(__x86_64__)",
-           '#error "dot=fp16 needs an x86-64 build"',
-           "#endif",
-           "#include <immintrin.h>",
-           f"{FP16_TARGET}",
-           "static void em_micro(int64_t em_kc, const uint16_t *restrict em_ap, int64_t em_lda, int64_t em_ra,",
-           "                     const uint16_t *restrict em_bp, int64_t em_ldb, const float *em_ci, int64_t em_ldi,",
-           "                     float *em_co, int64_t em_ldo) {",
-           "  (void)em_lda; (void)em_ra; (void)em_ldb;",
-           "  __m512 " + ", ".join(v for row in acc for v in row) + ";",
-           "  if (em_ci) {"]
-    for r in range(g.mr):
-        out.append("    " + " ".join(f"{acc[r][q]} = _mm512_loadu_ps(em_ci + {r} * em_ldi + {q * 16});"
-                                     for q in range(2 * hq)))
-    out.append("  } else {")
-    for r in range(g.mr):
-        out.append("    " + " ".join(f"{v} = _mm512_setzero_ps();" for v in acc[r]))
-    out += ["  }",
-            f"  for (int64_t em_k0 = 0; em_k0 < em_kc; em_k0 += {FP16_CHUNK}) {{",
+           *_f32_tile_open("fp16", FP16_TARGET, acc)]
+    out += [            f"  for (int64_t em_k0 = 0; em_k0 < em_kc; em_k0 += {FP16_CHUNK}) {{",
             f"    const int64_t em_k1 = em_k0 + {FP16_CHUNK} < em_kc ? em_k0 + {FP16_CHUNK} : em_kc;",
             "    __m512h " + ", ".join(f"{v} = _mm512_setzero_ph()" for row in part for v in row) + ";",
             "    for (int64_t em_k = em_k0; em_k < em_k1; ++em_k) {",
@@ -288,11 +281,7 @@ def _fp16_kernel_c(g: MicroGeometry) -> str:
             out.append(f"    {lo} = _mm512_add_ps({lo}, _mm512_cvtxph_ps(_mm512_castph512_ph256({h}))); "
                        f"{hi} = _mm512_add_ps({hi}, _mm512_cvtxph_ps(_mm256_castsi256_ph("
                        f"_mm512_extracti64x4_epi64(_mm512_castph_si512({h}), 1))));")
-    out.append("  }")
-    for r in range(g.mr):
-        out.append("  " + " ".join(f"_mm512_storeu_ps(em_co + {r} * em_ldo + {q * 16}, {acc[r][q]});"
-                                   for q in range(2 * hq)))
-    out.append("}")
+    out += ["  }", *_f32_tile_close(acc)]
     return "\n".join(out)
 
 

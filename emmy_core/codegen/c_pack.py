@@ -53,19 +53,8 @@ def declare_packers(em: Emitter, shape: MatmulShape, acc: str, g: MicroGeometry)
         "  }",
         "}"]))
     bt = g.b_type
-    if g.b_half and shape.b_transposed:  # 16-bit panels: B's own bits, column by column
-        body = [
-            f"  for (int64_t em_c = 0; em_c < {g.nr}; ++em_c) {{",
-            "    const uint16_t *restrict em_s = em_b + (em_n0 + em_c) * em_kn;",
-            f"    for (int64_t em_k = 0; em_k < em_kn; ++em_k) em_bp[em_k * {g.nr} + em_c] = em_c < em_cols ? em_s[em_k] : 0;",
-            "  }"]
-    elif g.b_half:  # 16-bit panels: B's own bits, row by row
-        body = [
-            "  for (int64_t em_k = 0; em_k < em_kn; ++em_k) {",
-            f"    uint16_t *restrict em_d = em_bp + em_k * {g.nr};",
-            "    memcpy(em_d, em_b + em_k * em_nn + em_n0, sizeof(uint16_t) * (size_t)em_cols);",
-            f"    for (int64_t em_c = em_cols; em_c < {g.nr}; ++em_c) em_d[em_c] = 0;",
-            "  }"]
+    if g.b_half:  # 16-bit panels: B's own bits
+        body = _bits_b_body(shape, g)
     elif shape.b_transposed:  # b[.., n, k]: each column of the panel is a contiguous run along k
         body = [
             f"  for (int64_t em_c = 0; em_c < {g.nr}; ++em_c) {{",
@@ -168,6 +157,22 @@ def _dot_packers(em: Emitter, shape: MatmulShape, g: MicroGeometry) -> None:
         "}"]))
 
 
+def _bits_b_body(shape: MatmulShape, g: MicroGeometry) -> list[str]:
+    """The body of `em_pack_b` for `[k][N_r]` panels of B's own 16-bit values (an fma path's f16 or bf16 B, the
+    fp16 path's): column by column from b[.., n, k], row by row from b[.., k, n]; zero columns past n."""
+    if shape.b_transposed:
+        return [f"  for (int64_t em_c = 0; em_c < {g.nr}; ++em_c) {{",
+                "    const uint16_t *restrict em_s = em_b + (em_n0 + em_c) * em_kn;",
+                f"    for (int64_t em_k = 0; em_k < em_kn; ++em_k) em_bp[em_k * {g.nr} + em_c] = em_c < em_cols ? "
+                "em_s[em_k] : 0;",
+                "  }"]
+    return ["  for (int64_t em_k = 0; em_k < em_kn; ++em_k) {",
+            f"    uint16_t *restrict em_d = em_bp + em_k * {g.nr};",
+            "    memcpy(em_d, em_b + em_k * em_nn + em_n0, sizeof(uint16_t) * (size_t)em_cols);",
+            f"    for (int64_t em_c = em_cols; em_c < {g.nr}; ++em_c) em_d[em_c] = 0;",
+            "  }"]
+
+
 def _fp16_packers(em: Emitter, shape: MatmulShape, g: MicroGeometry) -> None:
     """The packing functions of the fp16 path (f16 A and B, copied as their bits): A `[M_r-row panel][k][M_r]`,
     B `[k][N_r]`; rows and columns past the operand are zeros."""
@@ -183,25 +188,13 @@ def _fp16_packers(em: Emitter, shape: MatmulShape, g: MicroGeometry) -> None:
         f"    for (int64_t em_k = 0; em_k < em_kc; ++em_k) em_d[em_k * {g.mr}] = em_real ? em_s[em_k] : 0;",
         "  }",
         "}"]))
-    if shape.b_transposed:  # b[.., n, k]: a column's run along k
-        body = [f"  for (int64_t em_c = 0; em_c < {g.nr}; ++em_c) {{",
-                "    const uint16_t *restrict em_s = em_b + (em_n0 + em_c) * em_kn;",
-                f"    for (int64_t em_k = 0; em_k < em_kn; ++em_k) em_bp[em_k * {g.nr} + em_c] = "
-                "em_c < em_cols ? em_s[em_k] : 0;",
-                "  }"]
-    else:  # b[.., k, n]: a row's run along n
-        body = ["  for (int64_t em_k = 0; em_k < em_kn; ++em_k) {",
-                f"    uint16_t *restrict em_d = em_bp + em_k * {g.nr};",
-                "    memcpy(em_d, em_b + em_k * em_nn + em_n0, sizeof(uint16_t) * (size_t)em_cols);",
-                f"    for (int64_t em_c = em_cols; em_c < {g.nr}; ++em_c) em_d[em_c] = 0;",
-                "  }"]
     em.declare("\n".join([
         "/* one panel (columns [n0, n0 + N_r), every k) of one batch of B, f16 bits, zero columns past n */",
         "static void em_pack_b(const uint16_t *restrict em_b, int64_t em_nn, int64_t em_kn, int64_t em_n0,",
         "                      uint16_t *restrict em_bp, float *restrict em_tmp) {",
         f"  const int64_t em_cols = em_min64({g.nr}, em_nn - em_n0);",
         "  (void)em_tmp;",
-        *body,
+        *_bits_b_body(shape, g),
         "}"]))
 
 
