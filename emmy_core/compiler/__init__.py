@@ -4,7 +4,7 @@
 freezes=None, prior=None, torch_ops="run")` (`api.py`) by default goes through the emmy Dynamo backend and
 returns `graphs.py`'s `CompiledModel` (torch runs what Emmy does not lower); `torch_ops="refuse"` is its
 one-graph mode, holding `compiled.py`'s `Compiled` (or refusing an op Emmy does not lower);
-`explain(...)` resolves one graph without building. `runner.py` lays out and runs one size, `build.py`
+`explain(...)` resolves one graph without building. `layout.py` lays out one size, `runner.py` runs it, `build.py`
 builds kernels, `launch.py` is the one place a kernel is launched, `memory.py` refuses what does not fit;
 `backend.py` is the `emmy` Dynamo backend (`torch.compile(model, backend="emmy")`) and `compile_reports()`
 its coverage.

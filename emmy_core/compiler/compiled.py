@@ -27,8 +27,9 @@ from torch import nn
 
 from emmy_core.compiler.build import Builder, runnable_here
 from emmy_core.compiler.launch import Launcher
+from emmy_core.compiler.layout import Layout, plan_layout
 from emmy_core.compiler.memory import check_fits
-from emmy_core.compiler.runner import Layout, Runner, plan_layout
+from emmy_core.compiler.runner import Runner
 from emmy_core.compiler.runner_cache import RunnerCache
 from emmy_core.compiler.weights import WeightWatch, check_same_kind
 from emmy_core.evidence.context import PriorArg, PriorUnavailableWarning, open_sources
@@ -194,7 +195,7 @@ class Compiled:
 
     def layout(self, sizes: Mapping[str, int] | str, views: frozenset[str] = frozenset(), build: bool = False) -> Layout:
         """Every buffer a call at `sizes` would use (nothing allocated): `layout(...).nbytes` is its need. The outputs
-        in `views` that can be (`runner.output_views`) are handed back as strided views, not copies. With `build`,
+        in `views` that can be (`layout.output_views`) are handed back as strided views, not copies. With `build`,
         the forks are settled with each chosen kernel built first (`prepare`, without its list of resolutions)."""
         s = self._sizes(sizes)
         return plan_layout(self.lowered, s, self._planned(s, build=build), views)

@@ -36,7 +36,8 @@ from torch import nn
 from emmy_core.compiler.backend import GraphState
 from emmy_core.compiler.compiled import Compiled, NoGradientsWarning, card_of, check_arguments
 from emmy_core.compiler.coverage import GraphReport, render_reports
-from emmy_core.compiler.runner import Layout, Runner
+from emmy_core.compiler.layout import Layout
+from emmy_core.compiler.runner import Runner
 from emmy_core.evidence.context import PriorArg
 from emmy_core.evidence.freeze import FreezesArg
 from emmy_core.evidence.resolution import Resolution, ResolutionRecord

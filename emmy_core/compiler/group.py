@@ -28,9 +28,10 @@ from emmy_core.compiler.compare import as_exact_as_torch, check_outputs
 from emmy_core.compiler.compiled import Compiled, NoGradientsWarning
 from emmy_core.compiler.coverage import GroupRace
 from emmy_core.compiler.launch import Launcher
+from emmy_core.compiler.layout import output_views
 from emmy_core.compiler.memory import check_fits
 from emmy_core.compiler.race import TORCH, race
-from emmy_core.compiler.runner import Runner, output_views
+from emmy_core.compiler.runner import Runner
 from emmy_core.compiler.runner_cache import RunnerCache
 from emmy_core.compiler.steps import steps_taken
 from emmy_core.compiler.weights import version_of
