@@ -282,7 +282,8 @@ def _tuner(card: Card, setting: str, sources: Sources, budget: int, tuning_db: P
                             config=BenchConfig(setting=setting, source="tune"), label=f"torch.compile tune {name}")
         sources.forget(sorted({u.kernel_id for u in units}))
         return (f"{name} tuned at {format_sizes(sizes) or 'its static sizes'}: {report.rows_recorded} rows recorded, "
-                f"{report.count('ok')} ok, {report.count('failed')} failed, {report.skipped_known} known, "
+                f"{report.count('ok')} ok, {report.count('failed')} failed, "
+                f"{report.count('flagged')} flagged (timed on a busy machine, not recorded), {report.skipped_known} known, "
                 f"{report.wall_s:.1f} s")
 
     return tune_group
