@@ -88,7 +88,7 @@ SCHEDULE_KNOBS: dict[str, KnobSpec] = {
         # cpu (C with OpenMP)
         _k("tile_m", "cpu", "pow2", 1, 1024, doc="rows per tile"),
         _k("tile_n", "cpu", "pow2", 1, 1024, doc="columns per tile"),
-        _k("tile_k", "cpu", "pow2", 1, 4096, doc="reduction depth per tile"),
+        _k("tile_k", "cpu", "pow2", 1, 8192, doc="reduction depth per tile (the range widened from 4096: a decode step streams all of K in one pass)"),
         _k("vec", "cpu", "pow2", 1, 64, doc="vector width of the innermost loop"),
         _k("unroll", "cpu", "int", 1, 16, doc="unroll factor of the innermost loop"),
         _k("threads", "cpu", "int", 1, 512, doc="OpenMP threads"),

@@ -94,7 +94,7 @@ def test_the_dpbf16_kernel_prefetching_b_into_l2_changes_no_result_bit(backend: 
 @pytest.mark.parametrize("m", [1, 4, 8, 16])
 def test_a_few_row_product_streams_its_weights_in_one_pass(m: int) -> None:
     """The first option of a static M of at most 16 rows: one row block whose micro-kernel holds every row
-    (on 32 registers), all of K up to 4096 in one pass, N shared among the threads, B prefetched into L2
+    (on 32 registers), all of K up to 8192 in one pass, N shared among the threads, B prefetched into L2
     8 KiB ahead; on vdpbf16ps for bf16 where the card has it, on AMX tiles (no stream prefetch) with AMX."""
     for dtype, card in (("f32", ZEN4), ("bf16", ZEN4), ("bf16", AMX)):
         first = candidates(matmul(m, 5632, 2048, dtype=dtype, b_transposed=True), card)[0]
@@ -106,7 +106,7 @@ def test_a_few_row_product_streams_its_weights_in_one_pass(m: int) -> None:
             == CPU_STREAM_AHEAD
         assert first.get("dot", "fma") == ("dpbf16" if dtype == "bf16" else "fma")
     deep = candidates(matmul(16, 2048, 5632, dtype="f32", b_transposed=True), ZEN4)[0]
-    assert deep["tile_k"] == CPU_STREAM_TILE_K  # two passes of 4096 and 1536
+    assert deep["tile_k"] >= 5632  # one pass: 16 rows of A packed over 5632 steps fit half of a 1 MiB L2
     avx2 = candidates(matmul(16, 5632, 2048, dtype="f32", b_transposed=True), AVX2)[0]
     assert "prefetch_l2" in avx2 and avx2["simd"] == 256  # 16 registers hold no 16-row micro-kernel: the rule's
 
@@ -128,3 +128,17 @@ def test_more_rows_take_no_streaming_option_and_a_dynamic_m_offers_them_last() -
         assert rows == {(16, 16), (8, 32), (4, 64), (2, 64), (1, 64)}  # one pass over B at 16, 8, 4, 2 or 1 rows
     scores = matmul(Dim("S", 16), Dim("S2", 16), 64, dtype="f32", batch=(Dim("B", 1), 4))  # q @ k^T: no weight
     assert not any("prefetch_l2" in o for o in candidates(scores, ZEN4))
+
+
+def test_a_streaming_pass_is_as_deep_as_half_the_l2_holds_the_rows_of_a() -> None:
+    """All of K in one pass where the packed rows of A (f32) fit half the L2, else the deepest power of two that
+    does: a second pass reads and writes every output tile again, and the rows of A are read once per panel."""
+    small = dataclasses.replace(ZEN4, name="Test small L2", l2_kib=256.0)  # 128 KiB for 16 rows: 2048 deep
+    for card, m, k, want in ((ZEN4, 16, 5632, 8192), (ZEN4, 16, 896, 1024), (small, 16, 5632, 2048),
+                             (small, 4, 5632, 8192), (ZEN4, 1, 16384, CPU_STREAM_TILE_K)):
+        picks = [candidates(matmul(m, 2048, k, dtype="f32", b_transposed=True), card)[0]]
+        if m == 16:  # a dynamic M's streaming options are for up to 16 rows
+            picks += [o for o in candidates(matmul(Dim("T", m), 2048, k, dtype="f32", b_transposed=True), card)
+                      if "prefetch_l2" in o]
+        for pick in picks:
+            assert pick["tile_k"] == want, (card.name, m, k, pick)
