@@ -191,7 +191,7 @@ def unary_c(op: str, x: str, ct: str) -> str:
     if op == "recip":
         return f"({one} / ({x}))"
     if op == "sigmoid":
-        return f"({one} / ({one} + em_exp{s or 'd'}(-({x}))))"
+        return f"em_sigmoid{s or 'd'}({x})"
     if op == "relu":
         return f"em_relu{s or 'd'}({x})"
     raise BuildError(f"unary operator {op[:20]!r} has no C form")
