@@ -15,7 +15,7 @@ thread (`emmy_core.bench.peak`; the nominal one, cores x clock x the probed FMA 
 `emmy_core.targets.cpu.fma_pipes`, is printed beside it, and used where no C compiler runs) for the matrix products, and torch eager / Emmy (above 1: Emmy faster).
 Then the whole block: its kernels chained in graph order (layout steps in torch between them)
 with first options and with the tuned ones, against the eager module and `torch.compile` of it.
-Last, the Python cost of one launch: prepared, checked and the raw ctypes call of the same build.
+(The Python cost of one launch is `bench/launch.py`'s question.)
 
 First of all, the matrix products at real decoder sizes (`--products`, default M of 1, 16, 128 and 512 by
 Qwen2-0.5B's and TinyLlama's N x K; `--product-dtypes` f32,bf16), each a linear `y = a @ w.T` with the
@@ -38,7 +38,6 @@ Builds go to the usual build cache (`EMMY_BUILD_CACHE`), so a rerun compiles not
 from __future__ import annotations
 
 import argparse
-import ctypes
 import math
 import os
 import resource
@@ -55,6 +54,7 @@ import torch.nn.functional as F
 
 from emmy_core.bench.peak import measured_dpbf16_peak, measured_fma_peak, memory_bandwidth
 from emmy_core.codegen.c import CBackend
+from emmy_core.compiler.compare import interleaved_medians
 from emmy_core.dtypes import torch_dtype
 from emmy_core.graph.lower import KernelStep, LayoutStep, Lowered
 from emmy_core.graph.models import build_model
@@ -80,16 +80,12 @@ def median_us(fn: Fn, n: int = 5) -> float:
 
 
 def interleaved(fns: dict[str, Fn], rounds: int) -> dict[str, float]:
-    """Median microseconds of each function, called once per round in turn (after one warm-up round)."""
-    for f in fns.values():
-        f()
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, f in fns.items():
-            t0 = time.perf_counter_ns()
-            f()
-            times[k].append((time.perf_counter_ns() - t0) / 1e3)
-    return {k: statistics.median(v) for k, v in times.items()}
+    """Median microseconds of each function over `rounds` interleaved rounds, after one warm-up call
+    (`compiler.compare.interleaved_medians`); a function that raises stops the benchmark."""
+    times, failed = interleaved_medians(fns, (), rounds, warmup=1)
+    if failed:
+        raise RuntimeError(f"could not run: {failed}")
+    return times
 
 
 # ---- one kernel: Emmy's launches and torch's ops ------------------------------------------------------
@@ -353,32 +349,6 @@ def stream_note(launch: Callable[..., Fn], knobs: dict[str, object], w: torch.Te
             f"{mem:.1f} ({got / mem:.0%})")
 
 
-# ---- launch overhead ------------------------------------------------------------------------------------
-
-
-def launch_overhead(be: CBackend) -> dict[str, float]:
-    """Microseconds per call of a one-row f32 rmsnorm: prepared, checked, and the raw ctypes call."""
-    from emmy_core.ir.builders import rmsnorm
-
-    built = be.build(rmsnorm(256, dtype="f32"), {"vec": 16, "unroll": 1, "threads": 1}, "deploy")
-    x, w, y = torch.randn(1, 256), torch.randn(256), torch.empty(1, 256)
-    launch = built.prepare({"B": 1}, {"w": w})
-    bufs = {"x": x, "y": y}
-    ptrs = (ctypes.c_void_p * 4)(x.data_ptr(), w.data_ptr(), y.data_ptr(), None)
-    dyn = (ctypes.c_int64 * 1)(1)
-    fns = {"prepared": lambda: launch(bufs), "checked": lambda: built({"x": x, "w": w, "y": y}, {"B": 1}),
-           "raw ctypes": lambda: built._fn(ptrs, dyn)}
-    n = 20000
-    out = {}
-    for _ in range(3):  # interleaved batches; the best batch of each
-        for k, f in fns.items():
-            t0 = time.perf_counter_ns()
-            for _ in range(n):
-                f()
-            out[k] = min(out.get(k, math.inf), (time.perf_counter_ns() - t0) / 1e3 / n)
-    return out
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="llama_block,mlp")
@@ -502,10 +472,6 @@ def main() -> int:
                     f"; eager / emmy tuned {t['torch eager'] / t['emmy tuned']:.2f}" +
                     (f", compile / emmy tuned {t['torch.compile'] / t['emmy tuned']:.2f}" if "torch.compile" in t
                      else ""))
-    over = launch_overhead(be)
-    print(f"\nlaunch of a one-row rmsnorm, us per call: prepared {over['prepared']:.2f}, checked "
-          f"{over['checked']:.2f}, raw ctypes {over['raw ctypes']:.2f}; Python per prepared launch "
-          f"{over['prepared'] - over['raw ctypes']:.2f} us over the raw call")
     ratios = [r for _, r in summary if r == r]
     if ratios:
         print(f"eager / tuned over {len(ratios)} kernels: geomean {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}"

@@ -3,8 +3,8 @@
 
 f16 and bf16 convert to and from float exactly in integer operations (whole runs with F16C where the
 build targets it); `em_f2h2f` rounds a float to f16 and back in float arithmetic (vectorisable, the same
-bits); `em_expf` / `em_expd` take exp below its zero cut as 0 and above its overflow bound as +inf without
-calling the vector exp on the lane;
+bits); `em_expf` / `em_expd` take exp below its zero cut as 0 without calling the vector exp on the lane, and
+`em_sigmoidf` / `em_sigmoidd` keep exp's argument off the vector exp's slow range;
 max and min propagate NaN as torch does; integer add, sub and mul wrap, computed unsigned.
 """
 
@@ -100,44 +100,51 @@ static inline float em_maxf(float a, float b) { return (b != b || b > a) ? b : a
 static inline float em_minf(float a, float b) { return (b != b || b < a) ? b : a; }
 static inline double em_maxd(double a, double b) { return (b != b || b > a) ? b : a; }
 static inline double em_mind(double a, double b) { return (b != b || b < a) ? b : a; }
-/* exp below -104 (f32) or -746 (f64) is +0 exactly (under half the least subnormal), and above ln of the
-   largest finite value (the library's own overflow bound) it is +inf. Those lanes call exp on +0 and take 0 or
-   +inf: libmvec's vector exp sends a whole vector to its scalar fallback when one lane is out of range, so a
-   softmax row with masked (-inf, finfo.min) entries ran 6-7x slower, and a SiLU of a product whose entries
-   reach -89 three times slower. The lanes are masked with bits, not a select, which gcc would fold back into
-   exp's argument. */
+/* exp below -104 (f32) or -746 (f64) is +0 exactly (under half the least subnormal). Those lanes call exp
+   on +0 and take 0: libmvec's vector exp sends a whole vector to its scalar fallback when one lane is far
+   out of range, so a softmax row with masked (-inf, finfo.min) entries ran 6-7x slower. The lanes are
+   masked with bits, not a select, which gcc would fold back into exp's argument. (The overflow side is
+   left to the library: a softmax's arguments are never positive, and a mask for it cost 9% there.) */
 static inline float em_expf(float x) {
   const uint32_t keep = x < -104.0f ? 0u : 0xffffffffu;
-  const uint32_t over = x > 0x1.62e42ep6f ? 0xffffffffu : 0u;
-  uint32_t u; memcpy(&u, &x, 4); u &= keep & ~over;
+  uint32_t u; memcpy(&u, &x, 4); u &= keep;
   float a; memcpy(&a, &u, 4);
   const float e = expf(a);
-  uint32_t r; memcpy(&r, &e, 4); r = (r & keep & ~over) | (over & 0x7f800000u);
+  uint32_t r; memcpy(&r, &e, 4); r &= keep;
   float o; memcpy(&o, &r, 4); return o;
 }
 static inline double em_expd(double x) {
   const uint64_t keep = x < -746.0 ? 0u : 0xffffffffffffffffu;
-  const uint64_t over = x > 0x1.62e42fefa39efp9 ? 0xffffffffffffffffu : 0u;
-  uint64_t u; memcpy(&u, &x, 8); u &= keep & ~over;
+  uint64_t u; memcpy(&u, &x, 8); u &= keep;
   double a; memcpy(&a, &u, 8);
   const double e = exp(a);
-  uint64_t r; memcpy(&r, &e, 8); r = (r & keep & ~over) | (over & 0x7ff0000000000000u);
+  uint64_t r; memcpy(&r, &e, 8); r &= keep;
   double o; memcpy(&o, &r, 8); return o;
 }
-/* sigmoid as 1 / (1 + exp(-x)) with exp's argument kept at or above -20 (f32) or -40 (f64): past it 1 + exp(-x)
-   rounds to 1 exactly, so every result keeps its bits, and exp stays off the range where libmvec's vector exp
-   sends the whole vector to its scalar fallback (|x| past 87.3 in f32): a SiLU over entries past 87 ran 8x
-   slower. The argument is clamped with bits, as in `em_expf` (a select gcc moves after the call). NaN stays
-   NaN (the comparison is false). */
+/* sigmoid as 1 / (1 + exp(-x)), exp kept off most of the range where libmvec's vector exp sends the whole vector
+   to its scalar fallback (an argument past 87.3 either way in f32): the argument is clamped at -20 (f32) or -40
+   (f64), past which 1 + exp(-x) rounds to 1 exactly, and where exp(-x) overflows (x below minus the library's
+   overflow bound) the result is +0, as 1 / (1 + inf) is, without the call; only x in (-88.8, -87.3) still takes
+   the slow path (its exp is finite there). Every result keeps its bits; a SiLU over entries past 87 ran 3x
+   slower, one over small entries costs about 0.1 ns an entry more. Masked with bits, as in `em_expf` (a select
+   gcc moves after the call). NaN stays NaN (the comparisons are false). */
 static inline float em_sigmoidf(float x) {
   const uint32_t big = x > 20.0f ? 0xffffffffu : 0u;
-  uint32_t u; memcpy(&u, &x, 4); u = (u & ~big) | (big & 0x41a00000u);
-  float a; memcpy(&a, &u, 4); return 1.0f / (1.0f + em_expf(-a));
+  const uint32_t over = x < -0x1.62e42ep6f ? 0xffffffffu : 0u; /* exp(-x) is +inf: 1 / (1 + inf) is +0 */
+  uint32_t u; memcpy(&u, &x, 4); u = ((u & ~big) | (big & 0x41a00000u)) & ~over;
+  float a; memcpy(&a, &u, 4);
+  const float r = 1.0f / (1.0f + expf(-a));
+  uint32_t o; memcpy(&o, &r, 4); o &= ~over;
+  float y; memcpy(&y, &o, 4); return y;
 }
 static inline double em_sigmoidd(double x) {
   const uint64_t big = x > 40.0 ? 0xffffffffffffffffu : 0u;
-  uint64_t u; memcpy(&u, &x, 8); u = (u & ~big) | (big & 0x4044000000000000u);
-  double a; memcpy(&a, &u, 8); return 1.0 / (1.0 + em_expd(-a));
+  const uint64_t over = x < -0x1.62e42fefa39efp9 ? 0xffffffffffffffffu : 0u;
+  uint64_t u; memcpy(&u, &x, 8); u = ((u & ~big) | (big & 0x4044000000000000u)) & ~over;
+  double a; memcpy(&a, &u, 8);
+  const double r = 1.0 / (1.0 + exp(-a));
+  uint64_t o; memcpy(&o, &r, 8); o &= ~over;
+  double y; memcpy(&y, &o, 8); return y;
 }
 static inline float em_reluf(float x) { return x < 0.0f ? 0.0f : x; }
 static inline double em_relud(double x) { return x < 0.0 ? 0.0 : x; }
