@@ -19,9 +19,10 @@ number of examples). It prints, per section, the inputs tried, the faults inject
 6. concurrent chains: processes taking the workspace's chain lock at once (holding intervals must not
    overlap; one that may not wait must refuse naming the holder), and a holder killed -9 whose stale
    lock must be taken over with a note;
-7. special input files: a FIFO, /dev/zero and a folder given to every reader of an input path (prior,
-   card file, extern order, report, import source, loop program) and to a store opened for reading and
-   for writing (writes refuse what reads refuse); a hang, an acceptance or a raw exception is a violation;
+7. special input files (tests/faults/special_inputs.py, in a process of its own): a FIFO, /dev/zero and a
+   folder given to every reader of an input path (prior, card file, extern order, report, import source,
+   loop program) and to a store opened for reading and for writing (writes refuse what reads refuse); a
+   hang, an acceptance or a raw exception is a violation;
 8. the prior bomb: a 4 MB artifact of a depth-16 tree and 99,999 constant trees, loaded and scored
    under a 4 GiB address-space limit; anything but a clean refusal or a bounded load is a violation;
 9. network peers: a loopback listener that never speaks, an HTTP server and a refused port, given as a
@@ -315,97 +316,14 @@ def concurrent_chains(work: Path, chains: int) -> int:
     return violations
 
 
-SPECIAL = """
-import os, signal, sys, traceback
-from pathlib import Path
-
-def alarm(*_):
-    raise TimeoutError("hang")
-
-signal.signal(signal.SIGALRM, alarm)
-work = Path(sys.argv[1])
-fifo = work / "pipe.json"
-if not fifo.exists():
-    os.mkfifo(fifo)
-specials = {"fifo": str(fifo), "/dev/zero": "/dev/zero", "folder": str(work)}
-
-def prior(p):
-    from emmy_core.prior import load_prior
-    load_prior(p)
-
-def cards(p):
-    from emmy_core.targets.table import load_table
-    load_table(p)
-
-def extern_order(p):
-    from emmy_core.eval.extern_order import file_order
-    file_order([p])
-
-def report(p):
-    from emmy_core.eval.compare import read_report
-    read_report(p)
-
-def import_source(p):
-    from emmy_core.store import MemoryStore
-    from emmy_core.exchange.importer import load_source
-    load_source(p, MemoryStore("x"))
-
-def loop_program(p):
-    from emmy_core.fileio.inputfile import read_input
-    read_input(p, 1 << 20, "source file")
-
-def export(p):
-    from emmy_core.prior.dataset import read_dataset
-    read_dataset(p)
-
-def store_write(p):
-    from emmy_core.store import open_store
-    open_store(p, "w", lock_timeout=1).close()
-
-def store_read(p):
-    from emmy_core.store import open_store
-    open_store(p, "r", lock_timeout=1).close()
-
-readers = {"prior": prior, "cards": cards, "extern-order": extern_order, "report": report,
-           "import": import_source, "loop program": loop_program, "export": export,
-           "store (write)": store_write, "store (read)": store_read}
-from emmy_core.prior import PriorError
-from emmy_core.fileio.errors import FileError
-from emmy_core.targets import CardTableError
-for name, read in readers.items():
-    for kind, path in specials.items():
-        if name == "extern-order" and kind == "folder":
-            continue  # a folder stands for the cache files in it (documented), not a file to refuse
-        if name == "export" and kind != "folder":
-            path = str(work / "not-an-export")
-            os.makedirs(path, exist_ok=True)
-            if kind == "fifo" and not os.path.exists(os.path.join(path, "manifest.json")):
-                os.mkfifo(os.path.join(path, "manifest.json"))
-            elif kind == "/dev/zero" and not os.path.exists(os.path.join(path, "manifest.json")):
-                os.symlink("/dev/zero", os.path.join(path, "manifest.json"))
-        signal.alarm(10)
-        try:
-            read(path)
-            outcome = "ACCEPTED"
-        except (PriorError, FileError, CardTableError, ValueError) as exc:
-            outcome = "refused: " + str(exc).splitlines()[0][:90]
-        except TimeoutError:
-            outcome = "HANG"
-        except BaseException as exc:
-            outcome = f"RAW {type(exc).__name__}: {str(exc)[:80]}"
-        finally:
-            signal.alarm(0)
-        print(f"{name}\t{kind}\t{outcome}", flush=True)
-"""
-
-
 def special_inputs(work: Path) -> int:
     """Section 7; returns the violations (hangs, acceptances, raw exceptions)."""
     print(f"\n== 7. special input files ({load()})")
     folder = work / "special"
     folder.mkdir()
     t0 = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", SPECIAL, str(folder)], cwd=ROOT, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "tests.faults.special_inputs", str(folder)], cwd=ROOT,
+                          capture_output=True, text=True,
                           timeout=600, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
     lines = [line.split("\t") for line in done.stdout.splitlines() if line.count("\t") == 2]
     bad = [x for x in lines if not x[2].startswith("refused")]
