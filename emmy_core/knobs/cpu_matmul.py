@@ -89,12 +89,19 @@ def _micro(v: KernelView, card: Card, simd: int, vectors: int) -> tuple[int, int
     return (rows, nr) if rows >= 1 else None
 
 
+def half_l2_fit(card: Card, start: int, floor: int, unit_bytes: int) -> int:
+    """`start` halved until `unit_bytes` per unit of it fit half the card's L2 (256 KiB where the probe read
+    none), `floor` at the least: how deep a panel or how tall a row block the rule's blocks may be."""
+    half = (card.l2_kib or 256) * 1024 // 2
+    size = start
+    while size > floor and size * unit_bytes > half:
+        size //= 2
+    return size
+
+
 def _depth(v: KernelView, card: Card, nr: int) -> int:
     """The first option's panel depth: the B micro-panel (depth x N_r) in half the L2, at most 1024."""
-    l2 = (card.l2_kib or 256) * 1024
-    kc = CPU_MAX_TILE_K
-    while kc > 16 and kc * nr * v.compute_bits // 8 > l2 // 2:
-        kc //= 2
+    kc = half_l2_fit(card, CPU_MAX_TILE_K, 16, nr * v.compute_bits // 8)
     return min(kc, v.cap("k") or kc)
 
 
@@ -194,12 +201,8 @@ def _stream_depth(v: KernelView, card: Card, rows: int) -> int:
     """The pass depth of a streaming option of `rows` rows: all of K up to `CPU_STREAM_TILE_K` where the packed rows
     of A (f32 at most) fit half the card's L2 (each pass reads them once per column panel of B), else the deepest
     power of two that fits; a second pass also reads and writes every output tile again."""
-    cap_k = v.cap("k") or CPU_STREAM_TILE_K
-    room = (card.l2_kib or 256) * 1024 // 2 // (4 * max(1, rows))
-    depth = min(CPU_STREAM_TILE_K, cap_k)
-    if depth <= room:
-        return depth
-    return max(CPU_TILE_K[0], 1 << (max(1, int(room)).bit_length() - 1))
+    kc = half_l2_fit(card, CPU_STREAM_TILE_K, CPU_TILE_K[0], 4 * max(1, rows))
+    return min(kc, v.cap("k") or kc)
 
 
 def _streaming_first(v: KernelView, card: Card, base: Knobs, vectors: int) -> Knobs:
@@ -318,10 +321,7 @@ def _column_block(n: int, cores: int, nr: int) -> int:
 def _rows(v: KernelView, card: Card, tk: int) -> int:
     """The first option's row block: 64 rows (two per thread at 128), fewer where the packed A block
     (rows x depth) would take more than half the L2, and at most a static M."""
-    l2 = (card.l2_kib or 256) * 1024
-    tm = CPU_FIRST_TILE_M
-    while tm > 8 and tm * tk * v.compute_bits // 8 > l2 // 2:
-        tm //= 2
+    tm = half_l2_fit(card, CPU_FIRST_TILE_M, 8, tk * v.compute_bits // 8)
     return min(tm, v.cap("m") or tm)
 
 
