@@ -21,9 +21,8 @@ from emmy_core.graph.decisions import split_k
 from emmy_core.ir.builders import Dim, matmul
 from emmy_core.knobs.validity import option_problem
 from emmy_core.targets import probe_cpu
+from tests.codegen.products import TOL, check_silu_product
 
-TOL = 2e-2  # bf16 output: half an ulp of 8 bits, the f32 sums' own error far below it
-SIZES = [(1, 1, 1), (7, 19, 3), (29, 70, 45), (37, 50, 100), (40, 96, 130)]  # (M, N, K)
 NEEDS = {"dpbf16": "avx512_bf16", "amx": "amx_bf16"}
 # (dot, unroll, vec): the micro-kernels each path offers (amx: `unroll` counts 16-row tiles)
 SHAPES = [("dpbf16", 8, 32), ("dpbf16", 4, 64), ("dpbf16", 14, 16), ("amx", 2, 32), ("amx", 1, 16),
@@ -92,18 +91,7 @@ def test_each_micro_kernel_equals_the_reference_on_odd_sizes(backend: CBackend, 
     for bt in (True, False):
         prog = program(bt)
         built = backend.build(prog, knobs(dot, unroll, vec), "deploy" if bt else "rank")
-        for m, n, k in SIZES:
-            a = torch.randn(m, k, generator=g).bfloat16()
-            b = torch.randn(*((n, k) if bt else (k, n)), generator=g).bfloat16()
-            bias = torch.randn(n, generator=g).bfloat16()
-            y = torch.full((m, n), float("nan")).bfloat16()
-            built({"a": a, "b": b, "bias": bias, "y": y}, {"T": m, "N": n, "K": k})
-            want = torch.nn.functional.silu(a.double() @ (b.double().T if bt else b.double()) + bias.double())
-            torch.testing.assert_close(y.double(), want, rtol=TOL, atol=TOL, msg=f"{(m, n, k, bt)}")
-            launch = built.prepare({"T": m, "N": n, "K": k}, {"b": b, "bias": bias})  # B packed once
-            again = torch.empty_like(y)
-            launch({"a": a, "y": again})
-            assert torch.equal(again, y)
+        check_silu_product(built, bt, g, torch.bfloat16)
 
 
 @pytest.mark.parametrize("dot", ["dpbf16", "amx"])

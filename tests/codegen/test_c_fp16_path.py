@@ -27,12 +27,11 @@ from emmy_core.ir.builders import Dim, matmul
 from emmy_core.knobs import candidates
 from emmy_core.knobs.validity import option_problem
 from emmy_core.targets import Card, probe_cpu
+from tests.codegen.products import check_silu_product
 
 SPR = Card("Test Xeon SPR AVX-512 x2", "cpu", "x86_64", "", ("avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16"),
            "test card", cores=2, simd_bits=512, l1d_kib=48.0, l2_kib=2048.0)
 ZEN4 = dataclasses.replace(SPR, name="Test Zen 4 AVX-512 x2", tensor_cores=("avx512_bf16",))
-SIZES = [(1, 1, 1), (7, 19, 3), (29, 70, 45), (37, 50, 100), (40, 96, 130)]  # (M, N, K)
-TOL = 2e-2
 
 # The AVX512-FP16 intrinsics the generated source uses, as C over 32 (or 16) lanes of f16 values held in floats:
 # each product-and-add rounds once to f16 (the product of two f16 values and a sum with an f16 value are exact in
@@ -105,19 +104,7 @@ def emulated(backend: CBackend, prog, kn: dict[str, object]) -> CBuilt:  # type:
 
 
 def check(built: CBuilt, bt: bool, seed: int) -> None:
-    g = torch.Generator().manual_seed(seed)
-    for m, n, k in SIZES:
-        a = torch.randn(m, k, generator=g).half()
-        b = torch.randn(*((n, k) if bt else (k, n)), generator=g).half()
-        bias = torch.randn(n, generator=g).half()
-        y = torch.full((m, n), float("nan")).half()
-        built({"a": a, "b": b, "bias": bias, "y": y}, {"T": m, "N": n, "K": k})
-        want = torch.nn.functional.silu(a.double() @ (b.double().T if bt else b.double()) + bias.double())
-        torch.testing.assert_close(y.double(), want, rtol=TOL, atol=TOL, msg=f"{(m, n, k, bt)}")
-        launch = built.prepare({"T": m, "N": n, "K": k}, {"b": b, "bias": bias})  # B packed once
-        again = torch.empty_like(y)
-        launch({"a": a, "y": again})
-        assert torch.equal(again, y)
+    check_silu_product(built, bt, torch.Generator().manual_seed(seed), torch.float16)
 
 
 def test_the_fp16_path_writes_its_instructions_under_its_target_and_builds_anywhere(backend: CBackend) -> None:
