@@ -10,6 +10,8 @@ enumerates them beside every other family's.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from emmy_core.ir.family import MatmulShape
 from emmy_core.knobs.validity import dot_problem, epilogue_rows, fit_problem, in_place_problem
 from emmy_core.knobs.view import KernelView
@@ -265,41 +267,38 @@ def _dot_options(v: KernelView, card: Card) -> list[Knobs]:
     rule = _memory_rule(v, 16)["prefetch_c"]
     if dot_problem(v, card, {**probe, "dot": "amx"}) is None:
         for unroll, vec in CPU_AMX_TILES:
-            for tk in tks:
-                for tm in tms:
-                    for tn in dict.fromkeys(t for t in (whole, CPU_TILE_N_PART) if t >= vec and t % vec == 0):
-                        for par in CPU_PAR_AXES:
-                            for t in thread_counts(card):
-                                out.append({**base, "tile_m": tm, "tile_n": tn, "tile_k": tk, "vec": vec,
-                                            "unroll": unroll, "threads": t, "simd": card.simd_bits or 512,
-                                            "par_axis": par, "prefetch_c": rule, "dot": "amx"})
+            out.extend({**base, "tile_m": tm, "tile_n": tn, "tile_k": tk, "vec": vec, "unroll": unroll, "threads": t,
+                        "simd": card.simd_bits or 512, "par_axis": par, "prefetch_c": rule, "dot": "amx"}
+                       for tk, tm, tn, par, t in _dot_blocks(card, tks, tms, whole, vec))
     if dot_problem(v, card, {**probe, "vec": 32, "dot": "fp16"}) is None:
         for mr, nr in CPU_FP16_MICRO:
             if not fits(nr, cn) and cn is not None:
                 continue
-            for tk in tks:
-                for tm in tms:
-                    for tn in dict.fromkeys(t for t in (whole, CPU_TILE_N_PART) if t >= nr and t % nr == 0):
-                        for par in CPU_PAR_AXES:
-                            for t in thread_counts(card):
-                                out.append({**base, "tile_m": tm, "tile_n": tn, "tile_k": tk, "vec": nr,
-                                            "unroll": min(mr, cm or mr), "threads": t, "simd": 512,
-                                            "par_axis": par, "prefetch_c": rule, "dot": "fp16"})
+            out.extend({**base, "tile_m": tm, "tile_n": tn, "tile_k": tk, "vec": nr, "unroll": min(mr, cm or mr),
+                        "threads": t, "simd": 512, "par_axis": par, "prefetch_c": rule, "dot": "fp16"}
+                       for tk, tm, tn, par, t in _dot_blocks(card, tks, tms, whole, nr))
     if dot_problem(v, card, {**probe, "dot": "dpbf16"}) is None:
         for vectors in CPU_MICRO_VECTORS:
             shape = _micro(v, card, 512, vectors)
             if shape is None:
                 continue
             mr, nr = shape
-            for tk in tks:
-                for tm in tms:
-                    for tn in dict.fromkeys(t for t in (whole, CPU_TILE_N_PART) if t >= nr and t % nr == 0):
-                        for par in CPU_PAR_AXES:
-                            for t in thread_counts(card):
-                                out.append({**base, "tile_m": tm, "tile_n": tn, "tile_k": tk, "vec": nr,
-                                            "unroll": mr, "threads": t, "simd": 512, "par_axis": par,
-                                            "prefetch_c": rule, "dot": "dpbf16"})
+            out.extend({**base, "tile_m": tm, "tile_n": tn, "tile_k": tk, "vec": nr, "unroll": mr, "threads": t,
+                        "simd": 512, "par_axis": par, "prefetch_c": rule, "dot": "dpbf16"}
+                       for tk, tm, tn, par, t in _dot_blocks(card, tks, tms, whole, nr))
     return out
+
+
+def _dot_blocks(card: Card, tks: tuple[int, ...], tms: tuple[int, ...], whole: int, nr: int
+                ) -> Iterator[tuple[int, int, int, str, int]]:
+    """(depth, row block, column block, split, threads) of a dot family's options, in the pool's order: the
+    column blocks all of N (up to 1024) and `CPU_TILE_N_PART`, where whole panels N_r wide fill them."""
+    for tk in tks:
+        for tm in tms:
+            for tn in dict.fromkeys(t for t in (whole, CPU_TILE_N_PART) if t >= nr and t % nr == 0):
+                for par in CPU_PAR_AXES:
+                    for t in thread_counts(card):
+                        yield tk, tm, tn, par, t
 
 
 def _column_block(n: int, cores: int, nr: int) -> int:
